@@ -1,0 +1,34 @@
+"""hf_transformer: the Transformer of "Attention Is All You Need" as a HuggingFace model.
+
+Importing the package registers the configuration and the models with the Auto classes.
+"""
+
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+)
+
+from .configuration_transformer import TransformerConfig
+from .modeling_transformer import (
+    TransformerForConditionalGeneration,
+    TransformerForSequenceClassification,
+    TransformerModel,
+    TransformerPreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+AutoConfig.register(TransformerConfig.model_type, TransformerConfig, exist_ok=True)
+AutoModel.register(TransformerConfig, TransformerModel, exist_ok=True)
+AutoModelForSeq2SeqLM.register(TransformerConfig, TransformerForConditionalGeneration, exist_ok=True)
+AutoModelForSequenceClassification.register(TransformerConfig, TransformerForSequenceClassification, exist_ok=True)
+
+__all__ = [
+    "TransformerConfig",
+    "TransformerPreTrainedModel",
+    "TransformerModel",
+    "TransformerForConditionalGeneration",
+    "TransformerForSequenceClassification",
+]

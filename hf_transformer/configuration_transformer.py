@@ -1,0 +1,345 @@
+"""Configuration of the encoder-decoder Transformer of "Attention Is All You Need".
+
+The canonical field names follow BART (``d_model``, ``encoder_layers``, ...), because transformers'
+generation and cache utilities read those. The names of the seed tutorial (``d_hidn``, ``n_head``,
+``n_enc_vocab``, ...) and the HF standard names (``hidden_size``, ``num_hidden_layers``, ...) are
+aliases: they are accepted by the constructor and read and written through ``attribute_map``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import warnings
+
+from transformers import GenerationConfig, PretrainedConfig
+
+LAYER_NORM_POSITIONS = ("post", "pre")
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+ACTIVATION_FUNCTIONS = ("relu", "gelu")
+CLASSIFIER_POOLINGS = ("mean", "max", "first", "decoder")
+
+# alias -> canonical field. One-to-one aliases only; ``n_layer`` and ``num_hidden_layers`` given to the
+# constructor set both stacks and are handled in ``__post_init__``.
+_ALIASES = {
+    # seed tutorial names
+    "n_enc_vocab": "vocab_size",
+    "n_dec_vocab": "decoder_vocab_size",
+    "n_enc_seq": "max_position_embeddings",
+    "n_dec_seq": "decoder_max_position_embeddings",
+    "d_hidn": "d_model",
+    "n_head": "num_attention_heads",
+    "d_head": "head_dim",
+    "d_ff": "intermediate_size",
+    "i_pad": "pad_token_id",
+    # HF standard / BART names
+    "hidden_size": "d_model",
+    "encoder_attention_heads": "num_attention_heads",
+    "decoder_attention_heads": "num_attention_heads",
+    "encoder_ffn_dim": "intermediate_size",
+    "decoder_ffn_dim": "intermediate_size",
+    "ffn_dim": "intermediate_size",
+    "layer_norm_eps": "layer_norm_epsilon",
+}
+_BOTH_STACK_LAYER_ALIASES = ("n_layer", "num_hidden_layers")
+
+# Keys that PretrainedConfig itself consumes or writes into config.json; anything else that is not a
+# field or an alias is a misspelling.
+_BASE_KEYS = {
+    "model_type",
+    "torch_dtype",
+    "name_or_path",
+    "_name_or_path",
+    "_commit_hash",
+    "output_attentions",
+    "attn_implementation",
+    "experts_implementation",
+    "per_layer_config",
+    "num_labels",
+    "auto_map",
+    "tokenizer_class",
+    "prefix",
+    "task_specific_params",
+    "custom_pipelines",
+    "_attn_implementation_internal",
+    "_experts_implementation_internal",
+}
+
+
+class TransformerConfig(PretrainedConfig):
+    r"""Configuration of [`TransformerModel`] and its heads.
+
+    Defaults are the seed tutorial's model (d_model 256, 6 + 6 post-LN layers, 4 heads of 64, GELU,
+    frozen sinusoid positions, vocabulary 8007, pad id 0). [`paper_base`], [`paper_big`] and
+    [`seed_tutorial`] build the ready configurations.
+
+    Sizes:
+        vocab_size (`n_enc_vocab`): encoder vocabulary. decoder_vocab_size (`n_dec_vocab`): decoder and
+        output vocabulary, defaults to ``vocab_size``. max_position_embeddings (`n_enc_seq`) and
+        decoder_max_position_embeddings (`n_dec_seq`): longest sequences. d_model (`d_hidn`,
+        `hidden_size`). encoder_layers / decoder_layers (`n_layer` or `num_hidden_layers` set both).
+        num_attention_heads (`n_head`). head_dim (`d_head`): per-head size; ``num_attention_heads *
+        head_dim`` need not equal ``d_model``; when omitted it is ``d_model // num_attention_heads``.
+        intermediate_size (`d_ff`): feed-forward size.
+    Regularisation:
+        dropout (residual branches and embeddings), attention_dropout (attention probabilities, defaults
+        to ``dropout`` as in the seeds), activation_dropout (inside the feed-forward),
+        classifier_dropout (defaults to ``dropout``), label_smoothing (seq2seq loss).
+    Architecture options:
+        layer_norm_position: "post" (paper) or "pre" (book-style). position_embedding_type:
+        "sinusoidal" (frozen table, position 0 reserved for padding, tokens numbered from 1) or
+        "learned" (numbered from 0). embedding_layer_norm: LayerNorm after the embedding sum.
+        scale_embedding: multiply token embeddings by sqrt(d_model). final_layer_norm: LayerNorm after
+        each stack (defaults to True for pre-LN, False for post-LN). activation_function: "relu" or
+        "gelu". share_embeddings: one token table for encoder and decoder. tie_word_embeddings: output
+        projection tied to the decoder token table. classifier_pooling: "mean", "max" (over non-pad
+        encoder tokens), "first" (first encoder token) or "decoder" (the seed tutorial's way: the
+        decoder reads one start token over the encoder output, max-pooled).
+
+    Unknown keyword arguments raise ``ValueError`` (with the closest known name), so a misspelled
+    option never passes silently. Generation settings (``num_beams``, ``max_length``...) belong on
+    ``model.generation_config``; given here they are dropped with a warning.
+    """
+
+    model_type = "hf_transformer"
+    keys_to_ignore_at_inference = ["past_key_values"]
+    attribute_map = dict(_ALIASES, num_hidden_layers="encoder_layers")
+
+    vocab_size: int = 8007
+    decoder_vocab_size: int | None = None
+    max_position_embeddings: int = 256
+    decoder_max_position_embeddings: int | None = None
+    d_model: int = 256
+    encoder_layers: int = 6
+    decoder_layers: int = 6
+    num_attention_heads: int = 4
+    head_dim: int | None = None
+    intermediate_size: int = 1024
+    dropout: float | int = 0.1
+    attention_dropout: float | int | None = None
+    activation_dropout: float | int = 0.0
+    classifier_dropout: float | int | None = None
+    label_smoothing: float | int = 0.0
+    layer_norm_epsilon: float = 1e-12
+    embedding_layer_norm_epsilon: float | None = None
+    layer_norm_position: str = "post"
+    position_embedding_type: str = "sinusoidal"
+    embedding_layer_norm: bool = False
+    scale_embedding: bool = False
+    final_layer_norm: bool | None = None
+    activation_function: str = "gelu"
+    share_embeddings: bool = True
+    tie_word_embeddings: bool = True
+    classifier_pooling: str = "mean"
+    init_std: float = 0.02
+    use_cache: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 2
+    eos_token_id: int | None = 3
+    decoder_start_token_id: int | None = None
+    is_encoder_decoder: bool = True
+
+    def __post_init__(self, **kwargs):
+        kwargs = self._apply_aliases(kwargs)
+        self._reject_unknown(kwargs)
+        self._fill_defaults()
+        self._validate()
+        super().__post_init__(**kwargs)
+
+    # -- construction helpers -------------------------------------------------------------------
+    def _apply_aliases(self, kwargs: dict) -> dict:
+        for alias in _BOTH_STACK_LAYER_ALIASES:
+            if alias in kwargs:
+                value = kwargs.pop(alias)
+                self.encoder_layers = value
+                self.decoder_layers = value
+        for alias, field in _ALIASES.items():
+            if alias not in kwargs:
+                continue
+            value = kwargs.pop(alias)
+            current = object.__getattribute__(self, field)
+            default = type(self).__dataclass_fields__[field].default
+            if current != default and current != value:
+                raise ValueError(
+                    f"TransformerConfig: `{alias}`={value!r} conflicts with `{field}`={current!r}; "
+                    f"they name the same setting, give only one."
+                )
+            object.__setattr__(self, field, value)
+        return kwargs
+
+    def _reject_unknown(self, kwargs: dict) -> None:
+        generation_keys = set(GenerationConfig._get_default_generation_params())
+        ignored = sorted(k for k in kwargs if k in generation_keys)
+        if ignored:
+            warnings.warn(
+                f"TransformerConfig: generation settings {ignored} are ignored here; set them on "
+                "`model.generation_config` instead.",
+                stacklevel=4,
+            )
+        unknown = sorted(k for k in kwargs if k not in generation_keys and k not in _BASE_KEYS)
+        if unknown:
+            known = sorted(set(self.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
+            hints = []
+            for key in unknown:
+                close = difflib.get_close_matches(key, known, n=1)
+                hints.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
+            raise ValueError(f"TransformerConfig got unknown argument(s): {', '.join(hints)}.")
+
+    def _fill_defaults(self) -> None:
+        if self.decoder_vocab_size is None:
+            self.decoder_vocab_size = self.vocab_size
+        if self.decoder_max_position_embeddings is None:
+            self.decoder_max_position_embeddings = self.max_position_embeddings
+        if self.attention_dropout is None:
+            self.attention_dropout = self.dropout
+        if self.classifier_dropout is None:
+            self.classifier_dropout = self.dropout
+        if self.embedding_layer_norm_epsilon is None:
+            self.embedding_layer_norm_epsilon = self.layer_norm_epsilon
+        if self.final_layer_norm is None:
+            self.final_layer_norm = self.layer_norm_position == "pre"
+        if self.decoder_start_token_id is None:
+            self.decoder_start_token_id = self.bos_token_id
+        if self.head_dim is None and _is_positive_int(self.d_model) and _is_positive_int(self.num_attention_heads):
+            if self.d_model % self.num_attention_heads:
+                raise ValueError(
+                    f"TransformerConfig: `d_model` ({self.d_model}) must be divisible by "
+                    f"`num_attention_heads` ({self.num_attention_heads}) when `head_dim` is not given; "
+                    "pass `head_dim` (`d_head`) explicitly to use another per-head size."
+                )
+            self.head_dim = self.d_model // self.num_attention_heads
+
+    def _validate(self) -> None:
+        for name in (
+            "vocab_size",
+            "decoder_vocab_size",
+            "max_position_embeddings",
+            "decoder_max_position_embeddings",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "num_attention_heads",
+            "head_dim",
+            "intermediate_size",
+        ):
+            value = getattr(self, name)
+            if not _is_positive_int(value):
+                raise ValueError(f"TransformerConfig: `{name}` must be a positive integer, got {value!r}.")
+        for name in ("dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "label_smoothing"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"TransformerConfig: `{name}` must be a number in [0, 1), got {value!r}.")
+        for name in ("layer_norm_epsilon", "embedding_layer_norm_epsilon", "init_std"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"TransformerConfig: `{name}` must be a positive number, got {value!r}.")
+        for name, allowed in (
+            ("layer_norm_position", LAYER_NORM_POSITIONS),
+            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
+            ("activation_function", ACTIVATION_FUNCTIONS),
+            ("classifier_pooling", CLASSIFIER_POOLINGS),
+        ):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"TransformerConfig: `{name}` must be one of {list(allowed)}, got {value!r}.")
+        for name in (
+            "embedding_layer_norm",
+            "scale_embedding",
+            "final_layer_norm",
+            "share_embeddings",
+            "tie_word_embeddings",
+            "use_cache",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(f"TransformerConfig: `{name}` must be True or False, got {value!r}.")
+        if self.share_embeddings and self.vocab_size != self.decoder_vocab_size:
+            raise ValueError(
+                "TransformerConfig: `share_embeddings=True` needs one vocabulary, but `vocab_size` "
+                f"(n_enc_vocab) is {self.vocab_size} and `decoder_vocab_size` (n_dec_vocab) is "
+                f"{self.decoder_vocab_size}; set share_embeddings=False or make them equal."
+            )
+        if self.pad_token_id is None:
+            raise ValueError("TransformerConfig: `pad_token_id` (i_pad) is required: padding is derived from it.")
+        smallest_vocab = min(self.vocab_size, self.decoder_vocab_size)
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < smallest_vocab:
+                raise ValueError(f"TransformerConfig: `{name}` must be an id in [0, {smallest_vocab}), got {value!r}.")
+        if self.decoder_start_token_id is None:
+            raise ValueError("TransformerConfig: set `decoder_start_token_id` or `bos_token_id`.")
+        if self.decoder_start_token_id == self.pad_token_id:
+            raise ValueError(
+                f"TransformerConfig: `decoder_start_token_id` ({self.decoder_start_token_id}) equals "
+                "`pad_token_id`; the start token would be treated as padding. Use a separate start token."
+            )
+
+    # -- seed-style names that are not one-to-one aliases ----------------------------------------
+    @property
+    def n_layer(self) -> int:
+        if self.encoder_layers != self.decoder_layers:
+            raise AttributeError(
+                f"n_layer is ambiguous: encoder_layers={self.encoder_layers}, decoder_layers={self.decoder_layers}"
+            )
+        return self.encoder_layers
+
+    @n_layer.setter
+    def n_layer(self, value: int) -> None:
+        self.encoder_layers = value
+        self.decoder_layers = value
+
+    @property
+    def embed_scale(self) -> float:
+        return math.sqrt(self.d_model) if self.scale_embedding else 1.0
+
+    # -- ready configurations ----------------------------------------------------------------------
+    @classmethod
+    def paper_base(cls, **overrides) -> TransformerConfig:
+        """Transformer base of the paper (table 3): d 512, 6 + 6 layers, 8 heads, ffn 2048, post-LN,
+        ReLU, scaled and shared embeddings with a tied output projection, label smoothing 0.1."""
+        settings = dict(
+            vocab_size=37000,
+            max_position_embeddings=512,
+            d_model=512,
+            n_layer=6,
+            num_attention_heads=8,
+            intermediate_size=2048,
+            dropout=0.1,
+            layer_norm_epsilon=1e-6,
+            activation_function="relu",
+            scale_embedding=True,
+            layer_norm_position="post",
+            label_smoothing=0.1,
+        )
+        return cls(**{**settings, **overrides})
+
+    @classmethod
+    def paper_big(cls, **overrides) -> TransformerConfig:
+        """Transformer big of the paper: d 1024, 16 heads, ffn 4096, dropout 0.3."""
+        settings = dict(d_model=1024, num_attention_heads=16, intermediate_size=4096, dropout=0.3)
+        return cls.paper_base(**{**settings, **overrides})
+
+    @classmethod
+    def seed_tutorial(cls, **overrides) -> TransformerConfig:
+        """The seed tutorial's config.json, in its own names."""
+        settings = dict(
+            n_enc_vocab=8007,
+            n_dec_vocab=8007,
+            n_enc_seq=256,
+            n_dec_seq=256,
+            n_layer=6,
+            d_hidn=256,
+            i_pad=0,
+            d_ff=1024,
+            n_head=4,
+            d_head=64,
+            dropout=0.1,
+            layer_norm_epsilon=1e-12,
+        )
+        return cls(**{**settings, **overrides})
+
+
+def _is_positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

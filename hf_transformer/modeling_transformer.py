@@ -1,0 +1,947 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need", as a HuggingFace model.
+
+Read top to bottom, this file follows the paper:
+  3.5  positional encodings ............ ``sinusoid_table``, ``TransformerEmbeddings``
+  3.2  scaled dot-product and multi-head attention ... ``eager_attention_forward``, ``TransformerAttention``
+  3.3  position-wise feed-forward ...... ``TransformerFeedForward``
+  3.1  encoder and decoder layers ...... ``TransformerEncoderLayer``, ``TransformerDecoderLayer``
+       stacks and masks ................ ``TransformerEncoder``, ``TransformerDecoder``
+  3.4  shared embeddings, output softmax ``TransformerModel``, ``TransformerForConditionalGeneration``
+       classification (seed tutorial) .. ``TransformerForSequenceClassification``
+
+Shapes: B batch, S source length, T target length, P cached target length, D d_model,
+H heads, Dh head size, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin, PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+    Seq2SeqSequenceClassifierOutput,
+)
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+from .configuration_transformer import TransformerConfig
+
+# ---------------------------------------------------------------------------------------------------
+# 3.5 Positional encoding
+# ---------------------------------------------------------------------------------------------------
+
+
+def sinusoid_table(num_positions: int, dim: int) -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); rows 0..num_positions-1.
+
+    Row 0 is the position the seeds give to padding; real tokens are numbered from 1.
+    """
+    position = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    pair_index = torch.arange(dim, dtype=torch.float64) // 2
+    angle = position / torch.pow(10000.0, 2 * pair_index / dim)  # (num_positions, dim)
+    table = torch.empty_like(angle)
+    table[:, 0::2] = torch.sin(angle[:, 0::2])
+    table[:, 1::2] = torch.cos(angle[:, 1::2])
+    return table.float()
+
+
+class TransformerEmbeddings(nn.Module):
+    """Token embedding (optionally times sqrt(d_model)) + position embedding, then optional LayerNorm and dropout.
+
+    ``"sinusoidal"``: a frozen table with ``max_positions + 1`` rows; tokens are numbered from 1 and
+    padding gets row 0. ``"learned"``: a trained table numbered from 0.
+    """
+
+    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding, max_positions: int):
+        super().__init__()
+        self.embed_tokens = embed_tokens
+        self.max_positions = max_positions
+        self.embed_scale = config.embed_scale
+        self.position_embedding_type = config.position_embedding_type
+        if self.position_embedding_type == "sinusoidal":
+            # Not persistent: it is a function of the config, refilled by `_init_weights` after loading.
+            self.register_buffer("position_table", sinusoid_table(max_positions + 1, config.d_model), persistent=False)
+        else:
+            self.position_embeddings = nn.Embedding(max_positions, config.d_model)
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.embedding_layer_norm_epsilon)
+            if config.embedding_layer_norm
+            else None
+        )
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None,
+        inputs_embeds: torch.Tensor | None,
+        token_is_real: torch.Tensor | None,
+        past_length: int = 0,
+    ) -> torch.Tensor:
+        if inputs_embeds is None:
+            _check_ids_in_vocabulary(input_ids, self.embed_tokens.num_embeddings)
+            inputs_embeds = self.embed_tokens(input_ids)
+        batch_size, length = inputs_embeds.shape[:2]
+        if past_length + length > self.max_positions:
+            raise ValueError(
+                f"Sequence length {past_length + length} exceeds the position table of {self.max_positions} "
+                "positions (max_position_embeddings / decoder_max_position_embeddings); truncate the input."
+            )
+        positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)
+        if self.position_embedding_type == "sinusoidal":
+            positions = (positions + 1).expand(batch_size, length)
+            if token_is_real is not None:
+                positions = positions.masked_fill(~token_is_real, 0)
+            position_embeds = F.embedding(positions, self.position_table)
+        else:
+            position_embeds = self.position_embeddings(positions)[None]
+        hidden_states = inputs_embeds * self.embed_scale + position_embeds.to(inputs_embeds.dtype)  # (B, L, D)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return self.dropout(hidden_states)
+
+
+def _check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
+    if input_ids.numel() == 0:
+        return
+    low, high = int(input_ids.min()), int(input_ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Masks. Boolean, True = may attend; built once per forward and broadcast over heads.
+# ---------------------------------------------------------------------------------------------------
+
+
+def _padding_mask(
+    input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, pad_token_id: int, name: str
+) -> torch.Tensor | None:
+    """(B, L) bool, True for real tokens: from ``attention_mask`` when given, else ``input_ids != pad``."""
+    if attention_mask is not None:
+        if input_ids is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"`{name}` has shape {tuple(attention_mask.shape)} but the ids have shape "
+                f"{tuple(input_ids.shape)}; they must match."
+            )
+        if attention_mask.dim() != 2:
+            raise ValueError(f"`{name}` must be 2-D (batch, length), got shape {tuple(attention_mask.shape)}.")
+        return attention_mask.bool()
+    if input_ids is not None:
+        return input_ids.ne(pad_token_id)
+    return None
+
+
+def _attend_somewhere(mask: torch.Tensor) -> torch.Tensor:
+    """A query row with no visible key (a sequence that is all padding) attends everywhere instead, so
+    softmax stays finite; such rows are padding themselves and never read."""
+    return mask | ~mask.any(dim=-1, keepdim=True)
+
+
+def _key_padding_mask(token_is_real: torch.Tensor | None) -> torch.Tensor | None:
+    """(B, S) -> (B, 1, 1, S)."""
+    if token_is_real is None:
+        return None
+    return _attend_somewhere(token_is_real[:, None, None, :])
+
+
+def _causal_mask(
+    query_length: int, past_length: int, key_is_real: torch.Tensor | None, device: torch.device
+) -> torch.Tensor:
+    """(T, P+T), or (B, 1, T, P+T) with key padding: query t (absolute position P+t) sees keys <= P+t."""
+    query_positions = torch.arange(past_length, past_length + query_length, device=device)
+    key_positions = torch.arange(past_length + query_length, device=device)
+    mask = key_positions[None, :] <= query_positions[:, None]
+    if key_is_real is not None:
+        mask = _attend_somewhere(mask[None, None] & key_is_real[:, None, None, :])
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3.2 Attention
+# ---------------------------------------------------------------------------------------------------
+
+
+def eager_attention_forward(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V per head, materialising the probabilities.
+
+    query (B, H, T, Dh), key/value (B, H, S, Dh) -> output (B, T, H, Dh), probabilities (B, H, T, S).
+    """
+    scores = torch.matmul(query, key.transpose(-1, -2)) * scaling  # (B, H, T, S)
+    if attention_mask is not None:
+        if attention_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+        else:
+            scores = scores + attention_mask
+    probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    probs = F.dropout(probs, p=dropout, training=module.training)
+    output = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, T, H, Dh)
+    return output, probs
+
+
+class TransformerAttention(nn.Module):
+    """Multi-head attention: H heads of size Dh (``H * Dh`` may differ from D), concatenated and projected."""
+
+    def __init__(self, config: TransformerConfig, is_causal: bool = False, layer_idx: int | None = None):
+        super().__init__()
+        self.config = config
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.head_dim
+        self.scaling = self.head_dim**-0.5
+        self.dropout = config.attention_dropout
+        self.is_causal = is_causal
+        self.layer_idx = layer_idx
+        inner_dim = self.num_heads * self.head_dim
+        self.q_proj = nn.Linear(config.d_model, inner_dim)
+        self.k_proj = nn.Linear(config.d_model, inner_dim)
+        self.v_proj = nn.Linear(config.d_model, inner_dim)
+        self.out_proj = nn.Linear(inner_dim, config.d_model)
+
+    def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
+        """(B, L, H*Dh) -> (B, H, L, Dh)."""
+        return states.view(*states.shape[:-1], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        key_value_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        is_cross_attention = key_value_states is not None
+        query = self._split_heads(self.q_proj(hidden_states))
+
+        cache = None
+        if past_key_values is not None:
+            cache = (
+                past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+            )
+        if is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
+            # The encoder output does not change while decoding: its keys and values are computed once.
+            key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+        else:
+            source = key_value_states if is_cross_attention else hidden_states
+            key = self._split_heads(self.k_proj(source))
+            value = self._split_heads(self.v_proj(source))
+            if cache is not None:
+                key, value = cache.update(key, value, self.layer_idx)
+                if is_cross_attention:
+                    past_key_values.is_updated[self.layer_idx] = True
+
+        attention_interface: Callable = eager_attention_forward
+        if not output_attentions:
+            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(
+                self.config._attn_implementation, eager_attention_forward
+            )
+        output, probs = attention_interface(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            dropout=self.dropout if self.training else 0.0,
+            scaling=self.scaling,
+            is_causal=self.is_causal and attention_mask is None,
+        )
+        output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1))  # (B, T, D)
+        return output, probs
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3.3 Position-wise feed-forward
+# ---------------------------------------------------------------------------------------------------
+
+
+class TransformerFeedForward(nn.Module):
+    """FFN(x) = act(x W1 + b1) W2 + b2, the same at every position (the seeds' kernel-size-1 convolutions)."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.fc1 = nn.Linear(config.d_model, config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.d_model)
+        self.activation = nn.ReLU() if config.activation_function == "relu" else nn.GELU()
+        self.activation_dropout = nn.Dropout(config.activation_dropout)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.activation_dropout(self.activation(self.fc1(hidden_states))))
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3.1 Encoder and decoder layers: each sub-layer is wrapped in dropout, a residual connection and
+# LayerNorm, either after the sum ("post", the paper) or on the sub-layer's input ("pre").
+# ---------------------------------------------------------------------------------------------------
+
+
+class _SublayerConnection(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
+        self.dropout = nn.Dropout(config.dropout)
+        self.pre_norm = config.layer_norm_position == "pre"
+
+    def forward(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple]) -> tuple:
+        """Returns the new hidden states and whatever else ``sublayer`` returned (attention probabilities)."""
+        if self.pre_norm:
+            output, *extra = sublayer(self.layer_norm(hidden_states))
+            return (hidden_states + self.dropout(output), *extra)
+        output, *extra = sublayer(hidden_states)
+        return (self.layer_norm(hidden_states + self.dropout(output)), *extra)
+
+
+class TransformerEncoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.self_attn = TransformerAttention(config)
+        self.self_attn_sublayer = _SublayerConnection(config)
+        self.feed_forward = TransformerFeedForward(config)
+        self.feed_forward_sublayer = _SublayerConnection(config)
+
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, output_attentions: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        hidden_states, self_attn_probs = self.self_attn_sublayer(
+            hidden_states,
+            lambda x: self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions),
+        )
+        (hidden_states,) = self.feed_forward_sublayer(hidden_states, lambda x: (self.feed_forward(x),))
+        return hidden_states, self_attn_probs
+
+
+class TransformerDecoderLayer(GradientCheckpointingLayer):
+    def __init__(self, config: TransformerConfig, layer_idx: int):
+        super().__init__()
+        self.self_attn = TransformerAttention(config, is_causal=True, layer_idx=layer_idx)
+        self.self_attn_sublayer = _SublayerConnection(config)
+        self.cross_attn = TransformerAttention(config, layer_idx=layer_idx)
+        self.cross_attn_sublayer = _SublayerConnection(config)
+        self.feed_forward = TransformerFeedForward(config)
+        self.feed_forward_sublayer = _SublayerConnection(config)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        self_attention_mask: torch.Tensor | None = None,
+        cross_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        hidden_states, self_attn_probs = self.self_attn_sublayer(
+            hidden_states,
+            lambda x: self.self_attn(
+                x,
+                attention_mask=self_attention_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            ),
+        )
+        hidden_states, cross_attn_probs = self.cross_attn_sublayer(
+            hidden_states,
+            lambda x: self.cross_attn(
+                x,
+                key_value_states=encoder_hidden_states,
+                attention_mask=cross_attention_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            ),
+        )
+        (hidden_states,) = self.feed_forward_sublayer(hidden_states, lambda x: (self.feed_forward(x),))
+        return hidden_states, self_attn_probs, cross_attn_probs
+
+
+# ---------------------------------------------------------------------------------------------------
+# Base class: weight initialisation, tying, HF capabilities
+# ---------------------------------------------------------------------------------------------------
+
+
+class TransformerPreTrainedModel(PreTrainedModel):
+    config_class = TransformerConfig
+    config: TransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
+            init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # Tying here follows the config: `share_embeddings` ties the encoder and decoder tables even when
+        # `tie_word_embeddings` is off (the base class would drop every tie then).
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys or {})
+
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        pad = self.config.pad_token_id
+        real = [i for i in range(min(self.config.vocab_size, 12)) if i != pad]
+        input_ids = torch.tensor([real[:5], real[5:8] + [pad, pad]], device=self.device)
+        return {"input_ids": input_ids, "attention_mask": input_ids.ne(pad)}
+
+
+def _tied_embedding_keys(config: TransformerConfig, prefix: str = "") -> dict[str, str]:
+    """{target: source} for the token tables and the output projection."""
+    keys = {}
+    encoder_table = f"{prefix}encoder.embeddings.embed_tokens.weight"
+    decoder_table = f"{prefix}decoder.embeddings.embed_tokens.weight"
+    if config.share_embeddings:
+        keys[decoder_table] = encoder_table
+    if config.tie_word_embeddings:
+        keys["lm_head.weight"] = encoder_table if config.share_embeddings else decoder_table
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------------
+# Stacks
+# ---------------------------------------------------------------------------------------------------
+
+
+class TransformerEncoder(nn.Module):
+    """N encoder layers over the embedded source. Called by ``generate`` through ``get_encoder()``."""
+
+    main_input_name = "input_ids"
+
+    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerEmbeddings(config, embed_tokens, config.max_position_embeddings)
+        self.layers = nn.ModuleList([TransformerEncoderLayer(config) for _ in range(config.encoder_layers)])
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutput | tuple:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Give exactly one of `input_ids` and `inputs_embeds` to the encoder.")
+        output_attentions = _default(output_attentions, self.config.output_attentions)
+        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
+        return_dict = _default(return_dict, self.config.return_dict)
+
+        token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
+        if inputs_embeds is not None and token_is_real is not None and token_is_real.shape != inputs_embeds.shape[:2]:
+            raise ValueError(
+                f"`attention_mask` has shape {tuple(token_is_real.shape)} but `inputs_embeds` has "
+                f"(batch, length) {tuple(inputs_embeds.shape[:2])}; they must match."
+            )
+        hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real)  # (B, S, D)
+        mask = _key_padding_mask(token_is_real)  # (B, 1, 1, S)
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, probs = layer(hidden_states, attention_mask=mask, output_attentions=output_attentions)
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_attentions += (probs,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        output = BaseModelOutput(
+            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+
+class TransformerDecoder(nn.Module):
+    """N decoder layers: masked self-attention over the target, then attention over the encoder output."""
+
+    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
+        super().__init__()
+        self.config = config
+        self.embeddings = TransformerEmbeddings(config, embed_tokens, config.decoder_max_position_embeddings)
+        self.layers = nn.ModuleList(
+            [TransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
+        )
+        self.layer_norm = (
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
+        )
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool = False,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        """``attention_mask`` covers past and current target tokens (B, P+T); ``encoder_attention_mask`` is
+        the source padding (B, S) or None."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("Give exactly one of `decoder_input_ids` and `decoder_inputs_embeds`.")
+        if encoder_hidden_states is None:
+            raise ValueError("The decoder needs `encoder_hidden_states` (or `encoder_outputs`).")
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+
+        # Target padding is taken from `decoder_attention_mask` when given. Otherwise only the position
+        # numbering looks at the pad id: the causal mask already hides right padding from every real
+        # token, and it does so identically with and without the cache.
+        key_is_real = None
+        if attention_mask is not None:
+            if attention_mask.dim() != 2 or attention_mask.shape != (batch_size, past_length + length):
+                raise ValueError(
+                    f"`decoder_attention_mask` has shape {tuple(attention_mask.shape)}; expected "
+                    f"{(batch_size, past_length + length)} (batch, cached + new target tokens)."
+                )
+            key_is_real = attention_mask.bool()
+            token_is_real = key_is_real[:, past_length:]
+        else:
+            token_is_real = input_ids.ne(self.config.pad_token_id) if input_ids is not None else None
+
+        hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real, past_length)  # (B, T, D)
+        self_mask = _causal_mask(length, past_length, key_is_real, hidden_states.device)  # (T, P+T) | (B,1,T,P+T)
+        cross_mask = _key_padding_mask(encoder_attention_mask)  # (B, 1, 1, S)
+
+        all_hidden_states = (hidden_states,) if output_hidden_states else None
+        all_self_attentions = () if output_attentions else None
+        all_cross_attentions = () if output_attentions else None
+        for layer in self.layers:
+            hidden_states, self_probs, cross_probs = layer(
+                hidden_states,
+                encoder_hidden_states,
+                self_attention_mask=self_mask,
+                cross_attention_mask=cross_mask,
+                past_key_values=past_key_values,
+                output_attentions=output_attentions,
+            )
+            if output_hidden_states:
+                all_hidden_states += (hidden_states,)
+            if output_attentions:
+                all_self_attentions += (self_probs,)
+                all_cross_attentions += (cross_probs,)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+            if output_hidden_states:
+                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states,
+            past_key_values=past_key_values if use_cache else None,
+            hidden_states=all_hidden_states,
+            attentions=all_self_attentions,
+            cross_attentions=all_cross_attentions,
+        )
+
+
+def _default(value, fallback):
+    return fallback if value is None else value
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3.4 The model: encoder + decoder with shared token tables
+# ---------------------------------------------------------------------------------------------------
+
+
+class TransformerModel(TransformerPreTrainedModel):
+    """Encoder and decoder without a head; returns ``Seq2SeqModelOutput``.
+
+    ``add_decoder=False`` builds the encoder alone (used by classifiers that pool the encoder).
+    """
+
+    def __init__(self, config: TransformerConfig, add_decoder: bool = True):
+        super().__init__(config)
+        encoder_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+        self.encoder = TransformerEncoder(config, encoder_tokens)
+        self.decoder = None
+        if add_decoder:
+            decoder_tokens = (
+                encoder_tokens
+                if config.share_embeddings
+                else nn.Embedding(config.decoder_vocab_size, config.d_model, padding_idx=config.pad_token_id)
+            )
+            self.decoder = TransformerDecoder(config, decoder_tokens)
+            if config.share_embeddings:
+                self._tied_weights_keys = {
+                    "decoder.embeddings.embed_tokens.weight": "encoder.embeddings.embed_tokens.weight"
+                }
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.encoder.embeddings.embed_tokens = value
+        if self.decoder is not None and self.config.share_embeddings:
+            self.decoder.embeddings.embed_tokens = value
+
+    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
+        return self.encoder
+
+    def get_decoder(self) -> TransformerDecoder | None:
+        return self.decoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput | tuple:
+        output_attentions = _default(output_attentions, self.config.output_attentions)
+        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
+        return_dict = _default(return_dict, self.config.return_dict)
+        use_cache = _default(use_cache, self.config.use_cache)
+        if self.decoder is None:
+            raise ValueError("This TransformerModel was built with add_decoder=False; call `get_encoder()` instead.")
+        if decoder_input_ids is None and decoder_inputs_embeds is None:
+            raise ValueError(
+                "TransformerModel needs `decoder_input_ids` (or `decoder_inputs_embeds`); "
+                "TransformerForConditionalGeneration derives them from `labels`."
+            )
+
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+                return_dict=True,
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(
+                last_hidden_state=encoder_outputs[0],
+                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
+                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
+            )
+        source_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
+        if source_is_real is not None and source_is_real.shape != encoder_outputs[0].shape[:2]:
+            raise ValueError(
+                f"`attention_mask` has shape {tuple(source_is_real.shape)} but the encoder output covers "
+                f"{tuple(encoder_outputs[0].shape[:2])} (batch, source length)."
+            )
+
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs[0],
+            encoder_attention_mask=source_is_real,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+        )
+        output = Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Teacher forcing: the decoder reads [start, y1, ..., y_{n-1}] to predict [y1, ..., yn]; -100 becomes pad."""
+    shifted = labels.new_empty(labels.shape)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
+    """Encoder-decoder with the output projection to the target vocabulary (tied to the decoder's token
+    table when ``tie_word_embeddings``), a label-smoothed cross-entropy loss, and ``generate()``."""
+
+    # Trainer puts every non-None output field into the predictions; the encoder states are not predictions.
+    keys_to_ignore_at_inference = ["past_key_values", "encoder_last_hidden_state"]
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.model = TransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
+        self._tied_weights_keys = _tied_embedding_keys(config, prefix="model.")
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
+        return self.model.encoder
+
+    def get_decoder(self) -> TransformerDecoder:
+        return self.model.decoder
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        if not self.config.share_embeddings:
+            raise ValueError(
+                "resize_token_embeddings resizes the one shared vocabulary; this model has separate encoder "
+                "and decoder vocabularies (share_embeddings=False)."
+            )
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self.config.decoder_vocab_size = self.config.vocab_size
+        return embeddings
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput | tuple:
+        """``labels`` (B, T), -100 ignored, are shifted right into ``decoder_input_ids`` when those are absent.
+        ``num_items_in_batch`` (given by Trainer) makes the loss a sum over the whole accumulated batch
+        divided by its number of target tokens, so gradient accumulation gives the same update."""
+        return_dict = _default(return_dict, self.config.return_dict)
+        if labels is not None:
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+
+        loss = None
+        if labels is not None:
+            if labels.shape != logits.shape[:2]:
+                raise ValueError(
+                    f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(logits.shape[:2])}."
+                )
+            loss = self.loss(logits, labels, num_items_in_batch)
+
+        output = Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def loss(
+        self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Token-level cross-entropy with the config's label smoothing; -100 labels are ignored."""
+        flat_logits = logits.reshape(-1, logits.shape[-1]).float()
+        flat_labels = labels.reshape(-1).to(logits.device)
+        if num_items_in_batch is None:
+            return F.cross_entropy(
+                flat_logits, flat_labels, ignore_index=-100, label_smoothing=self.config.label_smoothing
+            )
+        total = F.cross_entropy(
+            flat_logits, flat_labels, ignore_index=-100, label_smoothing=self.config.label_smoothing, reduction="sum"
+        )
+        if torch.is_tensor(num_items_in_batch):
+            num_items_in_batch = num_items_in_batch.to(total.device)
+        return total / num_items_in_batch
+
+
+# ---------------------------------------------------------------------------------------------------
+# Classification
+# ---------------------------------------------------------------------------------------------------
+
+
+class TransformerForSequenceClassification(TransformerPreTrainedModel):
+    """A linear classifier over a pooled representation (``config.classifier_pooling``):
+    "mean" / "max" over the encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder
+    reads one start token over the encoder output, as in the seed tutorial's sentiment model."""
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.model = TransformerModel(config, add_decoder=config.classifier_pooling == "decoder")
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(config.d_model, config.num_labels)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
+        return self.model.encoder
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqSequenceClassifierOutput | tuple:
+        output_attentions = _default(output_attentions, self.config.output_attentions)
+        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
+        return_dict = _default(return_dict, self.config.return_dict)
+        encoder_outputs = self.model.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        encoder_states = encoder_outputs.last_hidden_state  # (B, S, D)
+        token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
+        if token_is_real is None:
+            token_is_real = torch.ones(encoder_states.shape[:2], dtype=torch.bool, device=encoder_states.device)
+
+        decoder_outputs = None
+        pooling = self.config.classifier_pooling
+        if pooling == "mean":
+            weights = token_is_real.unsqueeze(-1).to(encoder_states.dtype)
+            pooled = (encoder_states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        elif pooling == "max":
+            hidden = encoder_states.masked_fill(~token_is_real.unsqueeze(-1), torch.finfo(encoder_states.dtype).min)
+            pooled = hidden.max(dim=1).values
+            pooled = pooled.masked_fill(~token_is_real.any(1, keepdim=True), 0.0)  # all-padding rows
+        elif pooling == "first":
+            pooled = encoder_states[:, 0]
+        else:
+            start = torch.full(
+                (encoder_states.shape[0], 1), self.config.decoder_start_token_id, device=encoder_states.device
+            )
+            decoder_outputs = self.model.decoder(
+                input_ids=start,
+                encoder_hidden_states=encoder_states,
+                encoder_attention_mask=token_is_real,
+                output_attentions=output_attentions,
+                output_hidden_states=output_hidden_states,
+            )
+            pooled = decoder_outputs.last_hidden_state.max(dim=1).values  # (B, D)
+        logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+
+        loss = self._classification_loss(logits, labels) if labels is not None else None
+        output = Seq2SeqSequenceClassifierOutput(
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=decoder_outputs.hidden_states if decoder_outputs is not None else None,
+            decoder_attentions=decoder_outputs.attentions if decoder_outputs is not None else None,
+            cross_attentions=decoder_outputs.cross_attentions if decoder_outputs is not None else None,
+            # Only on request: Trainer would otherwise collect every encoder state as a "prediction".
+            encoder_last_hidden_state=encoder_states if output_hidden_states else None,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """HF's conventions: regression for one label, single-label for integer labels, else multi-label."""
+        labels = labels.to(logits.device)
+        if self.config.problem_type is None:
+            if self.num_labels == 1:
+                self.config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                self.config.problem_type = "single_label_classification"
+            else:
+                self.config.problem_type = "multi_label_classification"
+        if self.config.problem_type == "regression":
+            return F.mse_loss(logits.squeeze(-1).float(), labels.squeeze(-1).float())
+        if self.config.problem_type == "single_label_classification":
+            flat = labels.reshape(-1)
+            valid = flat[flat != -100]
+            if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= self.num_labels):
+                raise ValueError(f"Label values must be in [0, {self.num_labels}), got {valid.tolist()[:10]}.")
+            return F.cross_entropy(logits.float().reshape(-1, self.num_labels), flat)
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+__all__ = [
+    "TransformerPreTrainedModel",
+    "TransformerModel",
+    "TransformerForConditionalGeneration",
+    "TransformerForSequenceClassification",
+    "TransformerEncoder",
+    "TransformerDecoder",
+    "sinusoid_table",
+    "shift_tokens_right",
+]

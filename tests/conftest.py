@@ -1,0 +1,51 @@
+import os
+
+# Nothing is fetched from a hub during the tests: every model and dataset is built here.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("WANDB_DISABLED", "true")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import hf_transformer  # noqa: E402, F401  (registers the Auto classes)
+from hf_transformer import TransformerConfig  # noqa: E402
+
+# The test models are tiny: one thread is fastest, and it cannot be starved by another busy process.
+torch.set_num_threads(1)
+
+
+def tiny_config(**overrides) -> TransformerConfig:
+    """A model small enough for many forward/backward passes per second on a CPU."""
+    settings = dict(
+        vocab_size=40,
+        d_model=32,
+        n_layer=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=24,
+        dropout=0.0,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+    )
+    settings.update(overrides)
+    return TransformerConfig(**settings)
+
+
+@pytest.fixture
+def config() -> TransformerConfig:
+    return tiny_config()
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def batch_with_padding():
+    """Source (B=3, S=7) and target (B=3, T=5), right-padded with id 0; row 2 of the source is the longest."""
+    source = torch.tensor([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16, 3]])
+    target = torch.tensor([[2, 20, 21, 22, 23], [2, 24, 0, 0, 0], [2, 25, 26, 27, 0]])
+    return source, target

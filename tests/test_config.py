@@ -1,0 +1,184 @@
+import json
+import warnings
+
+import pytest
+import torch
+from transformers import AutoConfig
+
+from hf_transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
+
+
+def settings(config: TransformerConfig) -> dict:
+    return {k: v for k, v in config.to_dict().items() if k != "_name_or_path"}
+
+
+SEED_CONFIG_JSON = {
+    "n_enc_vocab": 8007,
+    "n_dec_vocab": 8007,
+    "n_enc_seq": 256,
+    "n_dec_seq": 256,
+    "n_layer": 6,
+    "d_hidn": 256,
+    "i_pad": 0,
+    "d_ff": 1024,
+    "n_head": 4,
+    "d_head": 64,
+    "dropout": 0.1,
+    "layer_norm_epsilon": 1e-12,
+}
+
+
+def test_seed_config_json_builds_and_reads_in_both_spellings():
+    config = TransformerConfig(**SEED_CONFIG_JSON)
+    for seed_name, value in SEED_CONFIG_JSON.items():
+        assert getattr(config, seed_name) == value, seed_name
+    assert (config.vocab_size, config.decoder_vocab_size) == (8007, 8007)
+    assert config.hidden_size == config.d_model == 256
+    assert config.num_attention_heads == 4 and config.head_dim == 64
+    assert config.num_hidden_layers == config.encoder_layers == config.decoder_layers == 6
+    assert config.max_position_embeddings == 256 and config.decoder_max_position_embeddings == 256
+    assert config.intermediate_size == 1024 and config.pad_token_id == 0
+    assert config.is_encoder_decoder and config.decoder_start_token_id == config.bos_token_id
+
+
+def test_seed_and_hf_spellings_give_the_same_config():
+    seed = TransformerConfig(
+        d_hidn=64,
+        n_head=8,
+        d_ff=128,
+        n_layer=3,
+        n_enc_vocab=100,
+        n_dec_vocab=100,
+        n_enc_seq=32,
+        n_dec_seq=40,
+        i_pad=1,
+        bos_token_id=2,
+    )
+    hf = TransformerConfig(
+        hidden_size=64,
+        num_attention_heads=8,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        vocab_size=100,
+        decoder_vocab_size=100,
+        max_position_embeddings=32,
+        decoder_max_position_embeddings=40,
+        pad_token_id=1,
+        bos_token_id=2,
+    )
+    assert seed.to_dict() == hf.to_dict()
+
+
+def test_round_trip_through_config_json(tmp_path):
+    config = TransformerConfig(**SEED_CONFIG_JSON, layer_norm_position="pre", position_embedding_type="learned")
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["model_type"] == "hf_transformer"
+    reloaded = AutoConfig.from_pretrained(tmp_path)
+    assert type(reloaded) is TransformerConfig
+    assert settings(reloaded) == settings(config)
+    assert reloaded.d_hidn == 256 and reloaded.layer_norm_position == "pre"
+    # a config.json written in the seeds' own names loads too
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "hf_transformer", **SEED_CONFIG_JSON}))
+    assert settings(AutoConfig.from_pretrained(tmp_path)) == settings(TransformerConfig(**SEED_CONFIG_JSON))
+
+
+def test_encoder_and_decoder_depths_may_differ():
+    config = TransformerConfig(vocab_size=30, d_model=16, n_head=2, d_ff=32, encoder_layers=3, decoder_layers=1)
+    model = TransformerForConditionalGeneration(config)
+    assert len(model.model.encoder.layers) == 3 and len(model.model.decoder.layers) == 1
+    assert config.get_text_config(decoder=True).num_hidden_layers == 1
+    with pytest.raises(AttributeError, match="ambiguous"):
+        _ = config.n_layer
+    out = model.generate(torch.tensor([[5, 6, 3]]), max_new_tokens=3, do_sample=False)
+    assert out.shape == (1, 4)
+
+
+def test_head_size_is_independent_of_model_size():
+    config = TransformerConfig(vocab_size=30, d_model=20, n_head=3, d_head=7, d_ff=32, n_layer=1)
+    model = TransformerModel(config)
+    attention = model.encoder.layers[0].self_attn
+    assert attention.q_proj.weight.shape == (21, 20) and attention.out_proj.weight.shape == (20, 21)
+    out = model(input_ids=torch.tensor([[4, 5, 6]]), decoder_input_ids=torch.tensor([[2, 7]]))
+    assert out.last_hidden_state.shape == (1, 2, 20)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(d_model=0), "d_model"),
+        (dict(vocab_size=-5), "vocab_size"),
+        (dict(n_layer=0), "encoder_layers"),
+        (dict(n_head=0), "num_attention_heads"),
+        (dict(d_ff=-1), "intermediate_size"),
+        (dict(d_head=0), "head_dim"),
+        (dict(n_enc_seq=0), "max_position_embeddings"),
+        (dict(d_model=30, n_head=4), "d_model"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(dropout=-0.1), "dropout"),
+        (dict(attention_dropout=1.5), "attention_dropout"),
+        (dict(label_smoothing=1.0), "label_smoothing"),
+        (dict(layer_norm_position="middle"), "layer_norm_position"),
+        (dict(position_embedding_type="rotary"), "position_embedding_type"),
+        (dict(activation_function="swish"), "activation_function"),
+        (dict(classifier_pooling="cls"), "classifier_pooling"),
+        (dict(n_enc_vocab=100, n_dec_vocab=90), "share_embeddings"),
+        (dict(layer_norm_epsilon=0.0), "layer_norm_epsilon"),
+        (dict(scale_embedding="yes"), "scale_embedding"),
+        (dict(pad_token_id=9000), "pad_token_id"),
+        (dict(decoder_start_token_id=0), "decoder_start_token_id"),
+        (dict(d_hidn=64, d_model=128), "d_hidn"),
+    ],
+)
+def test_invalid_values_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        TransformerConfig(**kwargs)
+
+
+def test_invalid_option_lists_the_allowed_values():
+    with pytest.raises(ValueError, match=r"\['post', 'pre'\].*'middle'"):
+        TransformerConfig(layer_norm_position="middle")
+
+
+def test_misspelled_keyword_raises_with_a_suggestion():
+    with pytest.raises(ValueError, match="d_hiden.*did you mean `d_hidn`"):
+        TransformerConfig(d_hiden=128)
+    with pytest.raises(ValueError, match="layer_norm_positon"):
+        TransformerConfig(layer_norm_positon="pre")
+
+
+def test_generation_settings_in_the_config_warn():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        TransformerConfig(num_beams=4)
+    assert any("generation_config" in str(w.message) for w in caught)
+
+
+def test_different_vocabularies_without_sharing():
+    config = TransformerConfig(
+        n_enc_vocab=50, n_dec_vocab=30, share_embeddings=False, d_model=16, n_head=2, d_ff=32, n_layer=1
+    )
+    model = TransformerForConditionalGeneration(config)
+    assert model.model.encoder.embeddings.embed_tokens.num_embeddings == 50
+    assert model.lm_head.weight is model.model.decoder.embeddings.embed_tokens.weight
+    out = model(input_ids=torch.tensor([[45, 3]]), decoder_input_ids=torch.tensor([[2, 29]]))
+    assert out.logits.shape == (1, 2, 30)
+
+
+def test_ready_configurations():
+    base = TransformerConfig.paper_base()
+    assert (base.d_model, base.n_layer, base.num_attention_heads, base.head_dim, base.intermediate_size) == (
+        512,
+        6,
+        8,
+        64,
+        2048,
+    )
+    assert base.activation_function == "relu" and base.scale_embedding and base.label_smoothing == 0.1
+    assert base.tie_word_embeddings and base.share_embeddings and base.layer_norm_position == "post"
+    big = TransformerConfig.paper_big()
+    assert (big.d_model, big.num_attention_heads, big.intermediate_size, big.dropout) == (1024, 16, 4096, 0.3)
+    seed = TransformerConfig.seed_tutorial()
+    assert seed.to_dict() == TransformerConfig(**SEED_CONFIG_JSON).to_dict()
+    assert seed.activation_function == "gelu" and not seed.scale_embedding
+    assert TransformerConfig.paper_base(vocab_size=1000).vocab_size == 1000

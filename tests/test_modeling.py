@@ -1,0 +1,365 @@
+import copy
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import batch_with_padding, tiny_config
+
+from hf_transformer import (
+    TransformerForConditionalGeneration,
+    TransformerForSequenceClassification,
+    TransformerModel,
+)
+from hf_transformer.modeling_transformer import shift_tokens_right, sinusoid_table
+
+
+def with_attention(config, attn_implementation):
+    """A model whose config is its own copy: the attention kernel is a setting of the config object."""
+    return TransformerForConditionalGeneration._from_config(
+        copy.deepcopy(config), attn_implementation=attn_implementation
+    )
+
+
+def seed_sinusoid_table(n_seq, d_hidn):
+    """The tutorial's formula, written independently with numpy."""
+    table = np.array([[pos / np.power(10000, 2 * (i // 2) / d_hidn) for i in range(d_hidn)] for pos in range(n_seq)])
+    table[:, 0::2] = np.sin(table[:, 0::2])
+    table[:, 1::2] = np.cos(table[:, 1::2])
+    return torch.tensor(table, dtype=torch.float32)
+
+
+def test_sinusoid_table_matches_the_seed_formula():
+    table = sinusoid_table(33, 16)
+    assert table.shape == (33, 16)
+    torch.testing.assert_close(table, seed_sinusoid_table(33, 16), atol=1e-6, rtol=0)
+
+
+def test_sinusoid_positions_start_at_one_and_padding_uses_row_zero(config):
+    model = TransformerModel(config).eval()
+    embeddings = model.encoder.embeddings
+    ids = torch.tensor([[5, 6, 0]])
+    out = embeddings(ids, None, ids.ne(0))
+    table = embeddings.position_table
+    token = embeddings.embed_tokens.weight
+    torch.testing.assert_close(out[0, 0], token[5] + table[1])
+    torch.testing.assert_close(out[0, 1], token[6] + table[2])
+    torch.testing.assert_close(out[0, 2], token[0] + table[0])
+    assert table.shape == (config.max_position_embeddings + 1, config.d_model)
+    assert not any("position_table" in name for name, _ in model.named_parameters())
+
+
+OPTION_GRID = list(itertools.product(["post", "pre"], ["sinusoidal", "learned"], [False, True], [False, True]))
+
+
+@pytest.mark.parametrize("index, options", list(enumerate(OPTION_GRID)))
+def test_every_option_trains_with_finite_gradients(index, options):
+    layer_norm_position, position_type, embedding_layer_norm, scale_embedding = options
+    share, tie = [(True, True), (False, True), (True, False), (False, False)][index % 4]
+    config = tiny_config(
+        layer_norm_position=layer_norm_position,
+        position_embedding_type=position_type,
+        embedding_layer_norm=embedding_layer_norm,
+        scale_embedding=scale_embedding,
+        activation_function=["relu", "gelu"][index % 2],
+        share_embeddings=share,
+        tie_word_embeddings=tie,
+        dropout=0.1,
+        label_smoothing=0.1 * (index % 2),
+    )
+    model = TransformerForConditionalGeneration(config).train()
+    source, target = batch_with_padding()
+    labels = target.masked_fill(target == 0, -100)
+    out = model(input_ids=source, labels=labels)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    assert all(g is not None and torch.isfinite(g).all() for g in grads.values()), [
+        n for n, g in grads.items() if g is None
+    ]
+    assert (model.lm_head.weight is model.model.decoder.embeddings.embed_tokens.weight) == tie
+    shared = model.model.decoder.embeddings.embed_tokens is model.model.encoder.embeddings.embed_tokens
+    assert shared == share
+    assert (model.model.encoder.layer_norm is not None) == (layer_norm_position == "pre")
+
+
+def test_output_attentions_are_per_head_probabilities(config):
+    model = TransformerForConditionalGeneration(config).eval()
+    source, target = batch_with_padding()
+    out = model(input_ids=source, decoder_input_ids=target, output_attentions=True, output_hidden_states=True)
+    batch, heads = source.shape[0], config.num_attention_heads
+    assert len(out.encoder_attentions) == config.encoder_layers
+    assert out.encoder_attentions[0].shape == (batch, heads, source.shape[1], source.shape[1])
+    assert out.decoder_attentions[0].shape == (batch, heads, target.shape[1], target.shape[1])
+    assert out.cross_attentions[0].shape == (batch, heads, target.shape[1], source.shape[1])
+    assert len(out.encoder_hidden_states) == config.encoder_layers + 1
+    for probs in (*out.encoder_attentions, *out.decoder_attentions, *out.cross_attentions):
+        torch.testing.assert_close(probs.sum(-1), torch.ones(probs.shape[:-1]))
+    # padded source keys get no weight; later target tokens get no weight
+    source_pad = source.eq(0)[:, None, None, :]
+    assert out.encoder_attentions[0].masked_select(source_pad.expand_as(out.encoder_attentions[0])).max() == 0
+    assert out.cross_attentions[1].masked_select(source_pad.expand_as(out.cross_attentions[1])).max() == 0
+    future = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    assert out.decoder_attentions[0][..., future].max() == 0
+
+
+def test_eager_and_sdpa_agree(config):
+    source, target = batch_with_padding()
+    eager = with_attention(config, "eager").eval()
+    sdpa = with_attention(config, "sdpa").eval()
+    sdpa.load_state_dict(eager.state_dict())
+    assert eager.config._attn_implementation == "eager" and sdpa.config._attn_implementation == "sdpa"
+    a = eager(input_ids=source, decoder_input_ids=target)
+    b = sdpa(input_ids=source, decoder_input_ids=target)
+    torch.testing.assert_close(a.logits, b.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a.encoder_last_hidden_state, b.encoder_last_hidden_state, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_padded_source_tokens_have_no_effect(config, attn):
+    model = with_attention(config, attn).eval()
+    source, target = batch_with_padding()
+    base = model(input_ids=source, decoder_input_ids=target)
+    # extra padding columns
+    longer = F.pad(source, (0, 4), value=0)
+    padded = model(input_ids=longer, decoder_input_ids=target)
+    torch.testing.assert_close(padded.logits, base.logits, atol=1e-5, rtol=0)
+    real = source.ne(0)
+    torch.testing.assert_close(
+        padded.encoder_last_hidden_state[:, :7][real], base.encoder_last_hidden_state[real], atol=1e-5, rtol=0
+    )
+    # whatever sits under a zero attention mask is ignored
+    mask = source.ne(0).long()
+    garbage = source.masked_fill(mask == 0, 17)
+    masked = model(input_ids=garbage, attention_mask=mask, decoder_input_ids=target)
+    torch.testing.assert_close(masked.logits, base.logits, atol=1e-5, rtol=0)
+
+
+def test_mask_derived_from_pad_id_equals_explicit_mask(config):
+    model = TransformerForConditionalGeneration(config).eval()
+    source, target = batch_with_padding()
+    derived = model(input_ids=source, decoder_input_ids=target)
+    explicit = model(input_ids=source, attention_mask=source.ne(0).long(), decoder_input_ids=target)
+    torch.testing.assert_close(derived.logits, explicit.logits, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_decoder_never_sees_later_positions(config, attn):
+    model = with_attention(config, attn).eval()
+    source, target = batch_with_padding()
+    base = model(input_ids=source, decoder_input_ids=target).logits
+    changed_target = target.clone()
+    changed_target[:, 3:] = 30
+    changed = model(input_ids=source, decoder_input_ids=changed_target).logits
+    torch.testing.assert_close(changed[:, :3], base[:, :3], atol=1e-6, rtol=0)
+    assert not torch.allclose(changed[:, 3:], base[:, 3:])
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_all_padding_row_gives_finite_outputs(config, attn):
+    model = with_attention(config, attn).eval()
+    source = torch.tensor([[5, 6, 3], [0, 0, 0]])
+    target = torch.tensor([[2, 7], [2, 0]])
+    out = model(input_ids=source, decoder_input_ids=target, output_hidden_states=True)
+    assert torch.isfinite(out.logits).all() and torch.isfinite(out.encoder_last_hidden_state).all()
+    alone = model(input_ids=source[:1], decoder_input_ids=target[:1])
+    torch.testing.assert_close(out.logits[:1], alone.logits, atol=1e-5, rtol=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(input_ids=source, decoder_input_ids=target)
+    assert torch.isfinite(out.logits).all()
+
+
+def test_cached_decoding_matches_full_forward(config):
+    model = TransformerForConditionalGeneration(config).eval()
+    source, target = batch_with_padding()
+    full = model(input_ids=source, decoder_input_ids=target, use_cache=False).logits
+    encoder_outputs = model.get_encoder()(input_ids=source)
+    past, steps = None, []
+    for t in range(target.shape[1]):
+        out = model(
+            encoder_outputs=encoder_outputs,
+            attention_mask=source.ne(0),
+            decoder_input_ids=target[:, t : t + 1],
+            past_key_values=past,
+            use_cache=True,
+        )
+        past = out.past_key_values
+        steps.append(out.logits)
+    assert past.get_seq_length() == target.shape[1]
+    # positions of the padding in the targets differ from full decoding only where the target is padding
+    real = target.ne(0)
+    torch.testing.assert_close(torch.cat(steps, 1)[real], full[real], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("options", [dict(), dict(layer_norm_position="pre", position_embedding_type="learned")])
+def test_generate_is_identical_with_and_without_cache(attn, options):
+    config = tiny_config(**options)
+    model = with_attention(config, attn).eval()
+    source, _ = batch_with_padding()
+    for settings in (
+        dict(do_sample=False),
+        dict(do_sample=False, num_beams=3),
+        dict(num_beams=2, num_return_sequences=2),
+    ):
+        cached = model.generate(source, max_new_tokens=10, use_cache=True, **settings)
+        uncached = model.generate(source, max_new_tokens=10, use_cache=False, **settings)
+        assert torch.equal(cached, uncached), settings
+        assert (cached[:, 0] == config.decoder_start_token_id).all()
+    torch.manual_seed(3)
+    sampled = model.generate(source, max_new_tokens=10, do_sample=True, top_k=5, use_cache=True)
+    torch.manual_seed(3)
+    sampled_again = model.generate(source, max_new_tokens=10, do_sample=True, top_k=5, use_cache=False)
+    assert torch.equal(sampled, sampled_again)
+
+
+def test_generate_returns_attentions_and_scores(config):
+    model = TransformerForConditionalGeneration(config).eval()
+    source, _ = batch_with_padding()
+    out = model.generate(
+        source,
+        max_new_tokens=4,
+        do_sample=False,
+        output_attentions=True,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    assert len(out.scores) == out.sequences.shape[1] - 1
+    assert out.cross_attentions[0][0].shape == (3, config.num_attention_heads, 1, source.shape[1])
+
+
+def test_labels_are_shifted_into_decoder_inputs_and_loss_ignores_minus_100(config):
+    model = TransformerForConditionalGeneration(config).eval()
+    source, target = batch_with_padding()
+    labels = torch.tensor([[20, 21, 22, 23, 3], [24, 3, -100, -100, -100], [25, 26, 27, 3, -100]])
+    shifted = shift_tokens_right(labels, 0, 2)
+    assert shifted.tolist() == [[2, 20, 21, 22, 23], [2, 24, 3, 0, 0], [2, 25, 26, 27, 3]]
+    out = model(input_ids=source, labels=labels)
+    explicit = model(input_ids=source, decoder_input_ids=shifted)
+    torch.testing.assert_close(out.logits, explicit.logits)
+    manual = F.cross_entropy(explicit.logits.reshape(-1, 40), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, manual)
+    # num_items_in_batch (gradient accumulation): the sum divided by the given count
+    summed = F.cross_entropy(explicit.logits.reshape(-1, 40), labels.reshape(-1), ignore_index=-100, reduction="sum")
+    accumulated = model(input_ids=source, labels=labels, num_items_in_batch=torch.tensor(40))
+    torch.testing.assert_close(accumulated.loss, summed / 40)
+
+
+def test_label_smoothing_is_applied():
+    config = tiny_config(label_smoothing=0.1)
+    model = TransformerForConditionalGeneration(config).eval()
+    source, target = batch_with_padding()
+    labels = target.masked_fill(target == 0, -100)
+    out = model(input_ids=source, labels=labels)
+    expected = F.cross_entropy(out.logits.reshape(-1, 40), labels.reshape(-1), ignore_index=-100, label_smoothing=0.1)
+    plain = F.cross_entropy(out.logits.reshape(-1, 40), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(out.loss, expected)
+    assert not torch.allclose(out.loss, plain)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "first", "decoder"])
+def test_classification_pooling(pooling):
+    config = tiny_config(classifier_pooling=pooling, num_labels=3)
+    model = TransformerForSequenceClassification(config).eval()
+    assert (model.model.decoder is not None) == (pooling == "decoder")
+    source, _ = batch_with_padding()
+    out = model(input_ids=source, labels=torch.tensor([0, 2, 1]))
+    assert out.logits.shape == (3, 3) and torch.isfinite(out.loss)
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, torch.tensor([0, 2, 1])))
+    assert config.problem_type == "single_label_classification"
+    if pooling != "first":  # the first token is never padding here; the others must ignore padding
+        longer = F.pad(source, (0, 3), value=0)
+        torch.testing.assert_close(model(input_ids=longer).logits, out.logits, atol=1e-5, rtol=0)
+    out.loss.backward()
+
+
+def test_classification_pooling_values():
+    config = tiny_config(classifier_pooling="mean", num_labels=2)
+    model = TransformerForSequenceClassification(config).eval()
+    source, _ = batch_with_padding()
+    states = model.get_encoder()(input_ids=source).last_hidden_state
+    real = source.ne(0).unsqueeze(-1).float()
+    mean = (states * real).sum(1) / real.sum(1)
+    torch.testing.assert_close(model(input_ids=source).logits, model.classifier(mean))
+    model.config.classifier_pooling = "max"
+    maximum = states.masked_fill(real == 0, -1e30).max(1).values
+    torch.testing.assert_close(model(input_ids=source).logits, model.classifier(maximum))
+
+
+def test_classification_problem_types():
+    source, _ = batch_with_padding()
+    regression = TransformerForSequenceClassification(tiny_config(num_labels=1))
+    out = regression(input_ids=source, labels=torch.tensor([0.5, -1.0, 2.0]))
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), torch.tensor([0.5, -1.0, 2.0])))
+    multi = TransformerForSequenceClassification(tiny_config(num_labels=4))
+    targets = torch.tensor([[1.0, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]])
+    out = multi(input_ids=source, labels=targets)
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, targets))
+    with pytest.raises(ValueError, match="Label values"):
+        TransformerForSequenceClassification(tiny_config(num_labels=2))(
+            input_ids=source, labels=torch.tensor([0, 1, 2])
+        )
+
+
+def test_gradient_checkpointing_gives_the_same_gradients(config):
+    source, target = batch_with_padding()
+    labels = target.masked_fill(target == 0, -100)
+    model = TransformerForConditionalGeneration(config).train()
+    model(input_ids=source, labels=labels).loss.backward()
+    reference = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    model.activation_checkpointing_enable()
+    assert model.is_activation_checkpointing
+    model(input_ids=source, labels=labels).loss.backward()
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, reference[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_resize_token_embeddings_keeps_the_tie(config):
+    model = TransformerForConditionalGeneration(config)
+    old = model.get_input_embeddings().weight.detach().clone()
+    model.resize_token_embeddings(48)
+    assert model.config.vocab_size == model.config.decoder_vocab_size == 48
+    assert model.lm_head.weight is model.get_input_embeddings().weight
+    assert model.model.decoder.embeddings.embed_tokens is model.get_input_embeddings()
+    torch.testing.assert_close(model.get_input_embeddings().weight[:40], old)
+    out = model(input_ids=torch.tensor([[47, 3]]), decoder_input_ids=torch.tensor([[2, 46]]))
+    assert out.logits.shape == (1, 2, 48)
+
+
+def test_initialisation_follows_the_config():
+    config = tiny_config(init_std=0.05, d_model=64, intermediate_size=256)
+    model = TransformerForConditionalGeneration(config)
+    weight = model.model.encoder.layers[0].feed_forward.fc1.weight
+    assert abs(weight.std().item() - 0.05) < 0.005
+    assert torch.count_nonzero(model.model.encoder.layers[0].self_attn.q_proj.bias) == 0
+    assert torch.count_nonzero(model.get_input_embeddings().weight[config.pad_token_id]) == 0
+    norm = model.model.encoder.layers[0].self_attn_sublayer.layer_norm
+    assert torch.equal(norm.weight, torch.ones_like(norm.weight))
+
+
+def test_scaled_embeddings_multiply_by_sqrt_d_model():
+    config = tiny_config(scale_embedding=True)
+    model = TransformerModel(config).eval()
+    embeddings = model.encoder.embeddings
+    ids = torch.tensor([[7]])
+    out = embeddings(ids, None, ids.ne(0))
+    torch.testing.assert_close(
+        out[0, 0], embeddings.embed_tokens.weight[7] * math.sqrt(32) + embeddings.position_table[1]
+    )
+
+
+def test_bfloat16_autocast_forward_and_backward_stay_finite(config):
+    model = TransformerForConditionalGeneration(config).train()
+    source, target = batch_with_padding()
+    labels = target.masked_fill(target == 0, -100)
+    full_length = torch.randint(4, 40, (2, config.max_position_embeddings))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = (
+            model(input_ids=source, labels=labels).loss + model(input_ids=full_length, labels=full_length[:, :24]).loss
+        )
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters())
