@@ -1,0 +1,70 @@
+#!/usr/bin/env python
+"""Convert a checkpoint of the seed tutorial's Transformer or of the book-style encoder into a model folder.
+
+    python scripts/convert_checkpoint.py --from seed model.pth config.json out/
+    python scripts/convert_checkpoint.py --from book encoder.pt bert_config.json out/
+
+CHECKPOINT is a ``torch.save``d state dict, or a dict holding one under ``state_dict`` (the tutorial's
+``save`` format, next to ``epoch`` and ``loss``). ``--prefix transformer.`` converts the keys under that
+prefix, e.g. the ``Transformer`` inside the tutorial's classifier; the keys left out are listed.
+CONFIG is the JSON config the checkpoint was trained with. OUT_DIR receives ``config.json`` and the
+weights; after ``import hf_transformer``, ``AutoModel.from_pretrained(OUT_DIR)`` loads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+try:
+    from hf_transformer.convert import from_book, from_seed
+except ImportError:  # run from a checkout without installing the package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hf_transformer.convert import from_book, from_seed
+
+CONVERTERS = {"seed": from_seed, "book": from_book}
+
+
+def load_state_dict(path: str | Path, prefix: str = "") -> tuple[dict[str, torch.Tensor], list[str]]:
+    """The state dict in ``path`` restricted to ``prefix`` (stripped), and the keys left out."""
+    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
+        checkpoint = checkpoint["state_dict"]
+    if not isinstance(checkpoint, dict):
+        raise ValueError(f"{path}: expected a state dict (or a dict with 'state_dict'), got {type(checkpoint)}.")
+    if not prefix:
+        return dict(checkpoint), []
+    selected = {key[len(prefix) :]: value for key, value in checkpoint.items() if key.startswith(prefix)}
+    if not selected:
+        raise ValueError(f"{path}: no key starts with the prefix {prefix!r}.")
+    return selected, sorted(key for key in checkpoint if not key.startswith(prefix))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--from", dest="source", choices=sorted(CONVERTERS), required=True, help="checkpoint family")
+    parser.add_argument("--prefix", default="", help="convert only the keys under this prefix (stripped)")
+    parser.add_argument("checkpoint", help="torch.save'd state dict")
+    parser.add_argument("config", help="JSON config of the checkpoint")
+    parser.add_argument("out_dir", help="folder to write the converted model to")
+    args = parser.parse_args(argv)
+
+    state_dict, left_out = load_state_dict(args.checkpoint, args.prefix)
+    if left_out:
+        print(f"Not converted (outside --prefix {args.prefix!r}): {', '.join(left_out)}", file=sys.stderr)
+    with open(args.config, encoding="utf-8") as handle:
+        config = json.load(handle)
+    model = CONVERTERS[args.source](state_dict, config)
+    model.save_pretrained(args.out_dir)
+    print(f"Wrote {type(model).__name__} ({sum(p.numel() for p in model.parameters()):,} parameters) to {args.out_dir}")
+    if args.source == "book":
+        print("The decoder is freshly initialised: only the encoder comes from the checkpoint.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
