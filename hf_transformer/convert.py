@@ -244,8 +244,8 @@ def from_book(state_dict: Mapping[str, torch.Tensor], config: Mapping) -> Transf
     attention mask the encoder hides the pad id (``pad_token_id``, 0 unless the config names one),
     which is what a model should do but is not what the book computes.
 
-    The decoder (and its token table) has no counterpart in the book: it is freshly initialised from
-    ``config.init_std`` and must be trained before the model's decoder outputs mean anything.
+    The decoder (and its token table) has no counterpart in the book: it keeps the initialisation of a new
+    ``TransformerModel`` of this config and must be trained before the model's decoder outputs mean anything.
 
     In training mode the dropout differs from the book's: the book drops the embeddings with p=0.5
     (``nn.Dropout()``'s default), drops the feed-forward output with ``hidden_dropout_prob`` and never

@@ -546,10 +546,20 @@ def test_from_book_config_heads_and_fresh_decoder():
     for h, head in enumerate(reference.layers[1].attention.heads):
         torch.testing.assert_close(fused.weight[4 * h : 4 * h + 4], head.V.weight, rtol=0, atol=0)
         torch.testing.assert_close(fused.bias[4 * h : 4 * h + 4], head.V.bias, rtol=0, atol=0)
-    # The decoder is new: its own token table, initialised (not copied from the book) with init_std.
+    # The decoder is new: its own token table, and exactly the initialisation a fresh model of this config gets.
     decoder_table = model.decoder.embeddings.embed_tokens.weight
     assert decoder_table.data_ptr() != model.encoder.embeddings.embed_tokens.weight.data_ptr()
-    assert 0.5 * config.init_std < decoder_table.std().item() < 2 * config.init_std
+    torch.manual_seed(11)
+    fresh = TransformerModel(config)
+    torch.manual_seed(11)
+    converted = from_book(reference.state_dict(), BOOK_CONFIG)
+    decoder_keys = [key for key in fresh.state_dict() if key.startswith("decoder.")]
+    assert len(decoder_keys) > 20
+    for key in decoder_keys:
+        torch.testing.assert_close(converted.state_dict()[key], fresh.state_dict()[key], rtol=0, atol=0)
+    assert not torch.equal(
+        converted.decoder.layers[0].self_attn.q_proj.weight, model.decoder.layers[0].self_attn.q_proj.weight
+    )
     generator = torch.Generator().manual_seed(5)
     source = right_padded([6, 3], 6, BOOK_CONFIG["vocab_size"], 0, generator)
     output = model(input_ids=source, decoder_input_ids=torch.tensor([[2, 7], [2, 0]]))
