@@ -386,18 +386,17 @@ class TransformerPreTrainedModel(PreTrainedModel):
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
-        if isinstance(module, TransformerEmbeddings):
-            # Tables drawn with std d_model^-0.5: scaled by sqrt(d_model) they are of unit size like the
-            # sinusoids, and as the tied output projection they give logits of unit size. (With the
-            # generic 0.02 the frozen sinusoids drown the tokens and a model barely sees its input.)
-            std = self.config.d_model**-0.5
-            init.normal_(module.embed_tokens.weight, mean=0.0, std=std)
-            if not getattr(module.embed_tokens.weight, "_is_hf_initialized", False):
-                init.zeros_(module.embed_tokens.weight[module.embed_tokens.padding_idx])
-            if module.position_embedding_type == "sinusoidal":
-                init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
-            else:
-                init.normal_(module.position_embeddings.weight, mean=0.0, std=std)
+        if isinstance(module, nn.Embedding):
+            # Token and learned position tables are drawn with std d_model^-0.5: scaled by sqrt(d_model) they
+            # are of unit size like the sinusoids, and as the tied output projection they give logits of unit
+            # size. (With the generic 0.02 the frozen sinusoids drown the tokens and a model barely sees its
+            # input.) This is done per nn.Embedding because transformers skips, for models defined outside
+            # the library, any module that holds no parameter or buffer of its own.
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
+            init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
         # Tying here follows the config: `share_embeddings` ties the encoder and decoder tables even when

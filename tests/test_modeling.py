@@ -329,6 +329,17 @@ def test_resize_token_embeddings_keeps_the_tie(config):
     assert out.logits.shape == (1, 2, 48)
 
 
+@pytest.mark.parametrize("position_type", ["sinusoidal", "learned"])
+def test_embedding_tables_start_at_std_inverse_sqrt_d_model(position_type):
+    config = tiny_config(d_model=64, vocab_size=400, position_embedding_type=position_type, max_position_embeddings=200)
+    embeddings = TransformerForConditionalGeneration(config).model.encoder.embeddings
+    assert abs(embeddings.embed_tokens.weight[1:].std().item() - 64**-0.5) < 0.01
+    if position_type == "learned":
+        assert abs(embeddings.position_embeddings.weight.std().item() - 64**-0.5) < 0.01
+    else:
+        torch.testing.assert_close(embeddings.position_table, sinusoid_table(201, 64))
+
+
 def test_initialisation_follows_the_config():
     config = tiny_config(init_std=0.05, d_model=64, intermediate_size=256)
     model = TransformerForConditionalGeneration(config)
