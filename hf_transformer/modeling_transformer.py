@@ -413,15 +413,14 @@ class TransformerPreTrainedModel(PreTrainedModel):
         return {"input_ids": input_ids, "attention_mask": input_ids.ne(pad)}
 
 
-def _tied_embedding_keys(config: TransformerConfig, prefix: str = "") -> dict[str, str]:
-    """{target: source} for the token tables and the output projection."""
-    keys = {}
+def _tied_embedding_keys(config: TransformerConfig, prefix: str = "", lm_head: bool = False) -> dict[str, str]:
+    """{target: source}: the decoder's token table is the encoder's with `share_embeddings`, and the output
+    projection (``lm_head``) is the decoder's table with `tie_word_embeddings`."""
     encoder_table = f"{prefix}encoder.embeddings.embed_tokens.weight"
     decoder_table = f"{prefix}decoder.embeddings.embed_tokens.weight"
-    if config.share_embeddings:
-        keys[decoder_table] = encoder_table
-    if config.tie_word_embeddings:
-        keys["lm_head.weight"] = encoder_table if config.share_embeddings else decoder_table
+    keys = {decoder_table: encoder_table} if config.share_embeddings else {}
+    if lm_head and config.tie_word_embeddings:
+        keys["lm_head.weight"] = keys.get(decoder_table, decoder_table)
     return keys
 
 
@@ -600,10 +599,7 @@ class TransformerModel(TransformerPreTrainedModel):
                 else nn.Embedding(config.decoder_vocab_size, config.d_model, padding_idx=config.pad_token_id)
             )
             self.decoder = TransformerDecoder(config, decoder_tokens)
-            if config.share_embeddings:
-                self._tied_weights_keys = {
-                    "decoder.embeddings.embed_tokens.weight": "encoder.embeddings.embed_tokens.weight"
-                }
+            self._tied_weights_keys = _tied_embedding_keys(config)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -713,7 +709,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         super().__init__(config)
         self.model = TransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
-        self._tied_weights_keys = _tied_embedding_keys(config, prefix="model.")
+        self._tied_weights_keys = _tied_embedding_keys(config, prefix="model.", lm_head=True)
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
