@@ -644,10 +644,12 @@ class TransformerModel(TransformerPreTrainedModel):
                 "TransformerForConditionalGeneration derives them from `labels`."
             )
 
+        # The source padding, computed once: the encoder and the cross-attention both use it.
+        source_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
-                attention_mask=attention_mask,
+                attention_mask=source_is_real,
                 inputs_embeds=inputs_embeds,
                 output_attentions=output_attentions,
                 output_hidden_states=output_hidden_states,
@@ -659,7 +661,6 @@ class TransformerModel(TransformerPreTrainedModel):
                 hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
                 attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
             )
-        source_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
         if source_is_real is not None and source_is_real.shape != encoder_outputs[0].shape[:2]:
             raise ValueError(
                 f"`attention_mask` has shape {tuple(source_is_real.shape)} but the encoder output covers "
