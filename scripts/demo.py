@@ -85,8 +85,16 @@ def main() -> None:
     started = time.time()
 
     config = TransformerConfig(
-        vocab_size=FIRST_LETTER_ID + len(LETTERS), d_model=64, n_layer=2, n_head=4, d_ff=256,
-        max_position_embeddings=16, dropout=0.0, pad_token_id=PAD, bos_token_id=BOS, eos_token_id=EOS,
+        vocab_size=FIRST_LETTER_ID + len(LETTERS),
+        d_model=64,
+        n_layer=2,
+        n_head=4,
+        d_ff=256,
+        max_position_embeddings=16,
+        dropout=0.0,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
     )
     torch.manual_seed(args.seed)
     model = TransformerForConditionalGeneration(config)
@@ -94,9 +102,18 @@ def main() -> None:
 
     train, test = reversal_dataset(args.train_examples, args.seed), reversal_dataset(200, args.seed + 1)
     training_args = Seq2SeqTrainingArguments(
-        output_dir=str(output_dir / "checkpoints"), per_device_train_batch_size=64, learning_rate=2e-3,
-        num_train_epochs=args.epochs, warmup_steps=30, lr_scheduler_type="inverse_sqrt", adam_beta2=0.98,
-        logging_steps=25, save_strategy="no", report_to=[], seed=args.seed, use_cpu=True,
+        output_dir=str(output_dir / "checkpoints"),
+        per_device_train_batch_size=64,
+        learning_rate=2e-3,
+        num_train_epochs=args.epochs,
+        warmup_steps=30,
+        lr_scheduler_type="inverse_sqrt",
+        adam_beta2=0.98,
+        logging_steps=25,
+        save_strategy="no",
+        report_to=[],
+        seed=args.seed,
+        use_cpu=True,
     )
     trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=train, data_collator=collate)
     trainer.train()
