@@ -25,6 +25,13 @@ AutoModel.register(TransformerConfig, TransformerModel, exist_ok=True)
 AutoModelForSeq2SeqLM.register(TransformerConfig, TransformerForConditionalGeneration, exist_ok=True)
 AutoModelForSequenceClassification.register(TransformerConfig, TransformerForSequenceClassification, exist_ok=True)
 
+# save_pretrained / push_to_hub then copy the configuration and modeling files beside the weights and write
+# `auto_map`, so that a saved folder also loads with trust_remote_code=True where this package is not installed.
+TransformerConfig.register_for_auto_class()
+TransformerModel.register_for_auto_class("AutoModel")
+TransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+TransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+
 __all__ = [
     "TransformerConfig",
     "TransformerPreTrainedModel",

@@ -405,6 +405,13 @@ class TransformerPreTrainedModel(PreTrainedModel):
             return super().get_expanded_tied_weights_keys(all_submodels=True)
         return dict(self._tied_weights_keys or {})
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto
+        # class load the folder through the copied code (trust_remote_code) where this package is not installed.
+        if self.is_remote_code():
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **remote_code_auto_map()}
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     @property
     def dummy_inputs(self) -> dict[str, torch.Tensor]:
         pad = self.config.pad_token_id
@@ -939,6 +946,19 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
                 raise ValueError(f"Label values must be in [0, {self.num_labels}), got {valid.tolist()[:10]}.")
             return F.cross_entropy(logits.float().reshape(-1, self.num_labels), flat)
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+def remote_code_auto_map() -> dict[str, str]:
+    """``auto_map`` of a saved folder: Auto class -> ``module.Class`` in the configuration and modeling files that
+    ``save_pretrained`` copies beside the weights."""
+    module = __name__.rsplit(".", 1)[-1]
+    config_module = TransformerConfig.__module__.rsplit(".", 1)[-1]
+    return {
+        "AutoConfig": f"{config_module}.{TransformerConfig.__name__}",
+        "AutoModel": f"{module}.{TransformerModel.__name__}",
+        "AutoModelForSeq2SeqLM": f"{module}.{TransformerForConditionalGeneration.__name__}",
+        "AutoModelForSequenceClassification": f"{module}.{TransformerForSequenceClassification.__name__}",
+    }
 
 
 __all__ = [

@@ -1,0 +1,94 @@
+#!/usr/bin/env python
+"""Upload a trained model folder to the Hugging Face Hub: weights, tokenizer, code and a model card.
+
+    python scripts/push_to_hub.py runs/demo/model --repo_id your-name/transformer-demo \\
+        --language en --dataset your-name/data --metric exact_match --results runs/demo/results.json
+    python scripts/push_to_hub.py MODEL_DIR --repo_id your-name/model --dry-run out/   # write, do not upload
+
+MODEL_DIR is a folder written by ``save_pretrained``. The tokenizer is taken from ``--tokenizer`` or from
+MODEL_DIR. Evaluation results are read from ``all_results.json``, ``eval_results.json``,
+``test_results.json`` and ``results.json`` in MODEL_DIR and from ``--results``. The uploaded folder holds
+``config.json`` with ``auto_map`` and the configuration and modeling source, so the model loads with
+``trust_remote_code=True`` where ``hf_transformer`` is not installed.
+
+Uploading needs a token (``hf auth login`` or ``HF_TOKEN``) and a connection; without them the script
+stops before uploading anything. ``--dry-run OUT_DIR`` writes the exact folder that would be uploaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+try:
+    from hf_transformer import hub
+except ImportError:  # run from a checkout without installing the package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from hf_transformer import hub
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model_dir", help="folder written by save_pretrained")
+    parser.add_argument("--repo_id", "--repo-id", required=True, help="NAMESPACE/NAME on the Hub")
+    parser.add_argument("--private", action="store_true", help="create the repository as private")
+    parser.add_argument("--revision", default=None, help="branch to upload to (created if missing); default main")
+    parser.add_argument("--commit_message", "--commit-message", default="Upload hf_transformer model")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder, if it is not MODEL_DIR")
+    parser.add_argument("--results", action="append", default=[], help="extra JSON file of evaluation results")
+    parser.add_argument("--license", default="apache-2.0")
+    parser.add_argument("--language", action="append", default=[], help="ISO 639-1 code; repeat for several")
+    parser.add_argument("--tag", action="append", default=[], help="extra tag; repeatable")
+    parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id; repeatable")
+    parser.add_argument("--metric", action="append", default=[], help="metric id, e.g. bleu; repeatable")
+    parser.add_argument("--pipeline_tag", "--pipeline-tag", default=None, help="default: from the model head")
+    parser.add_argument("--example", default=hub.DEFAULT_EXAMPLE, help="input text of the card's usage snippet")
+    parser.add_argument("--dry-run", "--dry_run", dest="dry_run", metavar="OUT_DIR", default=None,
+                        help="write the folder that would be uploaded into OUT_DIR and upload nothing")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    card_options = dict(
+        license=args.license,
+        language=args.language,
+        tags=args.tag,
+        datasets=args.dataset,
+        metrics=args.metric,
+        pipeline_tag=args.pipeline_tag,
+        example=args.example,
+    )
+
+    def prepare(out_dir) -> Path:
+        return hub.prepare_folder(
+            args.model_dir, out_dir, args.repo_id, tokenizer_dir=args.tokenizer, results_files=args.results,
+            **card_options,
+        )
+
+    if hub.find_tokenizer(args.model_dir, args.tokenizer) is None:
+        print(f"note: no tokenizer in {args.model_dir} and no --tokenizer; the card's usage snippet feeds token ids")
+    if args.dry_run:
+        folder = prepare(args.dry_run)
+        print(f"dry run: wrote the folder for {args.repo_id} to {folder}; nothing was uploaded")
+        for path in sorted(folder.iterdir()):
+            print(f"  {path.name}")
+        return
+
+    try:
+        token = hub.check_can_upload()
+    except hub.HubError as error:
+        raise SystemExit(f"push_to_hub: {error}") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = prepare(Path(tmp) / "upload")
+        url = hub.upload(
+            folder, args.repo_id, token=token, private=args.private, revision=args.revision,
+            commit_message=args.commit_message,
+        )
+    print(f"uploaded {args.model_dir} to {url}" + (f" (branch {args.revision})" if args.revision else ""))
+
+
+if __name__ == "__main__":
+    main()

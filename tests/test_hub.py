@@ -1,0 +1,379 @@
+"""Hub sharing: auto_map and copied code, the folder scripts/push_to_hub.py uploads, loading it with
+trust_remote_code in a Python where hf_transformer cannot be imported, and the upload guards."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import sysconfig
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+from huggingface_hub import ModelCard
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    PreTrainedTokenizerFast,
+)
+
+from hf_transformer import (
+    TransformerConfig,
+    TransformerForConditionalGeneration,
+    TransformerForSequenceClassification,
+    TransformerModel,
+    hub,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+REPO_ID = "someone/tiny-transformer"
+EXAMPLE = "the cat sat on the mat"
+WORDS = "the cat sat on a mat dog ran to park big small red blue one two three sun moon star".split()
+FULL_AUTO_MAP = {
+    "AutoConfig": "configuration_transformer.TransformerConfig",
+    "AutoModel": "modeling_transformer.TransformerModel",
+    "AutoModelForSeq2SeqLM": "modeling_transformer.TransformerForConditionalGeneration",
+    "AutoModelForSequenceClassification": "modeling_transformer.TransformerForSequenceClassification",
+}
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("push_to_hub_script", ROOT / "scripts" / "push_to_hub.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+push_to_hub = load_script()
+
+
+def word_tokenizer() -> PreTrainedTokenizerFast:
+    """A word-level tokenizer over ids 0..24 of the tiny models' 40: [PAD] 0, [UNK] 1, [BOS] 2, [EOS] 3."""
+    vocab = {token: i for i, token in enumerate(["[PAD]", "[UNK]", "[BOS]", "[EOS]", *WORDS])}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(single="$A [EOS]", special_tokens=[("[EOS]", 3)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="[PAD]", unk_token="[UNK]", bos_token="[BOS]", eos_token="[EOS]"
+    )
+
+
+# Fixed inputs; row 1 is padded.
+SOURCE = [[4, 5, 6, 7, 8, 3], [9, 10, 3, 0, 0, 0]]
+TARGET = [[2, 11, 12, 13], [2, 14, 15, 0]]
+
+
+def reference_outputs(seq2seq, classifier) -> dict[str, torch.Tensor]:
+    """What the subprocess computes, from the models in this process (the same code as its SCRIPT)."""
+    source, target = torch.tensor(SOURCE), torch.tensor(TARGET)
+    mask = source.ne(0)
+    with torch.no_grad():
+        return {
+            "lm_logits": seq2seq(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits,
+            "generated": seq2seq.generate(source, attention_mask=mask, num_beams=3, max_new_tokens=6),
+            "base_hidden": seq2seq.model(
+                input_ids=source, attention_mask=mask, decoder_input_ids=target
+            ).last_hidden_state,
+            "cls_logits": classifier(input_ids=source, attention_mask=mask).logits,
+        }
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A seq2seq folder (weights, tokenizer, results), its dry-run upload folder, and a classifier folder."""
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("hub")
+    seq2seq = TransformerForConditionalGeneration(tiny_config()).eval()
+    classifier = TransformerForSequenceClassification(tiny_config(num_labels=3)).eval()
+    model_dir, classifier_dir, upload_dir = root / "trained", root / "classifier", root / "upload"
+    seq2seq.save_pretrained(model_dir)
+    word_tokenizer().save_pretrained(model_dir)
+    (model_dir / "all_results.json").write_text(json.dumps({"eval_loss": 1.25, "eval_exact_match": 0.875}))
+    classifier.save_pretrained(classifier_dir)
+    word_tokenizer().save_pretrained(classifier_dir)
+
+    push_to_hub.main([
+        str(model_dir), "--repo_id", REPO_ID, "--dry-run", str(upload_dir), "--language", "en",
+        "--dataset", "someone/pairs", "--metric", "exact_match", "--tag", "reversal", "--example", EXAMPLE,
+    ])
+    return {
+        "root": root,
+        "model_dir": model_dir,
+        "classifier_dir": classifier_dir,
+        "upload_dir": upload_dir,
+        "reference": reference_outputs(seq2seq, classifier),
+        "reference_ids": word_tokenizer()([EXAMPLE])["input_ids"],
+    }
+
+
+def card_snippet(folder: Path) -> str:
+    card = (folder / "README.md").read_text()
+    snippets = re.findall(r"```python\n(.*?)```", card, flags=re.S)
+    assert len(snippets) == 1, card
+    assert f'repo_id = "{REPO_ID}"' in snippets[0]
+    return snippets[0].replace(REPO_ID, str(folder))
+
+
+def test_save_pretrained_writes_full_auto_map_and_self_contained_code(saved):
+    for folder in (saved["model_dir"], saved["classifier_dir"]):
+        assert json.loads((folder / "config.json").read_text())["auto_map"] == FULL_AUTO_MAP
+        for name in ("configuration_transformer.py", "modeling_transformer.py"):
+            assert (folder / name).read_text() == (ROOT / "hf_transformer" / name).read_text()
+    # The copies import only each other, torch, transformers and the standard library.
+    for name in ("configuration_transformer.py", "modeling_transformer.py"):
+        tree = ast.parse((saved["model_dir"] / name).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 and node.module == "configuration_transformer", ast.unparse(node)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
+                for module in modules:
+                    top = module.split(".")[0]
+                    assert top in {"torch", "transformers"} or top in sys.stdlib_module_names, ast.unparse(node)
+
+
+def test_dry_run_writes_the_upload_folder_with_a_model_card(saved):
+    folder = saved["upload_dir"]
+    names = {p.name for p in folder.iterdir()}
+    assert {
+        "config.json", "generation_config.json", "model.safetensors", "configuration_transformer.py",
+        "modeling_transformer.py", "tokenizer.json", "tokenizer_config.json", "README.md",
+    } <= names
+    assert "all_results.json" not in names
+    assert json.loads((folder / "config.json").read_text())["auto_map"] == FULL_AUTO_MAP
+
+    card = ModelCard.load(folder / "README.md")
+    meta = card.data.to_dict()
+    assert meta["license"] == "apache-2.0"
+    assert meta["language"] == ["en"]
+    assert meta["datasets"] == ["someone/pairs"]
+    assert meta["metrics"] == ["exact_match"]
+    assert meta["pipeline_tag"] == "text2text-generation"
+    assert meta["library_name"] == "transformers"
+    assert {"hf_transformer", "custom_code", "reversal"} <= set(meta["tags"])
+    [result] = card.data.eval_results
+    assert (result.metric_type, result.metric_value, result.dataset_type) == ("exact_match", 0.875, "someone/pairs")
+    assert "| eval_exact_match | 0.875 |" in card.text and "| eval_loss | 1.25 |" in card.text
+
+
+def test_loads_with_the_package_and_no_trust_remote_code(saved):
+    folder, reference = saved["upload_dir"], saved["reference"]
+    source, target = torch.tensor(SOURCE), torch.tensor(TARGET)
+    mask = source.ne(0)
+    assert type(AutoConfig.from_pretrained(folder)) is TransformerConfig
+    seq2seq = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    base = AutoModel.from_pretrained(folder).eval()
+    classifier = AutoModelForSequenceClassification.from_pretrained(saved["classifier_dir"]).eval()
+    assert type(seq2seq) is TransformerForConditionalGeneration
+    assert type(base) is TransformerModel
+    assert type(classifier) is TransformerForSequenceClassification
+    # Given trust_remote_code anyway, transformers still prefers the registered classes to the copied code.
+    assert type(AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)) is type(seq2seq)
+    with torch.no_grad():
+        assert torch.equal(seq2seq(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits,
+                           reference["lm_logits"])
+        assert torch.equal(base(input_ids=source, attention_mask=mask, decoder_input_ids=target).last_hidden_state,
+                           reference["base_hidden"])
+        assert torch.equal(classifier(input_ids=source, attention_mask=mask).logits, reference["cls_logits"])
+    assert AutoTokenizer.from_pretrained(folder)([EXAMPLE])["input_ids"] == saved["reference_ids"]
+
+
+def test_card_snippet_runs_as_written(saved, capsys):
+    exec(compile(card_snippet(saved["upload_dir"]), "README.md", "exec"), {})
+    assert capsys.readouterr().out.startswith("[")
+
+
+@pytest.mark.parametrize(
+    "model_class, with_tokenizer",
+    [
+        (TransformerForSequenceClassification, True),
+        (TransformerForConditionalGeneration, False),
+        (TransformerModel, False),
+    ],
+)
+def test_card_snippet_runs_for_every_head(tmp_path, capsys, model_class, with_tokenizer):
+    model_dir, upload_dir = tmp_path / "model", tmp_path / "upload"
+    model_class(tiny_config(num_labels=2)).save_pretrained(model_dir)
+    if with_tokenizer:
+        word_tokenizer().save_pretrained(model_dir)
+    push_to_hub.main([str(model_dir), "--repo_id", REPO_ID, "--dry-run", str(upload_dir), "--example", EXAMPLE])
+    capsys.readouterr()
+    exec(compile(card_snippet(upload_dir), "README.md", "exec"), {})
+    printed = capsys.readouterr().out.strip()
+    expected = {
+        TransformerForSequenceClassification: "LABEL_",
+        TransformerForConditionalGeneration: "[[",
+        TransformerModel: "torch.Size([1, 5, 32])",
+    }[model_class]
+    assert printed.startswith(expected), printed
+    assert ("AutoTokenizer" in card_snippet(upload_dir)) == with_tokenizer
+
+
+# Runs in a Python where hf_transformer cannot be imported: only transformers' remote-code loading is used.
+SCRIPT = r"""
+import importlib.util, json, sys
+assert importlib.util.find_spec("hf_transformer") is None, "hf_transformer is importable"
+import torch
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
+
+torch.set_num_threads(1)
+folder, classifier_folder, out, snippet_file = sys.argv[1:5]
+source, target = torch.tensor(SOURCE), torch.tensor(TARGET)
+mask = source.ne(0)
+seq2seq = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
+base = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+classifier = AutoModelForSequenceClassification.from_pretrained(classifier_folder, trust_remote_code=True).eval()
+# AutoTokenizer reads the config first; without trust_remote_code it would prompt for the config's code.
+tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+modules = [type(m).__module__ for m in (seq2seq, base, classifier)]
+assert all(m.startswith("transformers_modules.") for m in modules), modules
+with torch.no_grad():
+    outputs = {
+        "lm_logits": seq2seq(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits,
+        "generated": seq2seq.generate(source, attention_mask=mask, num_beams=3, max_new_tokens=6),
+        "base_hidden": base(input_ids=source, attention_mask=mask, decoder_input_ids=target).last_hidden_state,
+        "cls_logits": classifier(input_ids=source, attention_mask=mask).logits,
+    }
+torch.save(outputs, out + "/outputs.pt")
+json.dump({"ids": tokenizer([EXAMPLE])["input_ids"], "modules": modules}, open(out + "/info.json", "w"))
+exec(compile(open(snippet_file).read(), "README.md", "exec"), {})
+"""
+
+
+def isolated_python(script: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` with -I -S (no user site, no .pth files such as an editable install's) and only the
+    site-packages folders that do not hold hf_transformer on sys.path."""
+    site_dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    site_dirs = [d for d in sorted(site_dirs) if not (Path(d) / "hf_transformer").exists()]
+    bootstrap = f"import sys; sys.path[:0] = {site_dirs!r}\n"
+    script.write_text(bootstrap + script.read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf_home"), HF_MODULES_CACHE=str(tmp / "modules"))
+    return subprocess.run(
+        [sys.executable, "-I", "-S", str(script), *args],
+        cwd=tmp,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_loads_without_the_package_through_trust_remote_code(saved):
+    tmp, reference = saved["root"] / "isolated", saved["reference"]
+    tmp.mkdir()
+    snippet = tmp / "snippet.py"
+    snippet.write_text(card_snippet(saved["upload_dir"]))
+    script = tmp / "load.py"
+    script.write_text(
+        f"SOURCE, TARGET, EXAMPLE = {SOURCE!r}, {TARGET!r}, {EXAMPLE!r}\n" + textwrap.dedent(SCRIPT)
+    )
+    run = isolated_python(
+        script, str(saved["upload_dir"]), str(saved["classifier_dir"]), str(tmp), str(snippet), tmp=tmp
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert "custom code" not in run.stdout + run.stderr  # trust_remote_code=True everywhere: no prompt
+    assert run.stdout.strip().startswith("["), run.stdout  # the card snippet printed its decoded output
+
+    outputs = torch.load(tmp / "outputs.pt")
+    assert outputs.keys() == reference.keys()
+    for name, expected in reference.items():
+        assert torch.equal(outputs[name], expected), name
+    info = json.loads((tmp / "info.json").read_text())
+    assert info["ids"] == saved["reference_ids"]
+
+
+def test_card_says_not_evaluated_without_results():
+    config = tiny_config()
+    card = hub.model_card(REPO_ID, config, has_tokenizer=False, license="mit")
+    assert "Not evaluated" in card
+    assert "license: mit" in card and "model-index" not in card
+    assert "torch.tensor([[" in card  # without a tokenizer the snippet feeds token ids
+
+
+def test_dry_run_refuses_a_folder_that_is_not_empty(saved):
+    with pytest.raises(FileExistsError, match="not empty"):
+        push_to_hub.main([str(saved["model_dir"]), "--repo_id", REPO_ID, "--dry-run", str(saved["model_dir"])])
+
+
+# -- upload guards: HfApi is replaced, so nothing here can reach a network --------------------------------
+
+
+class FakeApi:
+    calls: list = []
+    whoami_error: Exception | None = None
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def whoami(self, token=None):
+        FakeApi.calls.append(("whoami", token))
+        if FakeApi.whoami_error is not None:
+            raise FakeApi.whoami_error
+        return {"name": "someone"}
+
+    def create_repo(self, repo_id, **kwargs):
+        FakeApi.calls.append(("create_repo", repo_id, kwargs))
+        return f"https://huggingface.co/{repo_id}"
+
+    def create_branch(self, repo_id, **kwargs):
+        FakeApi.calls.append(("create_branch", repo_id, kwargs))
+
+    def upload_folder(self, **kwargs):
+        kwargs["files"] = sorted(p.name for p in Path(kwargs["folder_path"]).iterdir())
+        FakeApi.calls.append(("upload_folder", kwargs))
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    FakeApi.calls, FakeApi.whoami_error = [], None
+    monkeypatch.setattr(hub, "HfApi", FakeApi)
+    monkeypatch.setattr(hub, "get_token", lambda: "hf_test_token")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    return FakeApi
+
+
+def test_offline_stops_before_uploading(saved, fake_hub, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SystemExit, match="HF_HUB_OFFLINE is set"):
+        push_to_hub.main([str(saved["model_dir"]), "--repo_id", REPO_ID])
+    assert fake_hub.calls == []
+
+
+def test_no_token_stops_before_uploading(saved, fake_hub, monkeypatch):
+    monkeypatch.setattr(hub, "get_token", lambda: None)
+    with pytest.raises(SystemExit, match="No Hugging Face token"):
+        push_to_hub.main([str(saved["model_dir"]), "--repo_id", REPO_ID])
+    assert fake_hub.calls == []
+
+
+def test_unreachable_hub_stops_before_uploading(saved, fake_hub):
+    fake_hub.whoami_error = ConnectionError("no route to host")
+    with pytest.raises(SystemExit, match="Cannot reach the Hugging Face Hub"):
+        push_to_hub.main([str(saved["model_dir"]), "--repo_id", REPO_ID])
+    assert [call[0] for call in fake_hub.calls] == ["whoami"]
+
+
+def test_upload_passes_repo_options(saved, fake_hub):
+    push_to_hub.main([
+        str(saved["model_dir"]), "--repo_id", REPO_ID, "--private", "--revision", "v1",
+        "--commit_message", "First model",
+    ])
+    (_, token), (_, repo, create), (_, _, branch), (_, upload) = fake_hub.calls
+    assert token == "hf_test_token" and repo == REPO_ID
+    assert create == {"token": "hf_test_token", "private": True, "exist_ok": True}
+    assert branch["branch"] == "v1"
+    assert upload["repo_id"] == REPO_ID and upload["revision"] == "v1" and upload["commit_message"] == "First model"
+    assert upload["files"] == sorted(p.name for p in saved["upload_dir"].iterdir())
