@@ -1,0 +1,334 @@
+"""The `tokenizer` package: training, special ids, round trips, reloading, SentencePiece import, CLI."""
+
+import io
+import json
+import logging
+import os
+import sys
+import unicodedata
+
+import pytest
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from tokenizer import SPECIAL_TOKENS, import_sentencepiece, train_tokenizer
+from tokenizer.__main__ import main as cli_main
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+KOREAN = [
+    "겨울은 추워요.",
+    "여름은 더워요.",
+    "감기 조심하세요.",
+    "겨울에는 눈이 와요.",
+    "영화가 정말 재미있어요!",
+    "이 영화는 지루했어요...",
+    "배우들의 연기가 좋았어요.",
+    "다시 보고 싶은 영화입니다.",
+    "ㅋㅋㅋ 진짜 웃겨요 ^^",
+]
+OTHER = [
+    "A man in a blue shirt is standing on a ladder.",
+    "Ein Mann in einem blauen Hemd steht auf einer Leiter.",
+    "Two dogs are playing in the snow.",
+    "Zwei Hunde spielen im Schnee.",
+    "Das Mädchen läuft über die Straße.",
+    "영화 title은 Parasite였어요 (2019)",
+    "최고의 영화 😀👍 강추!",
+    "Mixed 한국어 and English 문장 with emoji 🎬",
+]
+# Every sentence 20 times: the Unigram trainer needs repeated substrings to keep pieces like "▁겨울".
+CORPUS = (KOREAN + OTHER) * 20
+VOCAB_SIZE = 300
+
+
+def visible_form(text: str) -> str:
+    """What decoding gives back: NFKC, single spaces, no leading or trailing space (SentencePiece's rule)."""
+    return " ".join(unicodedata.normalize("NFKC", text).split())
+
+
+def same_pieces(first, second) -> bool:
+    """Same vocabulary and same segmentation. Ids are not compared: the Unigram trainer numbers pieces
+    of equal score in a different order on each run."""
+    return set(first.get_vocab()) == set(second.get_vocab()) and all(
+        first.tokenize(text) == second.tokenize(text) for text in KOREAN + OTHER
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> PreTrainedTokenizerFast:
+    return train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, show_progress=False)
+
+
+def test_special_tokens_have_fixed_ids(tokenizer):
+    assert [tokenizer.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS] == list(range(7))
+    assert tokenizer.pad_token_id == 0
+    assert tokenizer.unk_token_id == 1
+    assert tokenizer.bos_token_id == 2
+    assert tokenizer.eos_token_id == 3
+    assert (tokenizer.sep_token_id, tokenizer.cls_token_id, tokenizer.mask_token_id) == (4, 5, 6)
+    assert 7 < len(tokenizer) <= VOCAB_SIZE
+
+
+def test_pieces_follow_sentencepiece_style(tokenizer):
+    pieces = tokenizer.tokenize("겨울은 추워요.")
+    assert pieces[0] == "▁겨울"
+    assert pieces[-1] == "."  # punctuation is cut off the word, as SentencePiece splits at a script change
+    assert "".join(pieces) == "▁겨울은▁추워요."
+    # every word starts with the metaspace; the pieces inside it do not
+    assert [piece for piece in pieces if piece.startswith("▁")] == [
+        "▁겨울",
+        pieces[pieces.index("▁겨울") + 2],
+    ]
+
+
+def test_eos_closes_source_and_target_without_bos(tokenizer):
+    encoded = tokenizer("겨울은 추워요.", text_target="Zwei Hunde spielen im Schnee.")
+    assert encoded["input_ids"][-1] == tokenizer.eos_token_id
+    assert encoded["labels"][-1] == tokenizer.eos_token_id
+    assert tokenizer.bos_token_id not in encoded["input_ids"] + encoded["labels"]
+    assert encoded["input_ids"].count(tokenizer.eos_token_id) == 1
+    assert set(encoded) == {"input_ids", "attention_mask", "labels"}
+
+
+def test_pair_is_joined_with_sep(tokenizer):
+    first, second = tokenizer("여름은 더워요.")["input_ids"], tokenizer("감기 조심하세요.")["input_ids"]
+    pair = tokenizer("여름은 더워요.", "감기 조심하세요.")["input_ids"]
+    assert pair == first[:-1] + [tokenizer.sep_token_id] + second
+
+
+@pytest.mark.parametrize(
+    "text",
+    KOREAN
+    + OTHER
+    + [
+        "",
+        "   ",
+        "  겨울은   추워요  ",  # extra spaces collapse
+        "겨울은\t추워요\n감기",  # tabs and newlines are spaces
+        "Ａ ２０１９！",  # NFKC folds full-width forms
+        "영화 Two dogs 😀 Schnee!",
+        "정말 재미있어요 ! 최고 .",  # a space before punctuation stays (no clean-up of spaces on decode)
+    ],
+)
+def test_decode_round_trip(tokenizer, text):
+    ids = tokenizer(text)["input_ids"]
+    assert tokenizer.unk_token_id not in ids or not visible_form(text)
+    assert tokenizer.decode(ids, skip_special_tokens=True) == visible_form(text)
+
+
+def test_empty_string_is_only_eos(tokenizer):
+    assert tokenizer("")["input_ids"] == [tokenizer.eos_token_id]
+    assert tokenizer.decode(tokenizer("")["input_ids"], skip_special_tokens=True) == ""
+
+
+def test_unseen_characters_become_unk(tokenizer):
+    ids = tokenizer("겨울 鬱 ✈")["input_ids"]
+    assert ids.count(tokenizer.unk_token_id) == 2
+
+
+def test_truncation_keeps_eos_and_padding_uses_pad_id(tokenizer):
+    long_text = " ".join(KOREAN)
+    truncated = tokenizer(long_text, truncation=True, max_length=6)["input_ids"]
+    assert len(truncated) == 6 and truncated[-1] == tokenizer.eos_token_id
+    batch = tokenizer(["겨울", "겨울은 추워요. 여름은 더워요."], padding=True)
+    short_ids, long_ids = batch["input_ids"]
+    assert len(short_ids) == len(long_ids)
+    padded = len(long_ids) - sum(batch["attention_mask"][0])
+    assert padded > 0 and short_ids[-padded:] == [0] * padded  # right padding with [PAD] = 0
+
+
+def test_model_max_length_is_the_default_truncation(tokenizer):
+    assert tokenizer.model_max_length == 256
+    short = train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, model_max_length=5, show_progress=False)
+    assert len(short(" ".join(KOREAN), truncation=True)["input_ids"]) == 5
+
+
+def test_autotokenizer_reloads_with_special_tokens(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded.is_fast
+    assert reloaded.special_tokens_map == tokenizer.special_tokens_map
+    assert reloaded.model_max_length == tokenizer.model_max_length
+    for text in KOREAN + OTHER + [""]:
+        assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert reloaded("a", text_target="b")["labels"][-1] == 3
+
+
+def test_model_folder_with_tokenizer_is_complete(tokenizer, tmp_path):
+    """A model folder holds config, weights and tokenizer; the Auto classes load each from the one path."""
+    from transformers import AutoConfig
+
+    from hf_transformer import TransformerConfig
+
+    config = TransformerConfig(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    config.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    reloaded_config = AutoConfig.from_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded_config.pad_token_id == reloaded.pad_token_id == 0
+    assert reloaded_config.eos_token_id == reloaded.eos_token_id == 3
+    assert reloaded("겨울은 추워요.")["input_ids"] == tokenizer("겨울은 추워요.")["input_ids"]
+
+
+def test_training_from_files_matches_training_from_strings(tokenizer, tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    from_path = train_tokenizer(path, vocab_size=VOCAB_SIZE, show_progress=False)
+    from_list = train_tokenizer([str(path)], vocab_size=VOCAB_SIZE, show_progress=False)
+    assert same_pieces(from_path, tokenizer) and same_pieces(from_list, tokenizer)
+
+
+def test_training_from_a_dataset_column_and_a_generator(tokenizer):
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"review": CORPUS, "label": [0] * len(CORPUS)})
+    from_dataset = train_tokenizer(dataset, vocab_size=VOCAB_SIZE, text_column="review", show_progress=False)
+    from_generator = train_tokenizer((text for text in CORPUS), vocab_size=VOCAB_SIZE, show_progress=False)
+    assert same_pieces(from_dataset, tokenizer) and same_pieces(from_generator, tokenizer)
+    with pytest.raises(KeyError, match="review"):
+        train_tokenizer(dataset, vocab_size=VOCAB_SIZE, text_column="text", show_progress=False)
+
+
+def test_bpe_option():
+    bpe = train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, model_type="bpe", show_progress=False)
+    assert [bpe.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS] == list(range(7))
+    assert type(bpe.backend_tokenizer.model).__name__ == "BPE"
+    for text in KOREAN + OTHER:
+        assert bpe.decode(bpe(text)["input_ids"], skip_special_tokens=True) == visible_form(text)
+
+
+def test_fewer_pieces_than_asked_is_logged(caplog):
+    with caplog.at_level(logging.WARNING, logger="tokenizer.train"):
+        small = train_tokenizer(KOREAN, vocab_size=5000, show_progress=False)
+    assert len(small) < 5000
+    assert "fewer than the 5000 asked for" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "arguments, error, message",
+    [
+        ({"texts_or_files": CORPUS, "vocab_size": 7}, ValueError, "above the 7 special tokens"),
+        ({"texts_or_files": CORPUS, "model_type": "wordpiece"}, ValueError, "model_type"),
+        ({"texts_or_files": CORPUS, "shrinking_factor": 1.5}, ValueError, "shrinking_factor"),
+        ({"texts_or_files": [], "vocab_size": 100}, ValueError, "empty"),
+        ({"texts_or_files": ["", " "], "vocab_size": 100}, ValueError, "empty"),
+        ({"texts_or_files": ["text", 3], "vocab_size": 100}, TypeError, "item 1 is a int"),
+        ({"texts_or_files": "/no/such/corpus.txt"}, FileNotFoundError, "/no/such/corpus.txt"),
+    ],
+)
+def test_bad_input_is_named(arguments, error, message):
+    with pytest.raises(error, match=message):
+        train_tokenizer(show_progress=False, **arguments)
+
+
+def test_missing_file_in_a_list_of_files_is_named(tmp_path):
+    present = tmp_path / "present.txt"
+    present.write_text("겨울은 추워요.\n", encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match="absent.txt"):
+        train_tokenizer([present, tmp_path / "absent.txt"], vocab_size=100, show_progress=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# SentencePiece import
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_model(tmp_path_factory):
+    """A SentencePiece model made like the seeds' kowiki.model: [PAD] 0 .. [EOS] 3, [SEP] [CLS] [MASK]."""
+    spm = pytest.importorskip("sentencepiece", reason="the optional sentencepiece package is not installed")
+    pytest.importorskip("google.protobuf", reason="the optional protobuf package is not installed")
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS),
+        model_writer=model,
+        vocab_size=120,
+        model_type="unigram",
+        pad_id=0, pad_piece="[PAD]", unk_id=1, unk_piece="[UNK]",
+        bos_id=2, bos_piece="[BOS]", eos_id=3, eos_piece="[EOS]",
+        user_defined_symbols=["[SEP]", "[CLS]", "[MASK]"],
+        minloglevel=2,
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("spm") / "kowiki-like.model"
+    path.write_bytes(model.getvalue())
+    return path, spm.SentencePieceProcessor(model_file=str(path))
+
+
+def test_imported_sentencepiece_gives_the_same_ids(sentencepiece_model, tmp_path):
+    path, processor = sentencepiece_model
+    imported = import_sentencepiece(path, save_directory=tmp_path)
+    assert len(imported) == processor.get_piece_size() == 120
+    assert [imported.convert_tokens_to_ids(token) for token in SPECIAL_TOKENS] == list(range(7))
+    assert (imported.pad_token_id, imported.unk_token_id, imported.bos_token_id, imported.eos_token_id) == (
+        0, 1, 2, 3,
+    )  # fmt: skip
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    for text in KOREAN + OTHER:
+        expected = processor.encode(text) + [3]
+        assert imported(text)["input_ids"] == expected, text
+        assert reloaded(text)["input_ids"] == expected, text
+        assert imported.tokenize(text) == processor.encode_as_pieces(text)
+        assert imported.decode(expected, skip_special_tokens=True) == processor.decode(expected[:-1])
+
+
+def test_sentencepiece_import_without_the_package_says_what_to_install(monkeypatch, tmp_path):
+    path = tmp_path / "any.model"
+    path.write_bytes(b"not read")
+    monkeypatch.setitem(sys.modules, "sentencepiece", None)  # makes `import sentencepiece` fail
+    with pytest.raises(ImportError, match=r"sentencepiece.*pip install"):
+        import_sentencepiece(path)
+
+
+def test_sentencepiece_import_rejects_a_file_that_is_not_a_model(tmp_path):
+    pytest.importorskip("sentencepiece", reason="the optional sentencepiece package is not installed")
+    pytest.importorskip("google.protobuf", reason="the optional protobuf package is not installed")
+    path = tmp_path / "broken.model"
+    path.write_bytes(b"\xff\x00 definitely not a protobuf")
+    with pytest.raises(ValueError, match="broken.model"):
+        import_sentencepiece(path)
+    with pytest.raises(FileNotFoundError, match="missing.model"):
+        import_sentencepiece(tmp_path / "missing.model")
+
+
+# --------------------------------------------------------------------------------------------------
+# Command line
+
+
+def test_cli_trains_saves_and_encodes(tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    output = tmp_path / "vocab"
+    assert (
+        cli_main(["-q", "train", str(corpus), "--vocab-size", str(VOCAB_SIZE), "--output", str(output)]) == 0
+    )
+    config = json.loads((output / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert config["pad_token"] == "[PAD]" and config["eos_token"] == "[EOS]"
+    assert cli_main(["-q", "encode", str(output), "겨울은 추워요."]) == 0
+    printed = capsys.readouterr().out
+    assert "▁겨울 / 은" in printed and "[EOS]" in printed
+
+
+def test_cli_trains_on_a_csv_column(tmp_path):
+    table = tmp_path / "reviews.csv"
+    table.write_text("review,label\n" + "".join(f'"{text}",1\n' for text in CORPUS), encoding="utf-8")
+    output = tmp_path / "vocab"
+    assert (
+        cli_main(
+            ["-q", "train", str(table), "--text-column", "review", "--vocab-size", "300", "-o", str(output)]
+        )
+        == 0
+    )
+    assert AutoTokenizer.from_pretrained(output).tokenize("겨울은 추워요.")[0] == "▁겨울"
+
+
+def test_cli_reports_missing_input(tmp_path, capsys):
+    with pytest.raises(SystemExit, match="not found"):
+        cli_main(["-q", "train", str(tmp_path / "nothing.txt"), "--output", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="--text-column"):
+        table = tmp_path / "t.csv"
+        table.write_text("a,b\nx,y\n", encoding="utf-8")
+        cli_main(["-q", "train", str(table), "--output", str(tmp_path / "out")])
