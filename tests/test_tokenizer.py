@@ -275,6 +275,13 @@ def test_imported_sentencepiece_gives_the_same_ids(sentencepiece_model, tmp_path
         assert imported.decode(expected, skip_special_tokens=True) == processor.decode(expected[:-1])
 
 
+def test_cli_imports_a_sentencepiece_model(sentencepiece_model, tmp_path):
+    path, processor = sentencepiece_model
+    assert cli_main(["-q", "import-sentencepiece", str(path), "--output", str(tmp_path)]) == 0
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded("겨울은 추워요.")["input_ids"] == processor.encode("겨울은 추워요.") + [3]
+
+
 def test_sentencepiece_import_without_the_package_says_what_to_install(monkeypatch, tmp_path):
     path = tmp_path / "any.model"
     path.write_bytes(b"not read")

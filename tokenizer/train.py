@@ -6,9 +6,10 @@ The result is a `PreTrainedTokenizerFast` (in transformers 5 an alias of `Tokeni
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
@@ -138,29 +139,35 @@ def _as_files(texts_or_files: object) -> list[str] | None:
     return [str(item) for item in texts_or_files]
 
 
-def _text_batches(texts: Iterable[str], text_column: str) -> Iterator[list[str]]:
-    """Batches of strings from an iterable of strings or a `datasets.Dataset` column."""
+def _chunks(texts: Iterable[str], text_column: str) -> Iterator[list]:
+    """The input in lists of up to `_BATCH_SIZE` items, read in bulk where the container allows it."""
     if hasattr(texts, "column_names") and hasattr(texts, "iter"):  # a datasets.Dataset
         if text_column not in texts.column_names:
             raise KeyError(f"the dataset has no column {text_column!r}; its columns are {texts.column_names}")
         for batch in texts.iter(batch_size=_BATCH_SIZE):
-            yield [text for text in batch[text_column] if text]
-        return
-    batch: list[str] = []
-    for position, text in enumerate(texts):
-        if text is None:
-            continue
-        if not isinstance(text, str):
-            raise TypeError(
-                f"training item {position} is a {type(text).__name__}, not a str; "
-                "pass strings or a list of text file paths"
-            )
-        batch.append(text)
-        if len(batch) == _BATCH_SIZE:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+            yield batch[text_column]
+    elif hasattr(texts, "__len__") and hasattr(texts, "__getitem__") and not isinstance(texts, Mapping):
+        # Lists and `dataset["text"]` columns: slicing a datasets Column is 5x faster than iterating it.
+        for start in range(0, len(texts), _BATCH_SIZE):
+            yield list(texts[start : start + _BATCH_SIZE])
+    else:
+        iterator = iter(texts)
+        while chunk := list(itertools.islice(iterator, _BATCH_SIZE)):
+            yield chunk
+
+
+def _text_batches(texts: Iterable[str], text_column: str) -> Iterator[list[str]]:
+    """Batches of training strings; missing values (None) are skipped, anything else but str is an error."""
+    position = 0
+    for chunk in _chunks(texts, text_column):
+        for offset, text in enumerate(chunk):
+            if text is not None and not isinstance(text, str):
+                raise TypeError(
+                    f"training item {position + offset} is a {type(text).__name__}, not a str; "
+                    "pass strings or a list of text file paths"
+                )
+        position += len(chunk)
+        yield [text for text in chunk if text]
 
 
 def build_trainer(
@@ -225,7 +232,7 @@ def train_tokenizer(
         min_frequency: BPE only: a merge must occur this often.
         max_piece_length: longest piece, in characters.
         shrinking_factor: Unigram only: the share of pieces kept after each pruning round. 0.5 trains
-            NSMC about 2.5x faster than SentencePiece's 0.75 for under 1% more tokens per sentence.
+            NSMC about twice as fast as SentencePiece's 0.75 for under 1% more tokens per sentence.
         model_max_length: the longest input the models take; `truncation=True` cuts there.
         show_progress: show the trainer's progress bars.
         save_directory: when given, the tokenizer is also saved there (`save_pretrained`).
