@@ -4,7 +4,8 @@
         --num_train_epochs 2 --per_device_train_batch_size 64 --learning_rate 1e-3
 
 Every `TrainingArguments` option works (arguments go through `HfArgumentParser`). The script trains a
-SentencePiece-style vocabulary on the training text (or loads one with `--tokenizer`), evaluates
+SentencePiece-style vocabulary on the training text (or loads one with `--tokenizer`; a resumed run
+reads it from the checkpoint, and in a multi-process run process 0 trains it for all), evaluates
 accuracy and F1 on the validation split (carved from the training file) each epoch, keeps the best
 checkpoint, scores it once on the test set, and saves a complete model folder: safetensors weights,
 config, tokenizer, `results.json` and a model card (README.md).
@@ -20,11 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, load_nsmc, tokenize_classification
+from hf_transformer.training import one_tokenizer, tokenizer_fingerprint
 
 logger = logging.getLogger("train_classifier")
 
@@ -121,14 +123,14 @@ def main(argv: list[str] | None = None) -> dict:
             splits[split] = splits[split].select(range(min(limit, len(splits[split]))))
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
-    if model_args.tokenizer:
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer)
-    else:
+    def train_new_tokenizer():
         from tokenizer import train_tokenizer
 
-        tokenizer = train_tokenizer(
+        return train_tokenizer(
             splits["train"]["text"], vocab_size=model_args.vocab_size, model_max_length=model_args.max_length
         )
+
+    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
     tokenized = tokenize_classification(splits, tokenizer, max_length=model_args.max_length)
 
     label_names = splits["train"].features["label"].names
@@ -154,6 +156,10 @@ def main(argv: list[str] | None = None) -> dict:
         label2id={name: i for i, name in enumerate(label_names)},
     )
     model = TransformerForSequenceClassification(config)
+    # The classifier's loss is a mean over its own batch and ignores `num_items_in_batch`. Left to its default
+    # (a forward with **kwargs), Trainer would pass that count, skip the division by the accumulation steps and
+    # multiply the loss by the world size: gradients and logged losses twice as large with 2 processes.
+    model.accepts_loss_kwargs = False
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
 
     trainer = Trainer(
@@ -166,12 +172,20 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=accuracy_and_f1,
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    logger.info(
+        "process %d of %d: %d optimizer steps, tokenizer %s",
+        training_args.process_index,
+        training_args.world_size,
+        trainer.state.global_step,
+        tokenizer_fingerprint(tokenizer),
+    )
     results = {f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()}
     results.update(trainer.evaluate())
     test = trainer.predict(tokenized["test"], metric_key_prefix="test")
     results.update(test.metrics)
     results.update(
         test_samples=len(tokenized["test"]),
+        world_size=training_args.world_size,
         parameters=model.num_parameters(),
         wall_seconds=round(time.time() - started, 1),
         command=" ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),

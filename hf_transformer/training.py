@@ -1,0 +1,59 @@
+"""Helpers the training scripts share for multi-process and resumed runs."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch.distributed as dist
+from transformers import AutoTokenizer
+
+# Files `save_pretrained` writes for a fast tokenizer; any one of them marks a folder that holds a tokenizer.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: str | None = None):
+    """The tokenizer of a run, identical in every process and across a resume.
+
+    Unigram training is not deterministic from run to run, so a tokenizer trained independently in each
+    process, or again when a run is resumed, would give other token ids to the same weights. Order:
+    ``tokenizer_path`` when given; else the tokenizer saved in the checkpoint being resumed; else
+    ``build()`` in process 0, whose files are broadcast to the other processes.
+    """
+    if tokenizer_path:
+        return AutoTokenizer.from_pretrained(tokenizer_path)
+    checkpoint = getattr(training_args, "resume_from_checkpoint", None)
+    if isinstance(checkpoint, str) and checkpoint:
+        folder = Path(checkpoint)
+        if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+            raise ValueError(
+                f"Resuming from {checkpoint}, which holds no tokenizer ({' or '.join(_TOKENIZER_FILES)}): a newly "
+                "trained one would give other token ids to the saved weights. Pass --tokenizer with the "
+                "tokenizer the run was started with."
+            )
+        return AutoTokenizer.from_pretrained(folder)
+
+    # Reading world_size sets up the process group (TrainingArguments does it lazily).
+    if training_args.world_size == 1 or not dist.is_initialized():
+        return build()
+    payload: list = [None]
+    if dist.get_rank() == 0:
+        tokenizer = build()
+        with tempfile.TemporaryDirectory() as folder:
+            tokenizer.save_pretrained(folder)
+            payload = [{path.name: path.read_bytes() for path in Path(folder).iterdir() if path.is_file()}]
+    # Objects travel through the default process group (gloo on CPU, NCCL on GPU), so no shared disk is needed.
+    dist.broadcast_object_list(payload, src=0)
+    if dist.get_rank() == 0:
+        return tokenizer
+    with tempfile.TemporaryDirectory() as folder:
+        for name, data in payload[0].items():
+            (Path(folder) / name).write_bytes(data)
+        return AutoTokenizer.from_pretrained(folder)
+
+
+def tokenizer_fingerprint(tokenizer) -> str:
+    """A short hash of the vocabulary and pipeline: equal in every process of a run, or the ids disagree."""
+    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()[:12]

@@ -1,0 +1,109 @@
+"""Running the training scripts in subprocesses (torchrun, accelerate launch, plain python) on generated data."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+POSITIVE = ["정말 재미있다", "최고의 영화", "감동적이고 좋았다", "배우 연기가 훌륭하다", "또 보고 싶다"]
+NEGATIVE = ["너무 지루하다", "최악의 영화", "시간이 아깝다", "연기가 어색하다", "다시는 안 본다"]
+WORDS = {
+    "en": ["a", "dog", "cat", "man", "woman", "runs", "sits", "on", "the", "grass", "red", "ball", "big", "small"],
+    "de": ["ein", "hund", "katze", "mann", "frau", "läuft", "sitzt", "auf", "dem", "gras", "roter", "ball", "groß"],
+}
+
+
+def write_nsmc(root: Path, rows: int, seed: int, name: str) -> None:
+    rng = random.Random(seed)
+    lines = ["id\tdocument\tlabel"]
+    for i in range(rows):
+        label = rng.randint(0, 1)
+        words = rng.sample(POSITIVE if label else NEGATIVE, 2)
+        lines.append(f"{seed * 100000 + i}\t{' '.join(words)}\t{label}")
+    (root / "nsmc").mkdir(parents=True, exist_ok=True)
+    (root / "nsmc" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_multi30k(root: Path, rows: dict[str, int], seed: int = 0) -> None:
+    """Multi30k-format line files whose German side is a word-for-word image of the English side."""
+    rng = random.Random(seed)
+    folder = root / "multi30k"
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, count in rows.items():
+        english, german = [], []
+        for _ in range(count):
+            positions = [rng.randrange(len(WORDS["de"])) for _ in range(rng.randint(3, 7))]
+            english.append(" ".join(WORDS["en"][p] for p in positions))
+            german.append(" ".join(WORDS["de"][p] for p in positions))
+        (folder / f"{split}.en").write_text("\n".join(english) + "\n", encoding="utf-8")
+        (folder / f"{split}.de").write_text("\n".join(german) + "\n", encoding="utf-8")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def script_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS="1",
+        WANDB_DISABLED="true",
+        # Only the loopback interface: gloo must not pick an external one.
+        GLOO_SOCKET_IFNAME="lo",
+        MASTER_ADDR="127.0.0.1",
+    )
+    return env
+
+
+def torchrun(nproc: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(nproc),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+    ]
+
+
+def accelerate_launch(*options: str) -> list[str]:
+    return [sys.executable, "-m", "accelerate.commands.launch", "--main_process_port", str(free_port()), *options]
+
+
+def run(command: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, env=script_env(), capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(command)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+        )
+    return done
+
+
+PROCESS_LINE = re.compile(r"process (\d+) of (\d+): (\d+) optimizer steps, tokenizer (\w+)")
+
+
+def process_reports(output: str) -> dict[int, tuple[int, int, str]]:
+    """rank -> (world size, optimizer steps, tokenizer fingerprint), from the line each process logs after training."""
+    return {int(r): (int(w), int(s), t) for r, w, s, t in PROCESS_LINE.findall(output)}
+
+
+def logged_losses(output_dir: Path) -> list[float]:
+    history = json.loads((output_dir / "log_history.json").read_text())
+    return [entry["loss"] for entry in history if "loss" in entry]

@@ -1,0 +1,98 @@
+"""The training scripts under torchrun and accelerate launch: two CPU processes over gloo on 127.0.0.1.
+
+Every run uses sequential sampling and no dropout, so that the two processes of a world-size-2 run see
+exactly the rows of one world-size-1 batch, and the logged losses of both can be compared step by step.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from accelerate.commands.config.config_args import load_config_from_file
+from launch_utils import (
+    REPO,
+    SCRIPTS,
+    accelerate_launch,
+    logged_losses,
+    process_reports,
+    run,
+    write_nsmc,
+)
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+STEPS = 12
+CLASSIFIER_MODEL = [
+    "--vocab_size", "120", "--d_model", "32", "--num_layers", "1", "--num_heads", "2",
+    "--intermediate_size", "64", "--max_length", "16", "--dropout", "0", "--attention_dropout", "0",
+]  # fmt: skip
+COMMON = [
+    "--max_steps", str(STEPS), "--learning_rate", "1e-2", "--warmup_steps", "0", "--logging_steps", "1",
+    "--train_sampling_strategy", "sequential", "--save_strategy", "no", "--eval_strategy", "no",
+    "--dataloader_num_workers", "0", "--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed", "0",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def nsmc_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write_nsmc(root, 520, seed=1, name="ratings_train.txt")
+    write_nsmc(root, 20, seed=2, name="ratings_test.txt")
+    return root
+
+
+def classifier_args(data_dir, output_dir, per_device_batch: int, *extra: str) -> list[str]:
+    return [
+        str(SCRIPTS / "train_classifier.py"),
+        "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--max_eval_samples", "16",
+        "--per_device_train_batch_size", str(per_device_batch), *CLASSIFIER_MODEL, *COMMON, *extra,
+    ]  # fmt: skip
+
+
+def test_classifier_two_processes_match_one(nsmc_dir, tmp_path):
+    two, one = tmp_path / "two", tmp_path / "one"
+    # World size 2 through accelerate's torchrun-style launcher; process 0 trains the tokenizer for both.
+    done = run(
+        accelerate_launch("--config_file", str(REPO / "configs" / "accelerate" / "cpu.yaml"))
+        + classifier_args(nsmc_dir, two, 16)
+    )
+    reports = process_reports(done.stderr + done.stdout)
+    assert sorted(reports) == [0, 1], reports
+    assert all(world == 2 and steps == STEPS for world, steps, _ in reports.values()), reports
+    assert reports[0][2] == reports[1][2], "the processes use different tokenizers"
+    assert json.loads((two / "results.json").read_text())["world_size"] == 2
+
+    losses_two = logged_losses(two)
+    assert len(losses_two) == STEPS
+    assert sum(losses_two[-3:]) / 3 < 0.85 * losses_two[0], losses_two
+
+    tokenizer = AutoTokenizer.from_pretrained(two)
+    model = AutoModelForSequenceClassification.from_pretrained(two).eval()
+    batch = tokenizer(["최고의 영화 정말 재미있다"], return_tensors="pt")
+    with torch.no_grad():
+        assert torch.isfinite(model(**batch).logits).all()
+
+    # `accelerate launch --cpu --num_processes 2` goes through mpirun; without MPI it starts one process.
+    # That single process, with the same tokenizer and a batch of 32 = 2 x 16, is the reference run.
+    done = run(
+        accelerate_launch(
+            "--cpu", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"
+        )
+        + classifier_args(nsmc_dir, one, 32, "--tokenizer", str(two))
+    )
+    reports = process_reports(done.stderr + done.stdout)
+    assert list(reports) == [0] and reports[0][0] == 1, reports
+    losses_one = logged_losses(one)
+    print("classifier losses, world size 2:", losses_two, "world size 1:", losses_one)
+    # The same rows per optimizer step: the logged loss is the mean over the global batch at any world size.
+    assert losses_two[0] == pytest.approx(losses_one[0], abs=1e-5)
+    assert losses_two == pytest.approx(losses_one, abs=2e-4)
+
+
+@pytest.mark.parametrize("name", ["cpu", "ddp", "fsdp", "deepspeed"])
+def test_accelerate_configs_parse(name):
+    config = load_config_from_file(str(REPO / "configs" / "accelerate" / f"{name}.yaml"))
+    expected = {"cpu": "MULTI_GPU", "ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED"}[name]
+    assert config.distributed_type == expected
+    assert config.num_processes >= 2 and config.main_process_ip == "127.0.0.1"
