@@ -1,0 +1,388 @@
+"""Multi30k translation (En->De or De->En) with Seq2SeqTrainer: shared tokenizer -> datasets ->
+TransformerForConditionalGeneration -> sacreBLEU on test2016 with beam search and greedy decoding.
+
+    python scripts/train_translation.py --output_dir runs/multi30k-en-de --data_dir ../shared/data \
+        --source_lang en --target_lang de --num_train_epochs 20 --per_device_train_batch_size 128 \
+        --learning_rate 1e-3 --warmup_steps 1000
+
+Every `Seq2SeqTrainingArguments` option works (arguments go through `HfArgumentParser`). Some defaults
+differ from transformers' so that a plain run follows the paper's recipe (section 5.3 - 5.4):
+`--adam_beta1 0.9 --adam_beta2 0.98 --adam_epsilon 1e-9 --lr_scheduler_type inverse_sqrt
+--warmup_steps 1000` with `--label_smoothing 0.1` on the model; `--learning_rate` is the peak rate,
+reached at the end of warm-up and decaying as 1/sqrt(step) after it (the paper's d_model^-0.5 *
+warmup^-0.5 is that peak). Validation BLEU is computed each epoch with greedy decoding
+(`--generation_num_beams`), and the final model is scored once on validation and test2016 with beam
+search (`--num_beams`, default 4) and once more greedily.
+
+The tokenizer is trained on both sides of the training text (or loaded with `--tokenizer`) and the
+model shares one token table between encoder, decoder and output projection. BLEU is sacreBLEU's
+default (detokenized, cased, 13a tokenization) on the decoded output against the raw reference lines.
+The output folder holds the model (safetensors, config, generation config, tokenizer),
+`results.json`, `log_history.json`, `test_predictions.txt` (beam search, in test-file order) and a
+model card (README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from transformers import AutoTokenizer, HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
+
+import hf_transformer  # noqa: F401  (registers the Auto classes)
+from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
+from hf_transformer.data import IGNORE_INDEX, load_multi30k, seq2seq_collator, tokenize_translation
+
+logger = logging.getLogger("train_translation")
+
+LANGUAGE_NAMES = {"en": "English", "de": "German"}
+
+
+@dataclass
+class ModelArguments:
+    tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer folder; else one is trained"})
+    vocab_size: int = field(default=8000, metadata={"help": "size of a newly trained shared vocabulary"})
+    tokenizer_type: str = field(default="unigram", metadata={"help": "unigram or bpe (a newly trained tokenizer)"})
+    max_source_length: int = field(default=128, metadata={"help": "sources are truncated to this many tokens"})
+    max_target_length: int = field(
+        default=128, metadata={"help": "targets are truncated to this many tokens; also the longest generation"}
+    )
+    d_model: int = 256
+    num_layers: int = 3
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float | None = field(default=None, metadata={"help": "defaults to --dropout"})
+    activation_dropout: float = 0.0
+    activation_function: str = field(default="relu", metadata={"help": "relu (paper) or gelu"})
+    layer_norm_position: str = field(default="post", metadata={"help": "post (paper) or pre"})
+    position_embedding_type: str = field(default="sinusoidal", metadata={"help": "sinusoidal (paper) or learned"})
+    scale_embedding: bool = field(default=True, metadata={"help": "token embeddings times sqrt(d_model), as the paper"})
+    share_embeddings: bool = field(default=True, metadata={"help": "one token table for encoder and decoder"})
+    tie_word_embeddings: bool = field(default=True, metadata={"help": "output projection tied to the token table"})
+    label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the training loss (paper 0.1)"})
+    num_beams: int = field(
+        default=4, metadata={"help": "beam size of the final scoring; saved as the model's generation default"}
+    )
+
+
+@dataclass
+class DataArguments:
+    data_dir: str | None = field(
+        default=None, metadata={"help": "folder holding multi30k/ (else $HF_TRANSFORMER_DATA, else ./data)"}
+    )
+    source_lang: str = field(default="en", metadata={"help": "en or de"})
+    target_lang: str = field(default="de", metadata={"help": "de or en"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training pairs"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation pairs"})
+    max_test_samples: int | None = field(default=None, metadata={"help": "use only this many test pairs"})
+
+
+@dataclass
+class TranslationTrainingArguments(Seq2SeqTrainingArguments):
+    """Seq2SeqTrainingArguments with the paper's optimiser and schedule, and BLEU-ready evaluation, as defaults."""
+
+    learning_rate: float = field(default=1e-3, metadata={"help": "peak learning rate, reached after warm-up"})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (paper 0.98)"})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (paper 1e-9)"})
+    lr_scheduler_type: str = field(
+        default="inverse_sqrt", metadata={"help": "linear warm-up, then 1/sqrt(step) decay (paper)"}
+    )
+    warmup_steps: float = field(default=1000, metadata={"help": "warm-up steps (paper 4000 on WMT)"})
+    predict_with_generate: bool = field(default=True, metadata={"help": "evaluate BLEU on generated text"})
+    generation_num_beams: int | None = field(
+        default=1, metadata={"help": "beam size of the per-epoch validation (1: greedy, cheap)"}
+    )
+    eval_strategy: str = field(default="epoch", metadata={"help": "validation BLEU each epoch"})
+    save_strategy: str = field(default="epoch", metadata={"help": "checkpoint each epoch"})
+    save_total_limit: int | None = field(default=2, metadata={"help": "checkpoints kept"})
+    logging_steps: float = field(default=50, metadata={"help": "log the training loss every this many steps"})
+
+
+# --------------------------------------------------------------------------------------------------
+# Scoring
+
+
+class ReferenceIndex:
+    """Finds the raw reference line of each prediction row from its `label_ids`.
+
+    `Trainer.predict` may return rows in another order than the dataset's (the evaluation sampler
+    groups by length when `train_sampling_strategy="group_by_length"`), so the rows are matched by their
+    token ids, never by position. Rows with identical labels take the dataset's rows in turn.
+    """
+
+    def __init__(self, label_rows: Sequence[Sequence[int]], references: Sequence[str]):
+        if len(label_rows) != len(references):
+            raise ValueError(f"{len(label_rows)} label rows but {len(references)} references")
+        self.references = list(references)
+        self._rows: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for index, row in enumerate(label_rows):
+            self._rows[tuple(int(t) for t in row)].append(index)
+
+    def positions(self, label_ids: np.ndarray, pad_token_id: int) -> list[int]:
+        """The dataset row of each prediction row; an error when a row is not in the dataset."""
+        taken: dict[tuple[int, ...], int] = defaultdict(int)
+        positions = []
+        for row in np.asarray(label_ids):
+            key = tuple(int(t) for t in row if t != IGNORE_INDEX and t != pad_token_id)
+            candidates = self._rows.get(key)
+            if not candidates:
+                raise ValueError(f"a prediction row's labels {list(key)[:12]}... match no reference of this split")
+            positions.append(candidates[taken[key] % len(candidates)])
+            taken[key] += 1
+        return positions
+
+
+def decode_generated(tokenizer, token_ids: np.ndarray) -> list[str]:
+    """Generated ids (padded with -100 across batches by the Trainer) as detokenized text."""
+    token_ids = np.where(np.asarray(token_ids) == IGNORE_INDEX, tokenizer.pad_token_id, token_ids)
+    return [text.strip() for text in tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
+
+
+class BleuMetric:
+    """`compute_metrics` for Seq2SeqTrainer: sacreBLEU and chrF of generated text against raw references.
+
+    With a `ReferenceIndex` the references are the split's own lines (matched through `label_ids`);
+    without one they are the decoded labels (tokenizer-normalised text, for data without raw lines).
+    """
+
+    def __init__(self, tokenizer, references: ReferenceIndex | None = None):
+        self.tokenizer = tokenizer
+        self.index = references
+        self.last_hypotheses: list[str] = []
+        self.last_positions: list[int] = []
+
+    def __call__(self, prediction) -> dict[str, float]:
+        import sacrebleu
+
+        hypotheses = decode_generated(self.tokenizer, prediction.predictions)
+        if self.index is not None:
+            positions = self.index.positions(prediction.label_ids, self.tokenizer.pad_token_id)
+            references = [self.index.references[i] for i in positions]
+        else:
+            positions = list(range(len(hypotheses)))
+            references = decode_generated(self.tokenizer, prediction.label_ids)
+        self.last_hypotheses, self.last_positions = hypotheses, positions
+        generated = np.asarray(prediction.predictions)
+        lengths = ((generated != IGNORE_INDEX) & (generated != self.tokenizer.pad_token_id)).sum(-1)
+        return {
+            "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
+            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
+            "gen_len": float(np.mean(lengths)) if len(lengths) else 0.0,
+        }
+
+    def in_dataset_order(self) -> list[str]:
+        """The hypotheses of the last call, reordered to the split's row order."""
+        ordered = [""] * len(self.last_positions)
+        for hypothesis, position in zip(self.last_hypotheses, self.last_positions):
+            ordered[position] = hypothesis
+        return ordered
+
+
+# --------------------------------------------------------------------------------------------------
+# Model card
+
+
+def model_card(model_args: ModelArguments, data_args: DataArguments, results: dict, parameters: int) -> str:
+    source, target = data_args.source_lang, data_args.target_lang
+
+    def score(key: str) -> str:
+        return f"{results[key]:.2f}" if key in results else "n/a"
+
+    def row(name: str, prefix: str) -> str:
+        scores = " | ".join(score(f"{prefix}_{metric}") for metric in ("bleu", "greedy_bleu", "chrf"))
+        return f"| {name} ({results.get(f'{prefix}_samples', '?')} pairs) | {scores} |"
+
+    example = {"en": "A man is riding a bicycle.", "de": "Ein Mann fährt Fahrrad."}[source]
+    return f"""---
+language: [{source}, {target}]
+license: apache-2.0
+library_name: transformers
+pipeline_tag: translation
+tags: [hf_transformer, translation, multi30k]
+datasets: [multi30k]
+metrics: [bleu, chrf]
+---
+# Transformer {LANGUAGE_NAMES[source]} -> {LANGUAGE_NAMES[target]} on Multi30k
+
+The encoder-decoder Transformer of "Attention Is All You Need" (hf_transformer), {parameters:,} parameters,
+trained from scratch on the Multi30k task 1 training pairs ({source} -> {target}) with a shared
+vocabulary and tied embeddings. BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references.
+
+| split | BLEU (beam {model_args.num_beams}) | BLEU (greedy) | chrF (beam) |
+|---|---|---|---|
+{row("validation", "eval")}
+{row("test2016", "test")}
+
+Model settings: {json.dumps(asdict(model_args))}
+
+```python
+import hf_transformer  # or trust_remote_code=True where the package is not installed
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("PATH")
+model = AutoModelForSeq2SeqLM.from_pretrained("PATH")
+batch = tokenizer([{example!r}], return_tensors="pt")
+output = model.generate(**batch, num_beams={model_args.num_beams}, max_new_tokens=64)
+print(tokenizer.batch_decode(output, skip_special_tokens=True)[0])
+```
+"""
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def build_config(model_args: ModelArguments, tokenizer) -> TransformerConfig:
+    return TransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=model_args.d_model,
+        n_layer=model_args.num_layers,
+        num_attention_heads=model_args.num_heads,
+        intermediate_size=model_args.intermediate_size,
+        max_position_embeddings=model_args.max_source_length,
+        decoder_max_position_embeddings=model_args.max_target_length,
+        dropout=model_args.dropout,
+        attention_dropout=model_args.attention_dropout,
+        activation_dropout=model_args.activation_dropout,
+        activation_function=model_args.activation_function,
+        layer_norm_position=model_args.layer_norm_position,
+        position_embedding_type=model_args.position_embedding_type,
+        scale_embedding=model_args.scale_embedding,
+        share_embeddings=model_args.share_embeddings,
+        tie_word_embeddings=model_args.tie_word_embeddings,
+        label_smoothing=model_args.label_smoothing,
+        layer_norm_epsilon=1e-6,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((ModelArguments, DataArguments, TranslationTrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    if training_args.label_smoothing_factor:
+        raise ValueError(
+            "use --label_smoothing (the model's loss), not --label_smoothing_factor: with both the target "
+            "distribution would be smoothed twice"
+        )
+    if not training_args.predict_with_generate:
+        raise ValueError("BLEU needs generated text: keep --predict_with_generate on")
+    started = time.time()
+    set_seed(training_args.seed)
+    source, target = data_args.source_lang, data_args.target_lang
+
+    splits = load_multi30k(data_args.data_dir, source_lang=source, target_lang=target)
+    for split, limit in (
+        ("train", data_args.max_train_samples),
+        ("validation", data_args.max_eval_samples),
+        ("test", data_args.max_test_samples),
+    ):
+        if limit is not None:
+            splits[split] = splits[split].select(range(min(limit, len(splits[split]))))
+    logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
+
+    if model_args.tokenizer:
+        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer)
+    else:
+        from tokenizer import train_tokenizer
+
+        pairs = splits["train"]["translation"]
+        tokenizer = train_tokenizer(
+            [pair[source] for pair in pairs] + [pair[target] for pair in pairs],
+            vocab_size=model_args.vocab_size,
+            model_type=model_args.tokenizer_type,
+            model_max_length=max(model_args.max_source_length, model_args.max_target_length),
+            show_progress=False,
+        )
+    tokenized = tokenize_translation(
+        splits,
+        tokenizer,
+        source_lang=source,
+        target_lang=target,
+        max_source_length=model_args.max_source_length,
+        max_target_length=model_args.max_target_length,
+    )
+    references = {
+        split: ReferenceIndex(tokenized[split]["labels"], [pair[target] for pair in splits[split]["translation"]])
+        for split in ("validation", "test")
+    }
+
+    config = build_config(model_args, tokenizer)
+    model = TransformerForConditionalGeneration(config)
+    # The decoder's position table holds max_target_length tokens; the start token takes no output slot.
+    model.generation_config.max_length = model_args.max_target_length + 1
+    model.generation_config.num_beams = model_args.num_beams
+    logger.info("model: %s parameters", f"{model.num_parameters():,}")
+
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"],
+        eval_dataset=tokenized["validation"],
+        data_collator=seq2seq_collator(tokenizer, model),
+        processing_class=tokenizer,
+        compute_metrics=BleuMetric(tokenizer, references["validation"]),
+    )
+    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    results: dict = {
+        "task": f"translation_{source}_to_{target}",
+        "dataset": "multi30k",
+        "split": "test2016",
+        "source_lang": source,
+        "target_lang": target,
+    }
+    results.update({f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()})
+
+    test_metric = BleuMetric(tokenizer, references["test"])
+    for prefix, beams in (("", model_args.num_beams), ("greedy_", 1)):
+        trainer.compute_metrics = BleuMetric(tokenizer, references["validation"])
+        results.update(trainer.evaluate(metric_key_prefix=f"eval_{prefix}".rstrip("_"), num_beams=beams))
+        trainer.compute_metrics = test_metric
+        test = trainer.predict(tokenized["test"], metric_key_prefix=f"test_{prefix}".rstrip("_"), num_beams=beams)
+        results.update(test.metrics)
+        if beams == model_args.num_beams:
+            test_hypotheses = test_metric.in_dataset_order()
+    results.update(
+        bleu=results["test_bleu"],
+        num_beams=model_args.num_beams,
+        eval_samples=len(tokenized["validation"]),
+        test_samples=len(tokenized["test"]),
+        parameters=model.num_parameters(),
+        wall_seconds=round(time.time() - started, 1),
+        command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
+        examples=[
+            {"source": pair[source], "reference": pair[target], "hypothesis": hypothesis}
+            for pair, hypothesis in zip(splits["test"]["translation"][:5], test_hypotheses)
+        ],
+    )
+
+    output_dir = Path(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(output_dir))  # weights, config, generation config and tokenizer
+        (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
+        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
+        (output_dir / "test_predictions.txt").write_text("\n".join(test_hypotheses) + "\n", encoding="utf-8")
+        (output_dir / "README.md").write_text(
+            model_card(model_args, data_args, results, model.num_parameters()), encoding="utf-8"
+        )
+        logger.info(
+            "test2016 BLEU %.2f (beam %d), %.2f (greedy); model folder %s",
+            results["test_bleu"],
+            model_args.num_beams,
+            results["test_greedy_bleu"],
+            output_dir,
+        )
+    return results
+
+
+if __name__ == "__main__":
+    main()
