@@ -1,0 +1,142 @@
+"""scripts/predict.py on tiny saved classifier and translator folders built here."""
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "predict.py"
+SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("predict", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizer import train_tokenizer
+
+    return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=48, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=len(tokenizer),
+        num_labels=2,
+        id2label={0: "negative", 1: "positive"},
+        n_layer=1,
+        max_position_embeddings=48,
+    )
+    config.label2id = {"negative": 0, "positive": 1}
+    model = TransformerForSequenceClassification(config)
+    with torch.no_grad():  # a classifier that is sure of "positive", whatever the text
+        model.classifier.bias.copy_(torch.tensor([-10.0, 10.0]))
+    folder = tmp_path_factory.mktemp("classifier")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def translator_dir(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    model = TransformerForConditionalGeneration(
+        tiny_config(vocab_size=len(tokenizer), n_layer=1, max_position_embeddings=48)
+    )
+    model.generation_config.num_beams = 2
+    model.generation_config.max_length = 9
+    folder = tmp_path_factory.mktemp("translator")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_classifier_prints_label_and_probability(classifier_dir, capsys):
+    results = load_script().main([str(classifier_dir), "a man rides a red bike .", "two dogs play ."])
+    assert [r["label"] for r in results] == ["positive", "positive"]
+    for result in results:
+        assert result["score"] > 0.99 and sum(result["scores"].values()) == pytest.approx(1.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split("\t") == ["positive", f"{results[0]['score']:.4f}", "a man rides a red bike ."]
+    assert len(lines) == 2
+
+
+def test_classifier_reads_stdin(classifier_dir, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n\n  second line  \n"))
+    results = load_script().main([str(classifier_dir), "--json"])
+    assert [r["text"] for r in results] == ["first line", "second line"]
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert printed == results
+
+
+def test_translator_matches_generate(translator_dir, tokenizer):
+    module = load_script()
+    predictor = module.Predictor.from_pretrained(str(translator_dir))
+    assert predictor.task == module.SEQ2SEQ
+    # The saved generation config (max_length 9, counting the start token) bounds the output.
+    assert predictor._generation_length() == 8
+
+    texts = SENTENCES[:3]
+    model = TransformerForConditionalGeneration.from_pretrained(translator_dir).eval()
+    batch = tokenizer(texts, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = model.generate(**batch, num_beams=2, max_new_tokens=8)
+    decoded = [text.strip() for text in tokenizer.batch_decode(expected, skip_special_tokens=True)]
+    assert [r["translation"] for r in predictor(texts)] == decoded
+
+    # Batching does not change the outputs; --max_new_tokens shortens them.
+    predictor.batch_size = 1
+    assert [r["translation"] for r in predictor(texts)] == decoded
+    with torch.no_grad():
+        two_tokens = model.generate(**batch, num_beams=1, max_new_tokens=2)
+    assert two_tokens.shape[1] <= 3  # the start token and two more
+    short = module.Predictor.from_pretrained(str(translator_dir), max_new_tokens=2, num_beams=1)
+    assert [r["translation"] for r in short(texts)] == [
+        text.strip() for text in tokenizer.batch_decode(two_tokens, skip_special_tokens=True)
+    ]
+
+
+def test_translator_from_stdin_in_a_subprocess(translator_dir):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), str(translator_dir), "--json", "--num_beams", "1"],
+        input="a man rides a red bike .\ntwo dogs play in the snow .\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr
+    rows = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert [row["text"] for row in rows] == ["a man rides a red bike .", "two dogs play in the snow ."]
+    assert all(isinstance(row["translation"], str) for row in rows)
+
+
+def test_task_of_rejects_an_unknown_head():
+    module = load_script()
+    config = tiny_config()
+    config.architectures = ["TransformerForSequenceClassification"]
+    assert module.task_of(config) == module.CLASSIFICATION
+    config.architectures = ["TransformerForConditionalGeneration"]
+    assert module.task_of(config) == module.SEQ2SEQ
+    config.architectures, config.is_encoder_decoder = ["SomethingElse"], False
+    with pytest.raises(ValueError, match="architectures"):
+        module.task_of(config)
