@@ -1,0 +1,312 @@
+"""Figures: per-head attention maps of a saved model, the sinusoidal position table, and training curves.
+
+    python scripts/plot_attention.py attention runs/multi30k-en-de "A man is riding a bike." --output attn.png
+    python scripts/plot_attention.py attention runs/multi30k-en-de "A man ..." --target "Ein Mann ..." --output attn.png
+    python scripts/plot_attention.py attention runs/nsmc "정말 재미있는 영화였어요" --output attn.png
+    python scripts/plot_attention.py positions --d_model 128 --length 64 --output pe.png
+    python scripts/plot_attention.py curves runs/nsmc --output curves.png
+
+`attention` draws one panel per layer and head, tokens on both axes (queries down, keys across):
+encoder self-attention, and for a seq2seq model also decoder self-attention and cross-attention
+(`--kinds` picks). The decoder reads `--target`, or, without one, the model's own greedy translation
+(as long as the saved generation config allows).
+`positions` draws the sinusoid table as the seed tutorial does (position on y, depth on x, RdBu).
+`curves` reads a Trainer `log_history` (a `log_history.json`, a `trainer_state.json`, or a folder with
+either) and draws the training loss and learning rate against the step and every evaluation metric
+against the epoch; evaluations logged after training ended (final scoring) are left out.
+
+Text is drawn with a CJK font when one is installed (Noto Sans CJK, Nanum Gothic, ...); otherwise
+Hangul tokens show as boxes and one warning says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import font_manager  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+logger = logging.getLogger("plot_attention")
+
+CJK_FONTS = (
+    "Noto Sans CJK KR",
+    "Noto Sans CJK JP",
+    "Noto Sans KR",
+    "NanumGothic",
+    "NanumBarunGothic",
+    "Malgun Gothic",
+    "AppleGothic",
+    "Apple SD Gothic Neo",
+    "Source Han Sans KR",
+    "UnDotum",
+    "WenQuanYi Zen Hei",
+)
+KINDS = ("encoder", "decoder", "cross")
+_KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
+# Log keys that are bookkeeping, not metrics.
+_NOT_METRICS = ("runtime", "per_second", "samples", "steps", "epoch", "step", "total_flos", "gen_len")
+
+
+def use_cjk_font() -> str | None:
+    """Put the first installed CJK font in front of matplotlib's default, which still draws Latin text."""
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    for name in CJK_FONTS:
+        if name in installed:
+            plt.rcParams["font.family"] = [name, "DejaVu Sans"]
+            return name
+    return None
+
+
+def save(figure: Figure, output: str | Path, dpi: int = 100) -> Path:
+    """Write a PNG; glyphs the fonts lack become one log warning instead of one warning per glyph."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.savefig(output, dpi=dpi)
+    missing = [w for w in caught if "missing from font" in str(w.message)]
+    for other in caught:
+        if other not in missing:
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+    if missing:
+        logger.warning(
+            "%d characters have no glyph in the installed fonts and show as boxes in %s; install a CJK font "
+            "(e.g. fonts-noto-cjk or fonts-nanum) for Hangul",
+            len(missing),
+            output,
+        )
+    plt.close(figure)
+    return output
+
+
+# --------------------------------------------------------------------------------------------------
+# Attention
+
+
+def load_model(model_dir: str):
+    """Model (eval mode), tokenizer and whether it is a seq2seq model, through the Auto classes."""
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
+
+    import hf_transformer  # noqa: F401  (registers the Auto classes)
+
+    config = AutoConfig.from_pretrained(model_dir)
+    classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
+    auto = AutoModelForSequenceClassification if classifier else AutoModelForSeq2SeqLM
+    model = auto.from_pretrained(model_dir, config=config).eval()
+    return model, AutoTokenizer.from_pretrained(model_dir), not classifier
+
+
+def attention_maps(model, tokenizer, sentence: str, target: str | None = None, seq2seq: bool = True) -> dict:
+    """Per-head attention probabilities of one sentence, as numpy arrays, with the tokens of both axes.
+
+    Returns `{"source_tokens", "target_tokens", "encoder", "decoder", "cross"}`; each map list holds one
+    `(heads, queries, keys)` array per layer (decoder and cross only for seq2seq models).
+    """
+    import torch
+
+    source = tokenizer(sentence, return_tensors="pt", truncation=True, max_length=model.config.max_position_embeddings)
+    source.pop("token_type_ids", None)
+    maps = {"source_tokens": tokenizer.convert_ids_to_tokens(source["input_ids"][0].tolist()), "target_tokens": []}
+    with torch.no_grad():
+        if not seq2seq:
+            output = model(**source, output_attentions=True)
+            maps["encoder"] = [a[0].numpy() for a in output.encoder_attentions]
+            return maps
+        limit = model.config.decoder_max_position_embeddings
+        if target is not None:
+            labels = tokenizer(text_target=target, truncation=True, max_length=limit)["input_ids"]
+            decoder_input_ids = model.prepare_decoder_input_ids_from_labels(torch.tensor([labels]))
+        else:
+            saved = model.generation_config.to_diff_dict()  # the folder's own length limit, if it sets one
+            length = min(limit, saved.get("max_length", limit))
+            decoder_input_ids = model.generate(**source, num_beams=1, max_length=length)[:, :limit]
+        output = model(**source, decoder_input_ids=decoder_input_ids, output_attentions=True)
+    maps["target_tokens"] = tokenizer.convert_ids_to_tokens(decoder_input_ids[0].tolist())
+    maps["encoder"] = [a[0].numpy() for a in output.encoder_attentions]
+    maps["decoder"] = [a[0].numpy() for a in output.decoder_attentions]
+    maps["cross"] = [a[0].numpy() for a in output.cross_attentions]
+    return maps
+
+
+def plot_attention_maps(maps: dict, kinds: Sequence[str] = KINDS, title: str | None = None) -> tuple[Figure, list]:
+    """One row per (kind, layer), one column per head. Returns the figure and its heatmap axes."""
+    kinds = [kind for kind in kinds if kind in maps]
+    if not kinds:
+        raise ValueError(f"none of the attention kinds {list(KINDS)} is in the maps")
+    axis_tokens = {
+        "encoder": (maps["source_tokens"], maps["source_tokens"]),
+        "decoder": (maps["target_tokens"], maps["target_tokens"]),
+        "cross": (maps["target_tokens"], maps["source_tokens"]),
+    }
+    rows = [(kind, layer) for kind in kinds for layer in range(len(maps[kind]))]
+    heads = maps[kinds[0]][0].shape[0]
+    longest = max(len(maps["source_tokens"]), len(maps["target_tokens"]))
+    side = max(2.2, 0.22 * longest + 1.0)
+    figure, grid = plt.subplots(
+        len(rows), heads, figsize=(side * heads + 1.0, side * len(rows) + 0.6), squeeze=False, layout="constrained"
+    )
+    image = None
+    for row, (kind, layer) in enumerate(rows):
+        queries, keys = axis_tokens[kind]
+        for head in range(heads):
+            axes = grid[row][head]
+            image = axes.imshow(maps[kind][layer][head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
+            axes.set_xticks(range(len(keys)), keys, rotation=90, fontsize=7)
+            axes.set_yticks(range(len(queries)), queries, fontsize=7)
+            axes.set_title(f"{_KIND_TITLES[kind]} | layer {layer + 1} head {head + 1}", fontsize=8)
+    figure.colorbar(image, ax=grid, shrink=0.6, label="attention probability")
+    if title:
+        figure.suptitle(title)
+    return figure, [axes for row in grid for axes in row]
+
+
+# --------------------------------------------------------------------------------------------------
+# Positions
+
+
+def plot_positions(d_model: int = 128, length: int = 64) -> tuple[Figure, list]:
+    """The sinusoid table (rows = positions 0..length-1, columns = dimensions), drawn like the seed tutorial."""
+    from hf_transformer.modeling_transformer import sinusoid_table
+
+    table = sinusoid_table(length, d_model).numpy()
+    figure, axes = plt.subplots(figsize=(8, 5), layout="constrained")
+    mesh = axes.pcolormesh(table, cmap="RdBu", vmin=-1.0, vmax=1.0)
+    axes.set_xlabel("Depth")
+    axes.set_xlim((0, d_model))
+    axes.set_ylabel("Position")
+    axes.set_title(f"Sinusoidal positional encoding (d_model {d_model}, {length} positions)")
+    figure.colorbar(mesh, ax=axes)
+    return figure, [axes]
+
+
+# --------------------------------------------------------------------------------------------------
+# Learning curves
+
+
+def read_log_history(path: str | Path) -> list[dict]:
+    """A Trainer log history from `log_history.json`, `trainer_state.json` or a folder holding either."""
+    path = Path(path)
+    if path.is_dir():
+        candidates = [path / "log_history.json", path / "trainer_state.json"]
+        checkpoints = path.glob("checkpoint-*/trainer_state.json")
+        candidates += sorted(checkpoints, key=lambda state: int(state.parent.name.rsplit("-", 1)[-1]))
+        found = [candidate for candidate in candidates if candidate.is_file()]
+        if not found:
+            raise FileNotFoundError(f"{path} holds no log_history.json or trainer_state.json")
+        path = found[0] if found[0].name == "log_history.json" else found[-1]
+    data = json.loads(path.read_text())
+    history = data["log_history"] if isinstance(data, dict) else data
+    if not isinstance(history, list):
+        raise ValueError(f"{path}: expected a list of log entries")
+    return history
+
+
+def _is_metric(key: str, value) -> bool:
+    return (
+        key.startswith("eval_")
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not any(key.endswith(part) or f"_{part}" in key for part in _NOT_METRICS)
+        and math.isfinite(value)
+    )
+
+
+def plot_curves(history: list[dict], title: str | None = None) -> tuple[Figure, list]:
+    """Training loss (with evaluation loss) and learning rate against the step, metrics against the epoch."""
+    end = next((i for i, entry in enumerate(history) if "train_runtime" in entry), len(history))
+    history = history[:end]
+    train = [(e["step"], e["loss"]) for e in history if "loss" in e and "step" in e]
+    evals = [e for e in history if "eval_loss" in e]
+    rates = [(e["step"], e["learning_rate"]) for e in history if "learning_rate" in e and "step" in e]
+    metrics = sorted({k for e in history for k, v in e.items() if _is_metric(k, v) and k != "eval_loss"})
+    if not train and not evals:
+        raise ValueError("the log history has no training or evaluation loss to draw")
+
+    panels = ["loss"] + (["learning_rate"] if rates else []) + metrics
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False, layout="constrained")
+    drawn = []
+    for axes, panel in zip((a for row in grid for a in row), panels):
+        drawn.append(axes)
+        if panel == "loss":
+            if train:
+                axes.plot(*zip(*train), label="train loss")
+            if evals:
+                axes.plot([e["step"] for e in evals], [e["eval_loss"] for e in evals], "o-", label="validation loss")
+            axes.set_xlabel("step")
+            axes.set_ylabel("loss")
+            axes.legend()
+        elif panel == "learning_rate":
+            axes.plot(*zip(*rates))
+            axes.set_xlabel("step")
+            axes.set_ylabel("learning rate")
+        else:
+            points = [(e.get("epoch", e.get("step")), e[panel]) for e in history if panel in e]
+            axes.plot(*zip(*points), "o-")
+            axes.set_xlabel("epoch")
+            axes.set_ylabel(panel.removeprefix("eval_"))
+        axes.set_title(panel.replace("_", " "))
+        axes.grid(alpha=0.3)
+    for axes in [a for row in grid for a in row][len(panels) :]:
+        axes.remove()
+    if title:
+        figure.suptitle(title)
+    return figure, drawn
+
+
+# --------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    attention = commands.add_parser("attention", help="per-head attention heatmaps of one sentence")
+    attention.add_argument("model_dir")
+    attention.add_argument("sentence")
+    attention.add_argument("--target", default=None, help="decoder text (default: the model's greedy output)")
+    attention.add_argument("--kinds", nargs="+", choices=KINDS, default=list(KINDS))
+    attention.add_argument("--output", required=True)
+
+    positions = commands.add_parser("positions", help="the sinusoidal positional-encoding table")
+    positions.add_argument("--d_model", type=int, default=128)
+    positions.add_argument("--length", type=int, default=64)
+    positions.add_argument("--output", required=True)
+
+    curves = commands.add_parser("curves", help="learning curves from a Trainer log history")
+    curves.add_argument("log_history", help="log_history.json, trainer_state.json or a model / checkpoint folder")
+    curves.add_argument("--output", required=True)
+
+    parser.add_argument("--dpi", type=int, default=100)
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    font = use_cjk_font()
+
+    if args.command == "attention":
+        model, tokenizer, seq2seq = load_model(args.model_dir)
+        maps = attention_maps(model, tokenizer, args.sentence, args.target, seq2seq=seq2seq)
+        figure, panels = plot_attention_maps(maps, args.kinds, title=args.sentence)
+    elif args.command == "positions":
+        figure, panels = plot_positions(args.d_model, args.length)
+    else:
+        figure, panels = plot_curves(read_log_history(args.log_history), title=str(args.log_history))
+    size = tuple(int(round(v * args.dpi)) for v in figure.get_size_inches())
+    output = save(figure, args.output, dpi=args.dpi)
+    logger.info("wrote %s (%d panels)", output, len(panels))
+    return {"output": str(output), "panels": len(panels), "size": size, "font": font}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,174 @@
+"""scripts/plot_attention.py: attention heatmaps of tiny saved models, the position table and learning curves."""
+
+import importlib.util
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+from matplotlib import image as mpimg
+
+from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+from hf_transformer.modeling_transformer import sinusoid_table
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "plot_attention.py"
+ENGLISH = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 3
+KOREAN = ["정말 재미있는 영화였어요", "시간이 아깝다", "배우 연기가 훌륭하다"] * 3
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("plot_attention", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def train_small_tokenizer(texts):
+    from tokenizer import train_tokenizer
+
+    return train_tokenizer(texts, vocab_size=80, model_type="bpe", model_max_length=32, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def translator_dir(tmp_path_factory):
+    tokenizer = train_small_tokenizer(ENGLISH)
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=32, n_layer=2, num_attention_heads=2)
+    folder = tmp_path_factory.mktemp("translator")
+    model = TransformerForConditionalGeneration(config)
+    model.generation_config.max_length = 8
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def korean_classifier_dir(tmp_path_factory):
+    tokenizer = train_small_tokenizer(KOREAN)
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=len(tokenizer), max_position_embeddings=32, n_layer=1, num_attention_heads=2, num_labels=2
+    )
+    folder = tmp_path_factory.mktemp("classifier")
+    TransformerForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def assert_real_png(path: Path, size: tuple[int, int]):
+    pixels = mpimg.imread(path)
+    assert pixels.shape[1] == size[0] and pixels.shape[0] == size[1]
+    assert pixels[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_seq2seq_attention_panels_and_tokens(translator_dir, tmp_path):
+    module = load_script()
+    output = tmp_path / "attention.png"
+    sentence, target = "a man rides a red bike .", "ein mann fährt ein rotes fahrrad ."
+    result = module.main(["attention", str(translator_dir), sentence, "--target", target, "--output", str(output)])
+    assert result["panels"] == 3 * 2 * 2  # (encoder, decoder, cross) x 2 layers x 2 heads
+    assert_real_png(output, result["size"])
+
+    model, tokenizer, seq2seq = module.load_model(str(translator_dir))
+    assert seq2seq
+    maps = module.attention_maps(model, tokenizer, sentence, target)
+    source_ids = tokenizer(sentence)["input_ids"]
+    labels = tokenizer(text_target=target)["input_ids"]
+    assert maps["source_tokens"] == tokenizer.convert_ids_to_tokens(source_ids)
+    # The decoder reads the start token and the target without its final [EOS].
+    assert maps["target_tokens"] == ["[BOS]", *tokenizer.convert_ids_to_tokens(labels[:-1])]
+    source_len, target_len = len(source_ids), len(labels)
+    assert [m.shape for m in maps["encoder"]] == [(2, source_len, source_len)] * 2
+    assert [m.shape for m in maps["decoder"]] == [(2, target_len, target_len)] * 2
+    assert [m.shape for m in maps["cross"]] == [(2, target_len, source_len)] * 2
+    for kind in ("encoder", "decoder", "cross"):
+        np.testing.assert_allclose(maps[kind][0].sum(-1), 1.0, atol=1e-5)  # probabilities over keys
+    assert np.allclose(np.triu(maps["decoder"][1][0], k=1), 0.0)  # no query sees a later token
+
+    figure, panels = module.plot_attention_maps(maps, kinds=["cross"])
+    assert len(panels) == 2 * 2
+    assert [t.get_text() for t in panels[0].get_xticklabels()] == maps["source_tokens"]
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == maps["target_tokens"]
+    np.testing.assert_allclose(panels[3].get_images()[0].get_array(), maps["cross"][1][1])
+
+
+def test_seq2seq_attention_without_target_uses_the_generated_translation(translator_dir, tmp_path):
+    module = load_script()
+    output = tmp_path / "cross.png"
+    result = module.main(
+        ["attention", str(translator_dir), "two dogs play .", "--kinds", "cross", "--output", str(output)]
+    )
+    assert result["panels"] == 2 * 2
+    assert_real_png(output, result["size"])
+    model, tokenizer, _ = module.load_model(str(translator_dir))
+    maps = module.attention_maps(model, tokenizer, "two dogs play .")
+    assert maps["target_tokens"][0] == "[BOS]" and len(maps["target_tokens"]) <= 8  # the saved max_length
+
+
+def test_classifier_attention_with_hangul(korean_classifier_dir, tmp_path, caplog):
+    module = load_script()
+    output = tmp_path / "korean.png"
+    with caplog.at_level(logging.WARNING, logger="plot_attention"):
+        result = module.main(
+            ["attention", str(korean_classifier_dir), "정말 재미있는 영화였어요", "--output", str(output)]
+        )
+    assert result["panels"] == 1 * 2  # encoder only: 1 layer x 2 heads
+    assert_real_png(output, result["size"])
+    if result["font"] is None:  # no CJK font installed: boxes instead of Hangul, and one warning saying so
+        assert "no glyph" in caplog.text
+
+
+def test_positions_draws_the_sinusoid_table(tmp_path):
+    module = load_script()
+    output = tmp_path / "pe.png"
+    result = module.main(["positions", "--d_model", "128", "--length", "64", "--output", str(output)])
+    assert result["panels"] == 1 and result["size"] == (800, 500)
+    assert_real_png(output, result["size"])
+
+    figure, (axes,) = module.plot_positions(d_model=16, length=10)
+    drawn = np.asarray(axes.collections[0].get_array()).reshape(10, 16)
+    np.testing.assert_allclose(drawn, sinusoid_table(10, 16).numpy())
+    assert axes.get_xlabel() == "Depth" and axes.get_ylabel() == "Position"
+
+
+def trainer_history():
+    history = [{"loss": 3.0 - 0.2 * step, "learning_rate": 1e-3, "epoch": step / 4, "step": step} for step in (1, 2, 3)]
+    history.insert(
+        2, {"eval_loss": 2.5, "eval_accuracy": 0.6, "eval_f1": 0.5, "eval_runtime": 0.1, "epoch": 1.0, "step": 2}
+    )
+    history.append(
+        {"eval_loss": 2.2, "eval_accuracy": 0.7, "eval_f1": 0.6, "eval_runtime": 0.1, "epoch": 2.0, "step": 4}
+    )
+    history.append({"train_runtime": 5.0, "train_loss": 2.6, "epoch": 2.0, "step": 4})
+    history.append(
+        {"eval_loss": 2.0, "eval_accuracy": 0.9, "eval_runtime": 0.2, "epoch": 2.0, "step": 4}
+    )  # final scoring
+    return history
+
+
+def test_curves_from_a_log_history_and_a_checkpoint_folder(tmp_path):
+    module = load_script()
+    (tmp_path / "log_history.json").write_text(json.dumps(trainer_history()))
+    result = module.main(["curves", str(tmp_path / "log_history.json"), "--output", str(tmp_path / "curves.png")])
+    assert result["panels"] == 4  # loss, learning rate, accuracy, f1 (runtime is not a metric)
+    assert_real_png(tmp_path / "curves.png", result["size"])
+
+    figure, panels = module.plot_curves(trainer_history())
+    assert [axes.get_title() for axes in panels] == ["loss", "learning rate", "eval accuracy", "eval f1"]
+    train_line, eval_line = panels[0].get_lines()
+    assert list(train_line.get_xdata()) == [1, 2, 3] and list(eval_line.get_ydata()) == [2.5, 2.2]
+    assert list(panels[2].get_lines()[0].get_ydata()) == [0.6, 0.7]  # the post-training evaluation is left out
+
+    run = tmp_path / "run"
+    (run / "checkpoint-10").mkdir(parents=True)
+    (run / "checkpoint-10" / "trainer_state.json").write_text(json.dumps({"log_history": trainer_history()[:2]}))
+    (run / "checkpoint-2").mkdir()
+    (run / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    assert module.read_log_history(run) == trainer_history()[:2]  # the latest checkpoint, by number
+    with pytest.raises(FileNotFoundError):
+        module.read_log_history(tmp_path / "run" / "checkpoint-2" / "missing")
