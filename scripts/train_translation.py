@@ -34,11 +34,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from transformers import AutoTokenizer, HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
+from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments, set_seed
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.data import IGNORE_INDEX, load_multi30k, seq2seq_collator, tokenize_translation
+from hf_transformer.training import one_tokenizer, tokenizer_fingerprint
 
 logger = logging.getLogger("train_translation")
 
@@ -290,19 +291,20 @@ def main(argv: list[str] | None = None) -> dict:
             splits[split] = splits[split].select(range(min(limit, len(splits[split]))))
     logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
 
-    if model_args.tokenizer:
-        tokenizer = AutoTokenizer.from_pretrained(model_args.tokenizer)
-    else:
+    def train_new_tokenizer():
         from tokenizer import train_tokenizer
 
         pairs = splits["train"]["translation"]
-        tokenizer = train_tokenizer(
+        return train_tokenizer(
             [pair[source] for pair in pairs] + [pair[target] for pair in pairs],
             vocab_size=model_args.vocab_size,
             model_type=model_args.tokenizer_type,
             model_max_length=max(model_args.max_source_length, model_args.max_target_length),
             show_progress=False,
         )
+
+    # One tokenizer for every process and for a resumed run (hf_transformer.training.one_tokenizer).
+    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
     tokenized = tokenize_translation(
         splits,
         tokenizer,
@@ -333,6 +335,13 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=BleuMetric(tokenizer, references["validation"]),
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    logger.info(
+        "process %d of %d: %d optimizer steps, tokenizer %s",
+        training_args.process_index,
+        training_args.world_size,
+        trainer.state.global_step,
+        tokenizer_fingerprint(tokenizer),
+    )
     results: dict = {
         "task": f"translation_{source}_to_{target}",
         "dataset": "multi30k",
@@ -356,6 +365,7 @@ def main(argv: list[str] | None = None) -> dict:
         num_beams=model_args.num_beams,
         eval_samples=len(tokenized["validation"]),
         test_samples=len(tokenized["test"]),
+        world_size=training_args.world_size,
         parameters=model.num_parameters(),
         wall_seconds=round(time.time() - started, 1),
         command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),

@@ -1,4 +1,4 @@
-"""The training scripts under torchrun and accelerate launch: two CPU processes over gloo on 127.0.0.1.
+"""The training scripts under accelerate launch and torchrun: two CPU processes over gloo on 127.0.0.1.
 
 Every run uses sequential sampling and no dropout, so that the two processes of a world-size-2 run see
 exactly the rows of one world-size-1 batch, and the logged losses of both can be compared step by step.
@@ -7,6 +7,7 @@ exactly the rows of one world-size-1 batch, and the logged losses of both can be
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -18,9 +19,11 @@ from launch_utils import (
     logged_losses,
     process_reports,
     run,
+    torchrun,
+    write_multi30k,
     write_nsmc,
 )
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
 STEPS = 12
 CLASSIFIER_MODEL = [
@@ -96,3 +99,43 @@ def test_accelerate_configs_parse(name):
     expected = {"cpu": "MULTI_GPU", "ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed": "DEEPSPEED"}[name]
     assert config.distributed_type == expected
     assert config.num_processes >= 2 and config.main_process_ip == "127.0.0.1"
+
+
+TRANSLATION_MODEL = [
+    "--vocab_size", "60", "--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "64",
+    "--max_source_length", "16", "--max_target_length", "16", "--dropout", "0", "--num_beams", "2",
+    "--lr_scheduler_type", "constant", "--max_eval_samples", "8", "--max_test_samples", "8",
+]  # fmt: skip
+
+
+def test_translation_two_processes_match_one(tmp_path):
+    data_dir, two, one = tmp_path / "data", tmp_path / "two", tmp_path / "one"
+    write_multi30k(data_dir, {"train": 256, "val": 16, "test_2016_flickr": 16})
+
+    def args(output_dir, per_device_batch, *extra):
+        return [
+            str(SCRIPTS / "train_translation.py"), "--output_dir", str(output_dir), "--data_dir", str(data_dir),
+            "--per_device_train_batch_size", str(per_device_batch), *TRANSLATION_MODEL, *COMMON, *extra,
+        ]  # fmt: skip
+
+    done = run(torchrun(2) + args(two, 16))
+    reports = process_reports(done.stderr + done.stdout)
+    assert sorted(reports) == [0, 1] and {r[:2] for r in reports.values()} == {(2, STEPS)}, reports
+    assert reports[0][2] == reports[1][2], "the processes use different tokenizers"
+    assert json.loads((two / "results.json").read_text())["world_size"] == 2
+    losses_two = logged_losses(two)
+    assert len(losses_two) == STEPS and losses_two[-1] < 0.8 * losses_two[0], losses_two
+
+    tokenizer = AutoTokenizer.from_pretrained(two)
+    model = AutoModelForSeq2SeqLM.from_pretrained(two).eval()
+    batch = tokenizer(["a dog runs"], return_tensors="pt")
+    assert model.generate(**batch, max_new_tokens=5).shape[0] == 1
+
+    done = run([sys.executable, *args(one, 32, "--tokenizer", str(two))])
+    assert process_reports(done.stderr + done.stdout)[0][0] == 1
+    losses_one = logged_losses(one)
+    print("translation losses, world size 2:", losses_two, "world size 1:", losses_one)
+    # Token-weighted: each process divides its summed loss by the token count of the whole global batch
+    # (num_items_in_batch gathered over processes), so the logged loss is the global per-token mean.
+    assert losses_two[0] == pytest.approx(losses_one[0], abs=1e-5)
+    assert losses_two == pytest.approx(losses_one, abs=2e-4)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_utils import SCRIPTS, logged_losses, run, script_env, write_nsmc
+from launch_utils import SCRIPTS, logged_losses, run, script_env, write_multi30k, write_nsmc
 from safetensors.torch import load_file
 
 SAVE_STEPS, MAX_STEPS = 5, 60
@@ -82,3 +82,30 @@ def test_classifier_resumes_after_sigkill(tmp_path):
 
     difference = assert_same_run(killed, uninterrupted)
     print(f"classifier resume: max abs weight difference {difference:.3g}")
+
+
+def translation_args(data_dir: Path, output_dir: Path) -> list[str]:
+    return [
+        str(SCRIPTS / "train_translation.py"),
+        "--output_dir", str(output_dir), "--data_dir", str(data_dir),
+        "--vocab_size", "60", "--d_model", "64", "--num_layers", "2", "--num_heads", "4", "--intermediate_size", "128",
+        "--max_source_length", "16", "--max_target_length", "16", "--dropout", "0.1", "--num_beams", "2",
+        "--per_device_train_batch_size", "32", "--learning_rate", "3e-3", "--warmup_steps", "3",
+        "--max_steps", str(MAX_STEPS), "--save_strategy", "steps", "--save_steps", str(SAVE_STEPS),
+        "--save_total_limit", "100", "--eval_strategy", "no", "--logging_steps", "1",
+        "--max_eval_samples", "4", "--max_test_samples", "4",
+        "--dataloader_num_workers", "0", "--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed", "3",
+    ]  # fmt: skip
+
+
+def test_translation_resumes_after_sigkill(tmp_path):
+    data_dir = tmp_path / "data"
+    write_multi30k(data_dir, {"train": 400, "val": 8, "test_2016_flickr": 8})
+    uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
+
+    checkpoint = kill_after_first_checkpoint([sys.executable, *translation_args(data_dir, killed)], killed)
+    run([sys.executable, *translation_args(data_dir, uninterrupted), "--tokenizer", str(checkpoint)])
+    run([sys.executable, *translation_args(data_dir, killed), "--resume_from_checkpoint", str(checkpoint)])
+
+    difference = assert_same_run(killed, uninterrupted)
+    print(f"translation resume: max abs weight difference {difference:.3g}")
