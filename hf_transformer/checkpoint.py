@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-from safetensors import SafetensorError
 
 
 class CheckpointError(OSError):
@@ -68,7 +67,11 @@ def checked_from_pretrained(load: Callable, cls: type, pretrained_model_name_or_
     want_info = kwargs.pop("output_loading_info", False)
     try:
         model, loading_info = load(pretrained_model_name_or_path, *args, output_loading_info=True, **kwargs)
-    except SafetensorError as error:
+    except Exception as error:
+        # Recognised by its module rather than imported: this file is copied beside the weights for remote
+        # code, and the copies import nothing but torch, transformers and each other.
+        if not type(error).__module__.startswith("safetensors"):
+            raise
         raise CheckpointError(
             f"The weights file of {pretrained_model_name_or_path} is damaged (truncated or corrupted) and cannot "
             f"be read: {error}. Save or download it again."

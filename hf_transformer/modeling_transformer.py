@@ -32,6 +32,7 @@ from transformers.modeling_outputs import (
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
+from .checkpoint import checked_from_pretrained
 from .configuration_transformer import TransformerConfig
 
 # ---------------------------------------------------------------------------------------------------
@@ -397,6 +398,14 @@ class TransformerPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.weight[module.padding_idx])
         elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
             init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        # transformers only logs weights that are missing from, or unused in, a checkpoint; a model loaded
+        # here must never be left with random weights, so those reports become errors (see checkpoint.py).
+        return checked_from_pretrained(
+            super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs
+        )
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
         # Tying here follows the config: `share_embeddings` ties the encoder and decoder tables even when
@@ -843,6 +852,10 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
     """A linear classifier over a pooled representation (``config.classifier_pooling``):
     "mean" / "max" over the encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder
     reads one start token over the encoder output, as in the seed tutorial's sentiment model."""
+
+    # The loss is a mean over the model's own batch; Trainer must not pass `num_items_in_batch` and must
+    # divide by the accumulation steps itself (it would otherwise scale the loss by the world size).
+    accepts_loss_kwargs = False
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)

@@ -156,10 +156,6 @@ def main(argv: list[str] | None = None) -> dict:
         label2id={name: i for i, name in enumerate(label_names)},
     )
     model = TransformerForSequenceClassification(config)
-    # The classifier's loss is a mean over its own batch and ignores `num_items_in_batch`. Left to its default
-    # (a forward with **kwargs), Trainer would pass that count, skip the division by the accumulation steps and
-    # multiply the loss by the world size: gradients and logged losses twice as large with 2 processes.
-    model.accepts_loss_kwargs = False
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
 
     trainer = Trainer(

@@ -157,10 +157,6 @@ def test_another_architecture_may_start_from_a_checkpoint(saved):
     assert all(torch.equal(encoder[k], v) for k, v in classifier.model.encoder.state_dict().items())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs TransformerPreTrainedModel.from_pretrained to call hf_transformer.checkpoint.checked_from_pretrained",
-)
 def test_the_auto_classes_use_the_checks(damaged):
     edit_weights(damaged, lambda weights: weights.pop("model.encoder.layers.0.feed_forward.fc1.weight"))
     with pytest.raises(CheckpointError):

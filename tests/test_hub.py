@@ -128,14 +128,15 @@ def card_snippet(folder: Path) -> str:
 def test_save_pretrained_writes_full_auto_map_and_self_contained_code(saved):
     for folder in (saved["model_dir"], saved["classifier_dir"]):
         assert json.loads((folder / "config.json").read_text())["auto_map"] == FULL_AUTO_MAP
-        for name in ("configuration_transformer.py", "modeling_transformer.py"):
+        for name in ("configuration_transformer.py", "modeling_transformer.py", "checkpoint.py"):
             assert (folder / name).read_text() == (ROOT / "hf_transformer" / name).read_text()
     # The copies import only each other, torch, transformers and the standard library.
-    for name in ("configuration_transformer.py", "modeling_transformer.py"):
-        tree = ast.parse((saved["model_dir"] / name).read_text())
+    copied = ("configuration_transformer", "modeling_transformer", "checkpoint")
+    for name in copied:
+        tree = ast.parse((saved["model_dir"] / f"{name}.py").read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.level:
-                assert node.level == 1 and node.module == "configuration_transformer", ast.unparse(node)
+                assert node.level == 1 and node.module in copied, ast.unparse(node)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
                 for module in modules:
