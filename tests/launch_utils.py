@@ -1,7 +1,9 @@
-"""Running the training scripts in subprocesses (torchrun, accelerate launch, plain python) on generated data."""
+"""Loading the scripts in-process, and running them in subprocesses (torchrun, accelerate launch, plain python),
+on generated data."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import random
@@ -21,13 +23,24 @@ WORDS = {
 }
 
 
-def write_nsmc(root: Path, rows: int, seed: int, name: str) -> None:
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module, so tests can call its functions."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve a script's annotations through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_nsmc(root: Path, rows: int, seed: int, name: str, empty_rows: int = 0) -> None:
+    """Reviews in the NSMC file format whose label follows from their words; ``empty_rows`` rows have no text."""
     rng = random.Random(seed)
     lines = ["id\tdocument\tlabel"]
     for i in range(rows):
         label = rng.randint(0, 1)
         words = rng.sample(POSITIVE if label else NEGATIVE, 2)
         lines.append(f"{seed * 100000 + i}\t{' '.join(words)}\t{label}")
+    lines += [f"{seed * 100000 + rows + i}\t\t1" for i in range(empty_rows)]
     (root / "nsmc").mkdir(parents=True, exist_ok=True)
     (root / "nsmc" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
 

@@ -1,7 +1,6 @@
 """Faithfulness of hf_transformer.convert: reference models written from the documents' math, with the
 documents' parameter names, randomly initialised, compared numerically with the converted models."""
 
-import importlib.util
 import json
 import math
 import subprocess
@@ -12,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
+from launch_utils import load_script
 from torch import nn
 from transformers import AutoModel, BertConfig
 
@@ -612,11 +612,6 @@ def test_from_book_rejects_unknown_missing_and_misshaped_keys():
 # ---------------------------------------------------------------------------------------------------
 
 
-def _script():
-    spec = importlib.util.spec_from_file_location("convert_checkpoint", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_script_converts_a_seed_checkpoint_that_automodel_loads(tmp_path, capsys):
@@ -630,7 +625,7 @@ def test_script_converts_a_seed_checkpoint_that_automodel_loads(tmp_path, capsys
 
     out = tmp_path / "converted"
     argv = ["--from", "seed", "--prefix", "transformer.", str(tmp_path / "model.pth"), str(tmp_path / "config.json")]
-    assert _script().main([*argv, str(out)]) == 0
+    assert load_script("convert_checkpoint").main([*argv, str(out)]) == 0
     assert "projection_cls.weight" in capsys.readouterr().err
 
     loaded = AutoModel.from_pretrained(out)
@@ -679,5 +674,7 @@ def test_script_stops_on_a_bad_checkpoint(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(SEED_CONFIGS[0]))
     out = tmp_path / "converted"
     with pytest.raises(ValueError, match="decoder.layers.0.self_attn.linear.weight"):
-        _script().main(["--from", "seed", str(tmp_path / "model.pth"), str(tmp_path / "config.json"), str(out)])
+        load_script("convert_checkpoint").main(
+            ["--from", "seed", str(tmp_path / "model.pth"), str(tmp_path / "config.json"), str(out)]
+        )
     assert not out.exists()

@@ -4,7 +4,6 @@ trust_remote_code in a Python where hf_transformer cannot be imported, and the u
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import pytest
 import torch
 from conftest import tiny_config
 from huggingface_hub import ModelCard
+from launch_utils import load_script
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoConfig,
@@ -48,14 +48,9 @@ FULL_AUTO_MAP = {
 }
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("push_to_hub_script", ROOT / "scripts" / "push_to_hub.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-push_to_hub = load_script()
+push_to_hub = load_script("push_to_hub")
 
 
 def word_tokenizer() -> PreTrainedTokenizerFast:

@@ -1,15 +1,14 @@
 """scripts/plot_attention.py: attention heatmaps of tiny saved models, the position table and learning curves."""
 
-import importlib.util
 import json
 import logging
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from conftest import tiny_config
+from launch_utils import load_script
 from matplotlib import image as mpimg
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
@@ -20,12 +19,6 @@ ENGLISH = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann 
 KOREAN = ["정말 재미있는 영화였어요", "시간이 아깝다", "배우 연기가 훌륭하다"] * 3
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("plot_attention", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def train_small_tokenizer(texts):
@@ -67,7 +60,7 @@ def assert_real_png(path: Path, size: tuple[int, int]):
 
 
 def test_seq2seq_attention_panels_and_tokens(translator_dir, tmp_path):
-    module = load_script()
+    module = load_script("plot_attention")
     output = tmp_path / "attention.png"
     sentence, target = "a man rides a red bike .", "ein mann fährt ein rotes fahrrad ."
     result = module.main(["attention", str(translator_dir), sentence, "--target", target, "--output", str(output)])
@@ -98,7 +91,7 @@ def test_seq2seq_attention_panels_and_tokens(translator_dir, tmp_path):
 
 
 def test_seq2seq_attention_without_target_uses_the_generated_translation(translator_dir, tmp_path):
-    module = load_script()
+    module = load_script("plot_attention")
     output = tmp_path / "cross.png"
     result = module.main(
         ["attention", str(translator_dir), "two dogs play .", "--kinds", "cross", "--output", str(output)]
@@ -111,7 +104,7 @@ def test_seq2seq_attention_without_target_uses_the_generated_translation(transla
 
 
 def test_classifier_attention_with_hangul(korean_classifier_dir, tmp_path, caplog):
-    module = load_script()
+    module = load_script("plot_attention")
     output = tmp_path / "korean.png"
     with caplog.at_level(logging.WARNING, logger="plot_attention"):
         result = module.main(
@@ -124,7 +117,7 @@ def test_classifier_attention_with_hangul(korean_classifier_dir, tmp_path, caplo
 
 
 def test_positions_draws_the_sinusoid_table(tmp_path):
-    module = load_script()
+    module = load_script("plot_attention")
     output = tmp_path / "pe.png"
     result = module.main(["positions", "--d_model", "128", "--length", "64", "--output", str(output)])
     assert result["panels"] == 1 and result["size"] == (800, 500)
@@ -152,7 +145,7 @@ def trainer_history():
 
 
 def test_curves_from_a_log_history_and_a_checkpoint_folder(tmp_path):
-    module = load_script()
+    module = load_script("plot_attention")
     (tmp_path / "log_history.json").write_text(json.dumps(trainer_history()))
     result = module.main(["curves", str(tmp_path / "log_history.json"), "--output", str(tmp_path / "curves.png")])
     assert result["panels"] == 4  # loss, learning rate, accuracy, f1 (runtime is not a metric)

@@ -1,6 +1,5 @@
 """scripts/predict.py on tiny saved classifier and translator folders built here."""
 
-import importlib.util
 import io
 import json
 import os
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import tiny_config
+from launch_utils import load_script
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 
@@ -19,12 +19,6 @@ SCRIPT = ROOT / "scripts" / "predict.py"
 SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("predict", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +63,7 @@ def translator_dir(tmp_path_factory, tokenizer):
 
 
 def test_classifier_prints_label_and_probability(classifier_dir, capsys):
-    results = load_script().main([str(classifier_dir), "a man rides a red bike .", "two dogs play ."])
+    results = load_script("predict").main([str(classifier_dir), "a man rides a red bike .", "two dogs play ."])
     assert [r["label"] for r in results] == ["positive", "positive"]
     for result in results:
         assert result["score"] > 0.99 and sum(result["scores"].values()) == pytest.approx(1.0)
@@ -80,14 +74,14 @@ def test_classifier_prints_label_and_probability(classifier_dir, capsys):
 
 def test_classifier_reads_stdin(classifier_dir, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n\n  second line  \n"))
-    results = load_script().main([str(classifier_dir), "--json"])
+    results = load_script("predict").main([str(classifier_dir), "--json"])
     assert [r["text"] for r in results] == ["first line", "second line"]
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert printed == results
 
 
 def test_translator_matches_generate(translator_dir, tokenizer):
-    module = load_script()
+    module = load_script("predict")
     predictor = module.Predictor.from_pretrained(str(translator_dir))
     assert predictor.task == module.SEQ2SEQ
     # The saved generation config (max_length 9, counting the start token) bounds the output.
@@ -131,7 +125,7 @@ def test_translator_from_stdin_in_a_subprocess(translator_dir):
 
 
 def test_task_of_rejects_an_unknown_head():
-    module = load_script()
+    module = load_script("predict")
     config = tiny_config()
     config.architectures = ["TransformerForSequenceClassification"]
     assert module.task_of(config) == module.CLASSIFICATION

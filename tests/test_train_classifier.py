@@ -1,44 +1,17 @@
 """The NSMC training script, end to end on generated reviews in the NSMC file format."""
 
-import importlib.util
 import json
-import random
-import sys
-from pathlib import Path
 
 import torch
+from launch_utils import load_script, write_nsmc
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_classifier.py"
-POSITIVE = ["정말 재미있다", "최고의 영화", "감동적이고 좋았다", "배우 연기가 훌륭하다", "또 보고 싶다"]
-NEGATIVE = ["너무 지루하다", "최악의 영화", "시간이 아깝다", "연기가 어색하다", "다시는 안 본다"]
-
-
-def write_nsmc(root: Path, rows: int, seed: int, name: str) -> None:
-    rng = random.Random(seed)
-    lines = ["id\tdocument\tlabel"]
-    for i in range(rows):
-        label = rng.randint(0, 1)
-        words = rng.sample(POSITIVE if label else NEGATIVE, 2)
-        lines.append(f"{seed * 100000 + i}\t{' '.join(words)}\t{label}")
-    lines.append(f"{seed * 100000 + rows}\t\t1")  # an empty document: dropped and counted, never trained on
-    (root / "nsmc").mkdir(parents=True, exist_ok=True)
-    (root / "nsmc" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
-def load_script():
-    spec = importlib.util.spec_from_file_location("train_classifier", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve the script's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_train_classifier_end_to_end(tmp_path):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
-    write_nsmc(data_dir, 600, seed=1, name="ratings_train.txt")
-    write_nsmc(data_dir, 100, seed=2, name="ratings_test.txt")
-    results = load_script().main(
+    write_nsmc(data_dir, 600, seed=1, name="ratings_train.txt", empty_rows=1)
+    write_nsmc(data_dir, 100, seed=2, name="ratings_test.txt", empty_rows=1)
+    results = load_script("train_classifier").main(
         [
             "--output_dir",
             str(output_dir),

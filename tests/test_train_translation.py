@@ -1,14 +1,13 @@
 """The Multi30k translation script, end to end on a generated toy language pair in the Multi30k file layout."""
 
-import importlib.util
 import json
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from launch_utils import load_script
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.trainer_utils import EvalPrediction
 
@@ -57,12 +56,6 @@ def write_multi30k(root: Path, seed: int = 0, sizes=(("train", 1200), ("val", 60
     return written
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("train_translation", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve the script's annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
 
 
 TINY_MODEL = [
@@ -76,7 +69,7 @@ TINY_MODEL = [
 def test_train_translation_end_to_end(tmp_path):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
     written = write_multi30k(data_dir)
-    results = load_script().main(
+    results = load_script("train_translation").main(
         [
             "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de",
             *TINY_MODEL,
@@ -133,7 +126,7 @@ class _Tokenizer:
 
 
 def test_bleu_metric_scores_against_the_right_references():
-    module = load_script()
+    module = load_script("train_translation")
     words = ["a", "b", "c", "d", "e", "f", "g", "h"]
     tokenizer = _Tokenizer(words)
     references = ["a b c d", "e f g h", "b a d c", "h g f e"]
@@ -164,13 +157,13 @@ def test_bleu_metric_scores_against_the_right_references():
 
 
 def test_reference_index_takes_duplicate_rows_in_turn():
-    module = load_script()
+    module = load_script("train_translation")
     index = module.ReferenceIndex([[5, 3], [6, 3], [5, 3]], ["x", "y", "x "])
     assert index.positions(np.array([[5, 3], [5, 3], [6, 3]]), pad_token_id=0) == [0, 2, 1]
 
 
 def test_paper_recipe_defaults():
-    module = load_script()
+    module = load_script("train_translation")
     from transformers import HfArgumentParser
 
     parser = HfArgumentParser((module.ModelArguments, module.DataArguments, module.TranslationTrainingArguments))
@@ -185,7 +178,7 @@ def test_paper_recipe_defaults():
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="the shared Multi30k corpus is not present")
 def test_real_multi30k_de_en_smoke(tmp_path):
     """A few steps on real Multi30k De->En: the pipeline runs and writes a sane results file."""
-    results = load_script().main(
+    results = load_script("train_translation").main(
         [
             "--output_dir", str(tmp_path / "model"), "--data_dir", str(SHARED_MULTI30K.parent),
             "--source_lang", "de", "--target_lang", "en", *TINY_MODEL,
