@@ -382,6 +382,16 @@ _FORMATS = {
 }
 
 
+def first_rows(splits: DatasetDict, limits: dict[str, int | None]) -> DatasetDict:
+    """Each split cut to its first ``limits[split]`` rows (``None``: all), for quick runs and smoke tests."""
+    return DatasetDict(
+        {
+            name: split.select(range(min(limits[name], len(split)))) if limits.get(name) is not None else split
+            for name, split in splits.items()
+        }
+    )
+
+
 def load_local_dataset(
     data_files: str | os.PathLike | Sequence[str | os.PathLike] | Mapping[str, Any],
     *,
@@ -673,6 +683,7 @@ __all__ = [
     "load_multi30k",
     "load_parallel_text",
     "load_local_dataset",
+    "first_rows",
     "resolve_max_length",
     "tokenize_classification",
     "tokenize_translation",

@@ -25,7 +25,7 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
-from hf_transformer.data import classification_collator, load_nsmc, tokenize_classification
+from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
 from hf_transformer.training import one_tokenizer, tokenizer_fingerprint
 
 logger = logging.getLogger("train_classifier")
@@ -114,13 +114,14 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
 
     splits = load_nsmc(data_args.data_dir, validation_size=data_args.validation_size, seed=training_args.seed)
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        ("validation", data_args.max_eval_samples),
-        ("test", data_args.max_test_samples),
-    ):
-        if limit is not None:
-            splits[split] = splits[split].select(range(min(limit, len(splits[split]))))
+    splits = first_rows(
+        splits,
+        {
+            "train": data_args.max_train_samples,
+            "validation": data_args.max_eval_samples,
+            "test": data_args.max_test_samples,
+        },
+    )
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():

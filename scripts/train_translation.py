@@ -38,7 +38,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArgume
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
-from hf_transformer.data import IGNORE_INDEX, load_multi30k, seq2seq_collator, tokenize_translation
+from hf_transformer.data import IGNORE_INDEX, first_rows, load_multi30k, seq2seq_collator, tokenize_translation
 from hf_transformer.training import one_tokenizer, tokenizer_fingerprint
 
 logger = logging.getLogger("train_translation")
@@ -282,13 +282,14 @@ def main(argv: list[str] | None = None) -> dict:
     source, target = data_args.source_lang, data_args.target_lang
 
     splits = load_multi30k(data_args.data_dir, source_lang=source, target_lang=target)
-    for split, limit in (
-        ("train", data_args.max_train_samples),
-        ("validation", data_args.max_eval_samples),
-        ("test", data_args.max_test_samples),
-    ):
-        if limit is not None:
-            splits[split] = splits[split].select(range(min(limit, len(splits[split]))))
+    splits = first_rows(
+        splits,
+        {
+            "train": data_args.max_train_samples,
+            "validation": data_args.max_eval_samples,
+            "test": data_args.max_test_samples,
+        },
+    )
     logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():

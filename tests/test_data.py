@@ -413,3 +413,14 @@ def test_real_nsmc_and_multi30k(tmp_path, caplog):
     }
     line_7366 = multi30k["train"][7365]["translation"]["de"]
     assert line_7366.startswith('"Zwei männliche') and "\t" in line_7366
+
+
+def test_first_rows_cuts_only_the_splits_given():
+    from datasets import Dataset, DatasetDict
+
+    from hf_transformer.data import first_rows
+
+    splits = DatasetDict({name: Dataset.from_dict({"x": list(range(10))}) for name in ("train", "validation", "test")})
+    cut = first_rows(splits, {"train": 3, "validation": None, "test": 50})
+    assert cut["train"]["x"] == [0, 1, 2]
+    assert len(cut["validation"]) == 10 and len(cut["test"]) == 10
