@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The whole path on the real NSMC data, on a fresh machine:
+#   install -> train the tokenizer -> train a small classifier -> evaluate on the NSMC test set
+#   -> save the model folder (safetensors, tokenizer, model card) -> reload it through the Auto classes
+#   -> print predictions for a few Korean sentences.
+#
+#   bash scripts/main_job.sh [DATA_DIR] [OUTPUT_DIR]
+#
+# DATA_DIR holds nsmc/ratings_{train,test}.txt (default: $HF_TRANSFORMER_DATA, else ./data); a missing
+# file is downloaded there when the machine is online. OUTPUT_DIR defaults to runs/nsmc.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+data_dir=${1:-${HF_TRANSFORMER_DATA:-data}}
+output_dir=${2:-runs/nsmc}
+
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+. .venv/bin/activate
+python -c "import torch" 2>/dev/null || pip install torch==2.13.0
+python -c "import hf_transformer, sacrebleu" 2>/dev/null || pip install -e ".[dev]"
+
+started=$(date +%s)
+python scripts/train_classifier.py \
+    --output_dir "$output_dir" --data_dir "$data_dir" \
+    --vocab_size 32000 --max_length 64 \
+    --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512 --classifier_pooling mean \
+    --num_train_epochs 2 --per_device_train_batch_size 64 --per_device_eval_batch_size 256 \
+    --learning_rate 2e-3 --warmup_steps 300 --weight_decay 0.01 \
+    --eval_strategy epoch --save_strategy epoch --save_total_limit 1 \
+    --load_best_model_at_end --metric_for_best_model accuracy \
+    --train_sampling_strategy group_by_length --logging_steps 200 --report_to none --seed 42
+
+python scripts/predict.py "$output_dir" \
+    "정말 재미있고 감동적인 영화였어요" \
+    "시간이 아까운 최악의 영화" \
+    "배우들 연기는 좋았는데 스토리가 너무 지루했다" \
+    "다시 보고 싶은 인생 영화"
+
+echo "main job finished in $(( $(date +%s) - started )) s (after installing); results in $output_dir/results.json"
