@@ -5,10 +5,25 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch.distributed as dist
 from transformers import AutoTokenizer
+
+
+@dataclass
+class SplitLimits:
+    """Command-line arguments (through HfArgumentParser) that cut each split for quick runs and smoke tests."""
+
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training rows"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation rows"})
+    max_test_samples: int | None = field(default=None, metadata={"help": "use only this many test rows"})
+
+    def split_limits(self) -> dict[str, int | None]:
+        """The limits by split name, as `hf_transformer.data.first_rows` takes them."""
+        return {"train": self.max_train_samples, "validation": self.max_eval_samples, "test": self.max_test_samples}
+
 
 # Files `save_pretrained` writes for a fast tokenizer; any one of them marks a folder that holds a tokenizer.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

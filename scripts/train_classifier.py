@@ -26,7 +26,7 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
-from hf_transformer.training import one_tokenizer, tokenizer_fingerprint
+from hf_transformer.training import SplitLimits, one_tokenizer, tokenizer_fingerprint
 
 logger = logging.getLogger("train_classifier")
 
@@ -48,14 +48,11 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments:
+class DataArguments(SplitLimits):
     data_dir: str | None = field(
         default=None, metadata={"help": "folder holding nsmc/ (else $HF_TRANSFORMER_DATA, else ./data)"}
     )
     validation_size: float = field(default=0.1, metadata={"help": "share of the training file held out"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training rows"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation rows"})
-    max_test_samples: int | None = field(default=None, metadata={"help": "use only this many test rows"})
 
 
 def accuracy_and_f1(prediction) -> dict[str, float]:
@@ -114,14 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
 
     splits = load_nsmc(data_args.data_dir, validation_size=data_args.validation_size, seed=training_args.seed)
-    splits = first_rows(
-        splits,
-        {
-            "train": data_args.max_train_samples,
-            "validation": data_args.max_eval_samples,
-            "test": data_args.max_test_samples,
-        },
-    )
+    splits = first_rows(splits, data_args.split_limits())
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():

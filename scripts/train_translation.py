@@ -39,7 +39,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArgume
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.data import IGNORE_INDEX, first_rows, load_multi30k, seq2seq_collator, tokenize_translation
-from hf_transformer.training import one_tokenizer, tokenizer_fingerprint
+from hf_transformer.training import SplitLimits, one_tokenizer, tokenizer_fingerprint
 
 logger = logging.getLogger("train_translation")
 
@@ -75,15 +75,12 @@ class ModelArguments:
 
 
 @dataclass
-class DataArguments:
+class DataArguments(SplitLimits):
     data_dir: str | None = field(
         default=None, metadata={"help": "folder holding multi30k/ (else $HF_TRANSFORMER_DATA, else ./data)"}
     )
     source_lang: str = field(default="en", metadata={"help": "en or de"})
     target_lang: str = field(default="de", metadata={"help": "de or en"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only this many training pairs"})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation pairs"})
-    max_test_samples: int | None = field(default=None, metadata={"help": "use only this many test pairs"})
 
 
 @dataclass
@@ -282,14 +279,7 @@ def main(argv: list[str] | None = None) -> dict:
     source, target = data_args.source_lang, data_args.target_lang
 
     splits = load_multi30k(data_args.data_dir, source_lang=source, target_lang=target)
-    splits = first_rows(
-        splits,
-        {
-            "train": data_args.max_train_samples,
-            "validation": data_args.max_eval_samples,
-            "test": data_args.max_test_samples,
-        },
-    )
+    splits = first_rows(splits, data_args.split_limits())
     logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():

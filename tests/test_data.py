@@ -419,8 +419,9 @@ def test_first_rows_cuts_only_the_splits_given():
     from datasets import Dataset, DatasetDict
 
     from hf_transformer.data import first_rows
+    from hf_transformer.training import SplitLimits
 
     splits = DatasetDict({name: Dataset.from_dict({"x": list(range(10))}) for name in ("train", "validation", "test")})
-    cut = first_rows(splits, {"train": 3, "validation": None, "test": 50})
+    cut = first_rows(splits, SplitLimits(max_train_samples=3, max_test_samples=50).split_limits())
     assert cut["train"]["x"] == [0, 1, 2]
     assert len(cut["validation"]) == 10 and len(cut["test"]) == 10
