@@ -72,3 +72,13 @@ def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: st
 def tokenizer_fingerprint(tokenizer) -> str:
     """A short hash of the vocabulary and pipeline: equal in every process of a run, or the ids disagree."""
     return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()[:12]
+
+
+def process_report(trainer, tokenizer) -> str:
+    """One line per process after training: which process of how many, its optimizer steps, and the
+    tokenizer it used; the multi-process tests read this line from every rank."""
+    args = trainer.args
+    return (
+        f"process {args.process_index} of {args.world_size}: {trainer.state.global_step} optimizer steps, "
+        f"tokenizer {tokenizer_fingerprint(tokenizer)}"
+    )

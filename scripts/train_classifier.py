@@ -26,7 +26,7 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
-from hf_transformer.training import SplitLimits, one_tokenizer, tokenizer_fingerprint
+from hf_transformer.training import SplitLimits, one_tokenizer, process_report
 
 logger = logging.getLogger("train_classifier")
 
@@ -159,13 +159,7 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=accuracy_and_f1,
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    logger.info(
-        "process %d of %d: %d optimizer steps, tokenizer %s",
-        training_args.process_index,
-        training_args.world_size,
-        trainer.state.global_step,
-        tokenizer_fingerprint(tokenizer),
-    )
+    logger.info(process_report(trainer, tokenizer))
     results = {f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()}
     results.update(trainer.evaluate())
     test = trainer.predict(tokenized["test"], metric_key_prefix="test")

@@ -39,7 +39,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArgume
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.data import IGNORE_INDEX, first_rows, load_multi30k, seq2seq_collator, tokenize_translation
-from hf_transformer.training import SplitLimits, one_tokenizer, tokenizer_fingerprint
+from hf_transformer.training import SplitLimits, one_tokenizer, process_report
 
 logger = logging.getLogger("train_translation")
 
@@ -326,13 +326,7 @@ def main(argv: list[str] | None = None) -> dict:
         compute_metrics=BleuMetric(tokenizer, references["validation"]),
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    logger.info(
-        "process %d of %d: %d optimizer steps, tokenizer %s",
-        training_args.process_index,
-        training_args.world_size,
-        trainer.state.global_step,
-        tokenizer_fingerprint(tokenizer),
-    )
+    logger.info(process_report(trainer, tokenizer))
     results: dict = {
         "task": f"translation_{source}_to_{target}",
         "dataset": "multi30k",
