@@ -45,6 +45,13 @@ class ModelArguments:
     layer_norm_position: str = "pre"
     position_embedding_type: str = "learned"
     classifier_pooling: str = "mean"
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "a pretrained folder (scripts/pretrain_denoising.py) whose encoder weights start the classifier; "
+            "its tokenizer is used unless --tokenizer is given, and every encoder weight must match by name and shape"
+        },
+    )
 
 
 @dataclass
@@ -64,6 +71,64 @@ def accuracy_and_f1(prediction) -> dict[str, float]:
     recall = true_positive / max(float((labels == 1).sum()), 1.0)
     f1 = 2 * precision * recall / max(precision + recall, 1e-12)
     return {"accuracy": float((predicted == labels).mean()), "f1": f1}
+
+
+def build_config(model_args: ModelArguments, tokenizer, label_names: list[str]) -> TransformerConfig:
+    """The classifier's configuration; scripts/pretrain_denoising.py builds its encoder from the same one."""
+    return TransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=model_args.d_model,
+        n_layer=model_args.num_layers,
+        num_attention_heads=model_args.num_heads,
+        intermediate_size=model_args.intermediate_size,
+        max_position_embeddings=model_args.max_length,
+        dropout=model_args.dropout,
+        attention_dropout=model_args.attention_dropout,
+        layer_norm_position=model_args.layer_norm_position,
+        position_embedding_type=model_args.position_embedding_type,
+        embedding_layer_norm=model_args.layer_norm_position == "pre",
+        classifier_pooling=model_args.classifier_pooling,
+        layer_norm_epsilon=1e-6,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        num_labels=len(label_names),
+        id2label=dict(enumerate(label_names)),
+        label2id={name: i for i, name in enumerate(label_names)},
+    )
+
+
+ENCODER_PREFIX = "model.encoder."
+
+
+def load_encoder_weights(model: TransformerForSequenceClassification, folder: str | Path) -> int:
+    """Copy every encoder tensor of ``model`` from ``folder/model.safetensors``; returns how many were copied.
+
+    Raises ``FileNotFoundError`` without weights and ``ValueError`` when any encoder tensor of ``model`` is
+    missing from the file or has another shape (another vocabulary, width or depth): a partial load would
+    quietly leave random weights behind.
+    """
+    from safetensors.torch import load_file
+
+    path = Path(folder) / "model.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(f"--init_from {folder}: no model.safetensors there")
+    saved = load_file(str(path))
+    own = {name: tensor for name, tensor in model.state_dict().items() if name.startswith(ENCODER_PREFIX)}
+    missing = sorted(name for name in own if name not in saved)
+    if missing:
+        raise ValueError(
+            f"--init_from {folder}: {len(missing)} of the classifier's {len(own)} encoder tensors are not in "
+            f"{path.name} (first: {missing[:3]}); it holds {sorted(saved)[:3]}..."
+        )
+    mismatched = [
+        f"{n}: {tuple(saved[n].shape)} vs {tuple(t.shape)}" for n, t in own.items() if saved[n].shape != t.shape
+    ]
+    if mismatched:
+        raise ValueError(f"--init_from {folder}: shapes differ from the classifier's: {mismatched[:3]}")
+    unexpected = model.load_state_dict({name: saved[name] for name in own}, strict=False).unexpected_keys
+    assert not unexpected, unexpected
+    return len(own)
 
 
 def model_card(model_args: ModelArguments, results: dict, parameters: int) -> str:
@@ -121,32 +186,15 @@ def main(argv: list[str] | None = None) -> dict:
             splits["train"]["text"], vocab_size=model_args.vocab_size, model_max_length=model_args.max_length
         )
 
-    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
+    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
     tokenized = tokenize_classification(splits, tokenizer, max_length=model_args.max_length)
 
     label_names = splits["train"].features["label"].names
-    config = TransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=model_args.d_model,
-        n_layer=model_args.num_layers,
-        num_attention_heads=model_args.num_heads,
-        intermediate_size=model_args.intermediate_size,
-        max_position_embeddings=model_args.max_length,
-        dropout=model_args.dropout,
-        attention_dropout=model_args.attention_dropout,
-        layer_norm_position=model_args.layer_norm_position,
-        position_embedding_type=model_args.position_embedding_type,
-        embedding_layer_norm=model_args.layer_norm_position == "pre",
-        classifier_pooling=model_args.classifier_pooling,
-        layer_norm_epsilon=1e-6,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        num_labels=len(label_names),
-        id2label=dict(enumerate(label_names)),
-        label2id={name: i for i, name in enumerate(label_names)},
-    )
+    config = build_config(model_args, tokenizer, label_names)
     model = TransformerForSequenceClassification(config)
+    if model_args.init_from and not training_args.resume_from_checkpoint:
+        loaded = load_encoder_weights(model, model_args.init_from)
+        logger.info("encoder initialised from %s: %d tensors", model_args.init_from, loaded)
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
 
     trainer = Trainer(
@@ -160,7 +208,8 @@ def main(argv: list[str] | None = None) -> dict:
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
-    results = {f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()}
+    results: dict = {"task": "nsmc_sentiment", "dataset": "nsmc", "init_from": model_args.init_from}
+    results |= {f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()}
     results.update(trainer.evaluate())
     test = trainer.predict(tokenized["test"], metric_key_prefix="test")
     results.update(test.metrics)
@@ -169,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
         world_size=training_args.world_size,
         parameters=model.num_parameters(),
         wall_seconds=round(time.time() - started, 1),
-        command=" ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
     )
 
     output_dir = Path(training_args.output_dir)

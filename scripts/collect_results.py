@@ -1,0 +1,264 @@
+"""Collect finished training runs into docs/results.md, docs/results.json and learning-curve PNGs.
+
+    python scripts/collect_results.py --manifest docs/results_runs.json --output_dir docs
+
+The manifest (JSON) names the run folders and what to say about each; every figure comes from the folders
+themselves: their `results.json` (written by train_classifier.py, train_translation.py and
+pretrain_denoising.py: metrics, parameters, wall seconds and the exact command) and their Trainer log
+history (`log_history.json` or a checkpoint's `trainer_state.json`), which is drawn with
+`plot_attention.py curves`'s code.
+
+    {
+      "title": "Training results",
+      "machine": "2-core CPU, one thread per training process",
+      "targets": {"nsmc_sentiment": {"metric": "accuracy", "split": "test", "value": 0.865}},
+      "runs": [{"dir": "runs/nsmc-baseline", "name": "nsmc-baseline", "note": "..."}]
+    }
+
+`results.json` is a list of records with the keys `task`, `metric`, `value`, `split`, `command`, `params` and
+`wall_seconds` (plus `run`, `curve` and `note`). A classifier started from a pretrained encoder
+(`--init_from`) counts the pretraining too: its command is both commands joined by `&&` and its wall time
+their sum, when the pretraining folder is found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from plot_attention import plot_curves, read_log_history, save, use_cjk_font  # noqa: E402
+
+logger = logging.getLogger("collect_results")
+
+# task -> [(metric name in the records, key in results.json, split)]
+METRICS = {
+    "nsmc_sentiment": [
+        ("accuracy", "test_accuracy", "test"),
+        ("f1", "test_f1", "test"),
+        ("accuracy", "eval_accuracy", "validation"),
+    ],
+    "nsmc_denoising_pretraining": [
+        ("masked_token_loss", "eval_loss", "validation"),
+        ("masked_token_accuracy", "eval_masked_accuracy", "validation"),
+    ],
+    "translation": [
+        ("bleu", "test_bleu", "test2016"),
+        ("bleu_greedy", "test_greedy_bleu", "test2016"),
+        ("bleu", "eval_bleu", "validation"),
+    ],
+}
+
+
+def infer_task(results: dict) -> str:
+    if "task" in results:
+        return results["task"]
+    if "test_bleu" in results:
+        return f"translation_{results.get('source_lang', 'src')}_to_{results.get('target_lang', 'tgt')}"
+    if "test_accuracy" in results:
+        return "nsmc_sentiment"
+    raise ValueError("results.json names no task and holds neither test_accuracy nor test_bleu")
+
+
+def metric_keys(task: str) -> list[tuple[str, str, str]]:
+    return METRICS["translation"] if task.startswith("translation_") else METRICS.get(task, [])
+
+
+def shell_command(command: str) -> str:
+    """`script.py --args` as written by the training scripts -> a command to run from the repository root."""
+    return f"python scripts/{command}" if command.split(" ", 1)[0].endswith(".py") else command
+
+
+def resolve(path: str, base: Path) -> Path:
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else base / candidate
+
+
+def collect_run(entry: dict, base: Path, figures: Path) -> dict:
+    """One manifest entry -> {name, task, results, command, params, wall_seconds, curve, note, records}."""
+    folder = resolve(entry["dir"], base)
+    results_file = folder / "results.json"
+    if not results_file.is_file():
+        raise FileNotFoundError(f"{folder} holds no results.json: is the run finished?")
+    results = json.loads(results_file.read_text())
+    name = entry.get("name", folder.name)
+    task = infer_task(results)
+    command = shell_command(results.get("command", "?"))
+    wall = results.get("wall_seconds")
+    pretraining = None
+    if results.get("init_from"):
+        pretrained = resolve(results["init_from"], base) / "results.json"
+        if pretrained.is_file():
+            pretraining = json.loads(pretrained.read_text())
+            command = f"{shell_command(pretraining.get('command', '?'))} && {command}"
+            if wall is not None and pretraining.get("wall_seconds") is not None:
+                wall = round(wall + pretraining["wall_seconds"], 1)
+        else:
+            logger.warning("%s: the pretraining folder %s is not there; its time is not counted", name, pretrained)
+
+    curve = None
+    try:
+        figure, _ = plot_curves(read_log_history(folder), title=name)
+        curve = save(figure, figures / f"{name}.png")
+    except (FileNotFoundError, ValueError) as error:
+        logger.warning("%s: no learning curve (%s)", name, error)
+
+    run = {
+        "name": name,
+        "task": task,
+        "results": results,
+        "command": command,
+        "params": results.get("parameters"),
+        "wall_seconds": wall,
+        "run_wall_seconds": results.get("wall_seconds"),
+        "pretraining_wall_seconds": pretraining.get("wall_seconds") if pretraining else None,
+        "curve": curve,
+        "note": entry.get("note", ""),
+    }
+    run["records"] = [
+        {
+            "task": task,
+            "metric": metric,
+            "value": results[key],
+            "split": split,
+            "command": command,
+            "params": run["params"],
+            "wall_seconds": wall,
+            "run": name,
+            "curve": None,  # filled in relative to the output folder by write_outputs
+            "note": run["note"],
+        }
+        for metric, key, split in metric_keys(task)
+        if key in results
+    ]
+    return run
+
+
+def minutes(seconds: float | None) -> str:
+    if seconds is None:
+        return "n/a"
+    return f"{int(seconds // 60)} min {int(round(seconds % 60)):02d} s"
+
+
+def value_text(metric: str, value: float) -> str:
+    if metric in ("accuracy", "f1", "masked_token_accuracy"):
+        return f"{100 * value:.2f}%"
+    if metric.startswith("bleu"):
+        return f"{value:.2f}"
+    return f"{value:.4f}"
+
+
+def target_text(record: dict, targets: dict) -> tuple[str, str]:
+    """(target, met) for a record whose task, metric and split have a target; else ("", "")."""
+    target = targets.get(record["task"])
+    if not target or target["metric"] != record["metric"] or target["split"] != record["split"]:
+        return "", ""
+    return value_text(record["metric"], target["value"]), "yes" if record["value"] >= target["value"] else "no"
+
+
+def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -> str:
+    targets = manifest.get("targets", {})
+    lines = [
+        f"# {manifest.get('title', 'Training results')}",
+        "",
+        f"Generated by `{command}` from the run folders' `results.json` and Trainer logs; edit the manifest "
+        "and run it again rather than editing this file.",
+        "",
+    ]
+    if manifest.get("machine"):
+        lines += [
+            f"Machine: {manifest['machine']}. Wall time is the whole command (tokenizer training, data "
+            "preparation, training, evaluation and saving); for a classifier started from a pretrained "
+            "encoder it includes the pretraining run.",
+            "",
+        ]
+    for paragraph in manifest.get("intro", []):
+        lines += [paragraph, ""]
+    lines += [
+        "| run | task | metric | split | value | target | met | parameters | wall time |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        for record in run["records"]:
+            target, met = target_text(record, targets)
+            params = f"{run['params']:,}" if run["params"] else "n/a"
+            lines.append(
+                f"| [{run['name']}](#{run['name']}) | {record['task']} | {record['metric']} | {record['split']} | "
+                f"{value_text(record['metric'], record['value'])} | {target} | {met} | {params} | "
+                f"{minutes(run['wall_seconds'])} |"
+            )
+    lines.append("")
+    for run in runs:
+        lines += [f"## {run['name']}", ""]
+        if run["note"]:
+            lines += [run["note"], ""]
+        facts = [f"task `{run['task']}`"]
+        if run["params"]:
+            facts.append(f"{run['params']:,} parameters")
+        if run["pretraining_wall_seconds"] is not None:
+            facts.append(
+                f"wall time {minutes(run['wall_seconds'])} (pretraining {minutes(run['pretraining_wall_seconds'])}"
+                f" + this run {minutes(run['run_wall_seconds'])})"
+            )
+        else:
+            facts.append(f"wall time {minutes(run['wall_seconds'])}")
+        lines += ["; ".join(facts) + ".", ""]
+        lines += ["```bash", run["command"].replace(" && ", " &&\n"), "```", ""]
+        if run["records"]:
+            lines += ["| metric | split | value |", "|---|---|---|"]
+            lines += [
+                f"| {r['metric']} | {r['split']} | {value_text(r['metric'], r['value'])} |" for r in run["records"]
+            ]
+            lines.append("")
+        if run["curve"] is not None:
+            lines += [
+                f"![learning curves of {run['name']}]({Path(run['curve']).relative_to(output_dir).as_posix()})",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def write_outputs(manifest_path: Path, output_dir: Path, base: Path, command: str) -> list[dict]:
+    manifest = json.loads(manifest_path.read_text())
+    output_dir.mkdir(parents=True, exist_ok=True)
+    figures = output_dir / manifest.get("figures", "results")
+    use_cjk_font()  # Hangul in titles, when a CJK font is installed
+    runs = [collect_run(entry, base, figures) for entry in manifest["runs"]]
+    records = []
+    for run in runs:
+        for record in run["records"]:
+            if run["curve"] is not None:
+                record["curve"] = Path(run["curve"]).relative_to(output_dir).as_posix()
+            records.append(record)
+    (output_dir / "results.json").write_text(json.dumps(records, indent=2, ensure_ascii=False) + "\n")
+    (output_dir / "results.md").write_text(markdown(manifest, runs, output_dir, command), encoding="utf-8")
+    logger.info(
+        "wrote %s and %s: %d runs, %d records",
+        output_dir / "results.md",
+        output_dir / "results.json",
+        len(runs),
+        len(records),
+    )
+    return records
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--manifest", default="docs/results_runs.json", help="the runs to collect (JSON)")
+    parser.add_argument("--output_dir", default="docs", help="results.md, results.json and the figures' folder")
+    parser.add_argument("--base_dir", default=".", help="run folders in the manifest are relative to this")
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    command = "python scripts/collect_results.py " + " ".join(
+        [f"--manifest {args.manifest}", f"--output_dir {args.output_dir}"]
+        + ([f"--base_dir {args.base_dir}"] if args.base_dir != "." else [])
+    )
+    return write_outputs(Path(args.manifest), Path(args.output_dir), Path(args.base_dir), command)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""scripts/collect_results.py: docs/results.md, results.json and learning curves from finished run folders."""
+
+import json
+
+import pytest
+from launch_utils import load_script, write_nsmc
+from matplotlib import image as mpimg
+
+KEYS = {"task", "metric", "value", "split", "command", "params", "wall_seconds"}
+
+
+def fake_run(folder, results, history):
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps(results))
+    (folder / "log_history.json").write_text(json.dumps(history))
+
+
+HISTORY = [
+    {"loss": 5.0, "learning_rate": 1e-3, "epoch": 0.5, "step": 10},
+    {"eval_loss": 4.0, "eval_bleu": 3.0, "epoch": 1.0, "step": 20},
+    {"loss": 3.0, "learning_rate": 5e-4, "epoch": 1.5, "step": 30},
+    {"eval_loss": 2.5, "eval_bleu": 9.0, "epoch": 2.0, "step": 40},
+    {"train_runtime": 12.0, "epoch": 2.0, "step": 40},
+]
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory):
+    """A real (tiny) train_classifier.py run folder."""
+    root = tmp_path_factory.mktemp("collect")
+    write_nsmc(root / "data", 300, seed=1, name="ratings_train.txt")
+    write_nsmc(root / "data", 50, seed=2, name="ratings_test.txt")
+    load_script("train_classifier").main(
+        ["--output_dir", str(root / "runs" / "tiny-nsmc"), "--data_dir", str(root / "data"), "--vocab_size", "120"]
+        + ["--d_model", "16", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "32"]
+        + ["--max_length", "16", "--num_train_epochs", "2", "--per_device_train_batch_size", "32"]
+        + ["--eval_strategy", "epoch", "--save_strategy", "no", "--logging_steps", "2", "--report_to", "none"]
+        + ["--disable_tqdm", "true", "--use_cpu", "--seed", "0"]
+    )
+    return root
+
+
+def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
+    root = classifier_run
+    fake_run(
+        root / "runs" / "mlm",
+        {
+            "task": "nsmc_denoising_pretraining",
+            "eval_loss": 3.21,
+            "eval_masked_accuracy": 0.4,
+            "parameters": 900,
+            "wall_seconds": 100.0,
+            "command": "pretrain_denoising.py --output_dir runs/mlm",
+        },
+        [{"loss": 6.0, "step": 5, "epoch": 1.0}, {"eval_loss": 3.21, "step": 5, "epoch": 1.0}],
+    )
+    fake_run(
+        root / "runs" / "finetuned",
+        {
+            "task": "nsmc_sentiment",
+            "init_from": "runs/mlm",
+            "test_accuracy": 0.87,
+            "test_f1": 0.86,
+            "eval_accuracy": 0.88,
+            "parameters": 1000,
+            "wall_seconds": 50.5,
+            "command": "train_classifier.py --init_from runs/mlm --output_dir runs/finetuned",
+        },
+        [{"loss": 0.5, "step": 5, "epoch": 1.0}, {"eval_loss": 0.3, "eval_accuracy": 0.88, "step": 5, "epoch": 1.0}],
+    )
+    # An older translation folder without a task key; its log history holds a final evaluation to leave out.
+    fake_run(
+        root / "runs" / "m30k",
+        {
+            "test_bleu": 30.5,
+            "test_greedy_bleu": 29.0,
+            "eval_bleu": 31.0,
+            "source_lang": "en",
+            "target_lang": "de",
+            "parameters": 5000,
+            "wall_seconds": 1800.0,
+            "command": "train_translation.py --output_dir runs/m30k",
+        },
+        HISTORY + [{"eval_loss": 2.4, "eval_bleu": 9.5, "epoch": 2.0, "step": 40}],
+    )
+    manifest = {
+        "title": "Results",
+        "machine": "a test machine",
+        "targets": {
+            "nsmc_sentiment": {"metric": "accuracy", "split": "test", "value": 0.865},
+            "translation_en_to_de": {"metric": "bleu", "split": "test2016", "value": 38},
+        },
+        "runs": [
+            {"dir": "runs/tiny-nsmc", "note": "from scratch"},
+            {"dir": "runs/mlm", "name": "pretraining"},
+            {"dir": "runs/finetuned", "name": "nsmc-pretrained", "note": "started from the pretrained encoder"},
+            {"dir": str(root / "runs" / "m30k"), "name": "m30k-en-de"},
+        ],
+    }
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "docs"
+    records = load_script("collect_results").main(
+        ["--manifest", str(root / "manifest.json"), "--output_dir", str(out), "--base_dir", str(root)]
+    )
+
+    saved = json.loads((out / "results.json").read_text())
+    assert saved == records and all(KEYS <= set(record) for record in saved)
+    by_run = {}
+    for record in saved:
+        by_run.setdefault(record["run"], []).append(record)
+    assert set(by_run) == {"tiny-nsmc", "pretraining", "nsmc-pretrained", "m30k-en-de"}
+
+    tiny = {(r["metric"], r["split"]): r for r in by_run["tiny-nsmc"]}
+    real = json.loads((root / "runs" / "tiny-nsmc" / "results.json").read_text())
+    assert tiny[("accuracy", "test")]["value"] == real["test_accuracy"]
+    assert tiny[("accuracy", "validation")]["value"] == real["eval_accuracy"]
+    assert tiny[("accuracy", "test")]["params"] == real["parameters"] > 0
+    assert tiny[("accuracy", "test")]["wall_seconds"] == real["wall_seconds"] > 0
+    assert tiny[("accuracy", "test")]["command"] == "python scripts/" + real["command"]
+    assert "--output_dir" in real["command"] and "--vocab_size 120" in real["command"]
+
+    # The fine-tuned classifier counts its pretraining: both commands, the summed wall time.
+    finetuned = by_run["nsmc-pretrained"][0]
+    assert finetuned["wall_seconds"] == 150.5
+    assert finetuned["command"] == (
+        "python scripts/pretrain_denoising.py --output_dir runs/mlm && "
+        "python scripts/train_classifier.py --init_from runs/mlm --output_dir runs/finetuned"
+    )
+    assert {r["metric"] for r in by_run["pretraining"]} == {"masked_token_loss", "masked_token_accuracy"}
+    translation = {(r["metric"], r["split"]): r["value"] for r in by_run["m30k-en-de"]}
+    assert translation == {("bleu", "test2016"): 30.5, ("bleu_greedy", "test2016"): 29.0, ("bleu", "validation"): 31.0}
+    assert by_run["m30k-en-de"][0]["task"] == "translation_en_to_de"
+
+    for run in by_run.values():
+        curve = out / run[0]["curve"]
+        assert curve.is_file() and mpimg.imread(curve).shape[0] > 100
+
+    text = (out / "results.md").read_text()
+    assert text.startswith("# Results") and "a test machine" in text
+    assert "| 87.00% | 86.50% | yes |" in text  # the fine-tuned classifier meets the target
+    assert "| 30.50 | 38.00 | no |" in text
+    assert "2 min 30 s (pretraining 1 min 40 s + this run 0 min 50 s)" in text
+    assert "started from the pretrained encoder" in text and "from scratch" in text
+    assert "![learning curves of m30k-en-de](results/m30k-en-de.png)" in text
+    assert "python scripts/train_classifier.py --output_dir" in text
+
+
+def test_a_run_without_results_is_an_error(tmp_path):
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "manifest.json").write_text(json.dumps({"runs": [{"dir": str(tmp_path / "unfinished")}]}))
+    with pytest.raises(FileNotFoundError, match="results.json"):
+        load_script("collect_results").main(
+            ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "out")]
+        )

@@ -1,0 +1,88 @@
+"""scripts/pretrain_denoising.py end to end on generated reviews, and train_classifier.py --init_from."""
+
+import json
+
+import pytest
+import torch
+from launch_utils import load_script, write_nsmc
+from safetensors.torch import load_file
+
+MODEL = ["--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "64", "--max_length", "32"]
+QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pretrain")
+    data_dir, output_dir = root / "data", root / "mlm"
+    write_nsmc(data_dir, 400, seed=1, name="ratings_train.txt", empty_rows=1)
+    write_nsmc(data_dir, 60, seed=2, name="ratings_test.txt")
+    results = load_script("pretrain_denoising").main(
+        ["--output_dir", str(output_dir), "--data_dir", str(data_dir), "--vocab_size", "200", *MODEL]
+        + ["--num_train_epochs", "6", "--per_device_train_batch_size", "32", "--learning_rate", "3e-3"]
+        + ["--mlm_probability", "0.3", "--eval_strategy", "epoch", "--save_strategy", "no", *QUIET]
+    )
+    return data_dir, output_dir, results
+
+
+def test_pretraining_learns_and_saves_an_encoder(pretrained):
+    _, output_dir, results = pretrained
+    assert results["task"] == "nsmc_denoising_pretraining"
+    # 10 phrases of two-word reviews: far below the loss of a uniform guess over the vocabulary
+    assert results["eval_loss"] < 0.6 * torch.log(torch.tensor(200.0)).item()
+    assert 0.0 < results["eval_masked_accuracy"] <= 1.0
+    assert results["wall_seconds"] > 0 and results["command"].startswith("pretrain_denoising.py --output_dir")
+    assert json.loads((output_dir / "results.json").read_text())["eval_loss"] == results["eval_loss"]
+    history = json.loads((output_dir / "log_history.json").read_text())
+    assert [e for e in history if "eval_loss" in e]
+    weights = load_file(str(output_dir / "model.safetensors"))
+    assert any(name.startswith("model.encoder.layers.0.") for name in weights)
+    assert (output_dir / "tokenizer.json").is_file()
+
+
+def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
+    data_dir, pretrained_dir, _ = pretrained
+    train_classifier = load_script("train_classifier")
+    results = train_classifier.main(
+        ["--output_dir", str(tmp_path / "model"), "--data_dir", str(data_dir), "--init_from", str(pretrained_dir)]
+        + [*MODEL, "--num_train_epochs", "3", "--per_device_train_batch_size", "32", "--learning_rate", "2e-3"]
+        + ["--eval_strategy", "epoch", "--save_strategy", "no", *QUIET]
+    )
+    assert results["init_from"] == str(pretrained_dir) and results["task"] == "nsmc_sentiment"
+    assert results["test_accuracy"] > 0.9
+
+    # The classifier's encoder is exactly the pretrained one before fine-tuning, and uses its tokenizer.
+    from transformers import AutoTokenizer
+
+    from hf_transformer import TransformerForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrained_dir)
+    args = train_classifier.ModelArguments(d_model=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(train_classifier.build_config(args, tokenizer, ["0", "1"]))
+    assert train_classifier.load_encoder_weights(model, pretrained_dir) > 0
+    saved = load_file(str(pretrained_dir / "model.safetensors"))
+    for name, tensor in model.state_dict().items():
+        if name.startswith("model.encoder."):
+            assert torch.equal(tensor, saved[name]), name
+    saved_classifier = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert saved_classifier.get_vocab() == tokenizer.get_vocab()
+
+
+def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
+    _, pretrained_dir, _ = pretrained
+    train_classifier = load_script("train_classifier")
+    from transformers import AutoTokenizer
+
+    from hf_transformer import TransformerForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrained_dir)
+    wider = train_classifier.ModelArguments(d_model=48, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(train_classifier.build_config(wider, tokenizer, ["0", "1"]))
+    with pytest.raises(ValueError, match="shapes differ"):
+        train_classifier.load_encoder_weights(model, pretrained_dir)
+    deeper = train_classifier.ModelArguments(d_model=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(train_classifier.build_config(deeper, tokenizer, ["0", "1"]))
+    with pytest.raises(ValueError, match="not in model.safetensors"):
+        train_classifier.load_encoder_weights(model, pretrained_dir)
+    with pytest.raises(FileNotFoundError):
+        train_classifier.load_encoder_weights(model, tmp_path)
