@@ -23,9 +23,18 @@ WORDS = {
 }
 
 
+def load_benchmark_module(name: str):
+    """``benchmarks/<name>.py`` as a module."""
+    return _load(name, SCRIPTS.parent / "benchmarks" / f"{name}.py")
+
+
 def load_script(name: str):
     """``scripts/<name>.py`` as a module, so tests can call its functions."""
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    return _load(name, SCRIPTS / f"{name}.py")
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses resolve a script's annotations through sys.modules
     spec.loader.exec_module(module)

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from launch_utils import load_script
+from launch_utils import load_benchmark_module, load_script
 from torch import nn
 from transformers import AutoModel, BertConfig
 
@@ -21,144 +21,9 @@ from hf_transformer.convert import from_book, from_seed
 TOLERANCE = 1e-5
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "convert_checkpoint.py"
 
-# ---------------------------------------------------------------------------------------------------
-# Reference: the seed tutorial's Transformer (post-LN, frozen sinusoid positions from 1, pad at row 0,
-# Conv1d feed-forward with GELU, masks built from the pad id, -1e9 for hidden scores).
-# ---------------------------------------------------------------------------------------------------
-
-
-def reference_sinusoids(rows: int, dim: int) -> torch.Tensor:
-    """Row p, column j: p * exp(-ln(10000) * 2*(j//2) / dim), sine on even columns, cosine on odd ones."""
-    position = torch.arange(rows, dtype=torch.float64).unsqueeze(1)
-    frequency = torch.exp(-math.log(10000.0) * (2 * (torch.arange(dim) // 2)).double() / dim)
-    angle = position * frequency
-    even = torch.arange(dim) % 2 == 0
-    return torch.where(even, torch.sin(angle), torch.cos(angle)).float()
-
-
-class SeedAttention(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        inner = c.n_head * c.d_head
-        self.W_Q = nn.Linear(c.d_hidn, inner)
-        self.W_K = nn.Linear(c.d_hidn, inner)
-        self.W_V = nn.Linear(c.d_hidn, inner)
-        self.linear = nn.Linear(inner, c.d_hidn)
-
-    def forward(self, query, memory, hidden):
-        """hidden: (B, Lq, Lk) bool, True where the score is replaced by -1e9."""
-        heads = lambda x: x.unflatten(-1, (self.c.n_head, self.c.d_head)).transpose(1, 2)  # noqa: E731
-        q, k, v = heads(self.W_Q(query)), heads(self.W_K(memory)), heads(self.W_V(memory))
-        scores = (q @ k.transpose(-1, -2)) / self.c.d_head**0.5
-        probs = scores.masked_fill(hidden.unsqueeze(1), -1e9).softmax(-1)
-        context = (probs @ v).transpose(1, 2).flatten(2)
-        return self.linear(context), probs
-
-
-class SeedFeedForward(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.conv1 = nn.Conv1d(c.d_hidn, c.d_ff, kernel_size=1)
-        self.conv2 = nn.Conv1d(c.d_ff, c.d_hidn, kernel_size=1)
-
-    def forward(self, x):
-        return self.conv2(F.gelu(self.conv1(x.transpose(1, 2)))).transpose(1, 2)
-
-
-class SeedEncoderLayer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.self_attn = SeedAttention(c)
-        self.layer_norm1 = nn.LayerNorm(c.d_hidn, eps=c.layer_norm_epsilon)
-        self.pos_ffn = SeedFeedForward(c)
-        self.layer_norm2 = nn.LayerNorm(c.d_hidn, eps=c.layer_norm_epsilon)
-
-    def forward(self, x, hidden):
-        attended, probs = self.self_attn(x, x, hidden)
-        x = self.layer_norm1(x + attended)
-        return self.layer_norm2(x + self.pos_ffn(x)), probs
-
-
-class SeedDecoderLayer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.self_attn = SeedAttention(c)
-        self.layer_norm1 = nn.LayerNorm(c.d_hidn, eps=c.layer_norm_epsilon)
-        self.dec_enc_attn = SeedAttention(c)
-        self.layer_norm2 = nn.LayerNorm(c.d_hidn, eps=c.layer_norm_epsilon)
-        self.pos_ffn = SeedFeedForward(c)
-        self.layer_norm3 = nn.LayerNorm(c.d_hidn, eps=c.layer_norm_epsilon)
-
-    def forward(self, y, memory, self_hidden, cross_hidden):
-        attended, self_probs = self.self_attn(y, y, self_hidden)
-        y = self.layer_norm1(y + attended)
-        attended, cross_probs = self.dec_enc_attn(y, memory, cross_hidden)
-        y = self.layer_norm2(y + attended)
-        return self.layer_norm3(y + self.pos_ffn(y)), self_probs, cross_probs
-
-
-def seed_positions(ids, pad):
-    """1, 2, 3, ... along the sequence; 0 wherever the token is padding."""
-    positions = torch.arange(1, ids.shape[1] + 1).expand_as(ids)
-    return positions.masked_fill(ids.eq(pad), 0)
-
-
-def pad_keys(query_ids, key_ids, pad):
-    return key_ids.eq(pad).unsqueeze(1).expand(-1, query_ids.shape[1], -1)
-
-
-class SeedEncoder(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.enc_emb = nn.Embedding(c.n_enc_vocab, c.d_hidn)
-        self.pos_emb = nn.Embedding.from_pretrained(reference_sinusoids(c.n_enc_seq + 1, c.d_hidn), freeze=True)
-        self.layers = nn.ModuleList(SeedEncoderLayer(c) for _ in range(c.n_layer))
-
-    def forward(self, ids):
-        x = self.enc_emb(ids) + self.pos_emb(seed_positions(ids, self.c.i_pad))
-        hidden = pad_keys(ids, ids, self.c.i_pad)
-        probs = []
-        for layer in self.layers:
-            x, p = layer(x, hidden)
-            probs.append(p)
-        return x, probs
-
-
-class SeedDecoder(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c = c
-        self.dec_emb = nn.Embedding(c.n_dec_vocab, c.d_hidn)
-        self.pos_emb = nn.Embedding.from_pretrained(reference_sinusoids(c.n_dec_seq + 1, c.d_hidn), freeze=True)
-        self.layers = nn.ModuleList(SeedDecoderLayer(c) for _ in range(c.n_layer))
-
-    def forward(self, ids, source_ids, memory):
-        y = self.dec_emb(ids) + self.pos_emb(seed_positions(ids, self.c.i_pad))
-        length = ids.shape[1]
-        future = torch.ones(length, length, dtype=torch.bool).triu(1)
-        self_hidden = pad_keys(ids, ids, self.c.i_pad) | future
-        cross_hidden = pad_keys(ids, source_ids, self.c.i_pad)
-        self_probs, cross_probs = [], []
-        for layer in self.layers:
-            y, s, x = layer(y, memory, self_hidden, cross_hidden)
-            self_probs.append(s)
-            cross_probs.append(x)
-        return y, self_probs, cross_probs
-
-
-class SeedTransformer(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.encoder = SeedEncoder(c)
-        self.decoder = SeedDecoder(c)
-
-    def forward(self, source_ids, target_ids):
-        memory, encoder_probs = self.encoder(source_ids)
-        output, self_probs, cross_probs = self.decoder(target_ids, source_ids, memory)
-        return memory, output, encoder_probs, self_probs, cross_probs
-
+# The seed tutorial's Transformer, written plainly from its math (shared with the benchmark).
+seed_reference = load_benchmark_module("seed_reference")
+SeedTransformer = seed_reference.SeedTransformer
 
 # ---------------------------------------------------------------------------------------------------
 # Reference: the book-style encoder (learned positions from 0, LayerNorm(eps 1e-12) on the embeddings,

@@ -1,0 +1,541 @@
+"""Speed and memory of hf_transformer against HF Marian and BART, torch.nn.Transformer and the seed tutorial's
+plain code, measured side by side in one process.
+
+    python benchmarks/benchmark.py --quick                 # base-small, about 1-2 minutes on 2 CPU cores
+    python benchmarks/benchmark.py                         # base-small and the seed tutorial's config
+    python benchmarks/benchmark.py --device cuda --dtype bf16 --peak-tflops 989   # a GPU, bf16 autocast
+
+What is timed, for every model on the same random batch (token ids in [3, V): no padding; masks are still
+built and passed, as in a training loop):
+  train    forward + cross-entropy + backward + AdamW step, dropout 0.1, in target tokens per second;
+  greedy   ``generate`` with the KV cache, 32 new tokens for a batch of 8 (min_new_tokens=32), tokens per second;
+  beam4    the same with ``num_beams=4``.
+The models are called in rounds, in an order rotated every round, after warm-up calls; the tables give the
+median over rounds and the speed relative to Marian as the median of per-round ratios (adjacent calls), so
+that a slow moment of the machine hits every model alike. MFU is the matmul FLOPs of a training step per
+second over the measured matmul peak of this device and dtype (and over ``--peak-tflops`` when given).
+Memory is the rise of the peak resident set (CPU) or of the peak allocated memory (GPU) during a training
+step over the memory held before it. Results go to the terminal and to ``--output`` (Markdown) and a JSON file
+beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import gc
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from seed_reference import SeedSeq2Seq, reference_sinusoids  # noqa: E402
+
+PAD, START, EOS = 0, 1, 2
+NEW_TOKENS = 32
+
+CONFIGS = {
+    # d 256, 4 heads of 64, ffn 1024, 3+3 layers, vocab 8000, length 64, batch 32.
+    "base-small": dict(vocab_size=8000, d_model=256, heads=4, head_dim=64, ffn=1024, layers=3, length=64, batch=32),
+    # The seed tutorial's configuration: 6+6 layers, vocab 8007, length 256, batch 8.
+    "seed": dict(vocab_size=8007, d_model=256, heads=4, head_dim=64, ffn=1024, layers=6, length=256, batch=8),
+    # For the test suite: runs in seconds.
+    "tiny": dict(vocab_size=64, d_model=32, heads=2, head_dim=16, ffn=64, layers=1, length=8, batch=4),
+}
+GENERATION_BATCH = 8
+
+
+def positions(c: dict) -> int:
+    """Position-table size: the training length, or the start token plus the generated ones if longer."""
+    return max(c["length"], NEW_TOKENS + 1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The models, all from one configuration: post-LN, GELU, dropout 0.1, tied output projection
+# ---------------------------------------------------------------------------------------------------
+
+
+def build_ours(c: dict) -> nn.Module:
+    from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
+
+    config = TransformerConfig(
+        vocab_size=c["vocab_size"], d_model=c["d_model"], num_attention_heads=c["heads"], head_dim=c["head_dim"],
+        intermediate_size=c["ffn"], encoder_layers=c["layers"], decoder_layers=c["layers"],
+        max_position_embeddings=positions(c), dropout=0.1, attention_dropout=0.1, activation_dropout=0.0,
+        activation_function="gelu", label_smoothing=0.0, pad_token_id=PAD, bos_token_id=START,
+        eos_token_id=EOS, decoder_start_token_id=START,
+    )  # fmt: skip
+    return TransformerForConditionalGeneration(config)
+
+
+def _hf_seq2seq_arguments(c: dict) -> dict:
+    return dict(
+        vocab_size=c["vocab_size"], d_model=c["d_model"], encoder_layers=c["layers"], decoder_layers=c["layers"],
+        encoder_attention_heads=c["heads"], decoder_attention_heads=c["heads"], encoder_ffn_dim=c["ffn"],
+        decoder_ffn_dim=c["ffn"], max_position_embeddings=positions(c), dropout=0.1, attention_dropout=0.1,
+        activation_dropout=0.0, activation_function="gelu", pad_token_id=PAD, bos_token_id=START,
+        eos_token_id=EOS, decoder_start_token_id=START, forced_eos_token_id=None,
+    )  # fmt: skip
+
+
+def build_marian(c: dict) -> nn.Module:
+    from transformers import MarianConfig, MarianMTModel
+
+    return MarianMTModel(MarianConfig(scale_embedding=True, **_hf_seq2seq_arguments(c)))
+
+
+def build_bart(c: dict) -> nn.Module:
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    return BartForConditionalGeneration(BartConfig(scale_embedding=False, **_hf_seq2seq_arguments(c)))
+
+
+class TorchTransformerSeq2Seq(nn.Module):
+    """``torch.nn.Transformer`` (post-LN; it adds a final LayerNorm to each stack) with one token table,
+    sinusoidal positions, sqrt(d) scaling and the output projection tied to the table."""
+
+    def __init__(self, c: dict):
+        super().__init__()
+        d = c["d_model"]
+        self.embed = nn.Embedding(c["vocab_size"], d, padding_idx=PAD)
+        self.register_buffer("positions", reference_sinusoids(positions(c), d), persistent=False)
+        self.dropout = nn.Dropout(0.1)
+        self.transformer = nn.Transformer(
+            d_model=d, nhead=c["heads"], num_encoder_layers=c["layers"], num_decoder_layers=c["layers"],
+            dim_feedforward=c["ffn"], dropout=0.1, activation="gelu", batch_first=True,
+        )  # fmt: skip
+        self.projection = nn.Linear(d, c["vocab_size"], bias=False)
+        self.projection.weight = self.embed.weight
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.embed(ids) * math.sqrt(self.embed.embedding_dim) + self.positions[: ids.shape[1]])
+
+    def forward(self, source_ids: torch.Tensor, target_ids: torch.Tensor) -> torch.Tensor:
+        length = target_ids.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=target_ids.device).triu(1)
+        source_padding = source_ids.eq(PAD)
+        hidden = self.transformer(
+            self._embed(source_ids), self._embed(target_ids), tgt_mask=causal, tgt_is_causal=True,
+            src_key_padding_mask=source_padding, memory_key_padding_mask=source_padding,
+            tgt_key_padding_mask=target_ids.eq(PAD),
+        )  # fmt: skip
+        return self.projection(hidden)
+
+
+def build_torch_nn(c: dict) -> nn.Module:
+    return TorchTransformerSeq2Seq(c)
+
+
+def build_seed(c: dict) -> nn.Module:
+    names = SimpleNamespace(
+        n_enc_vocab=c["vocab_size"], n_dec_vocab=c["vocab_size"], n_enc_seq=positions(c), n_dec_seq=positions(c),
+        n_layer=c["layers"], d_hidn=c["d_model"], n_head=c["heads"], d_head=c["head_dim"], d_ff=c["ffn"],
+        i_pad=PAD, dropout=0.1, layer_norm_epsilon=1e-12,
+    )  # fmt: skip
+    return SeedSeq2Seq(names)
+
+
+@dataclass
+class Entry:
+    name: str
+    build: Callable[[dict], nn.Module]
+    hf: bool  # HF keyword interface, its own loss from `labels`, and generate(); else model(src, tgt) -> logits
+    greedy: bool = True
+    beam: bool = True
+    note: str = ""
+
+
+ENTRIES = {
+    "ours": Entry("ours", build_ours, True, note="hf_transformer TransformerForConditionalGeneration"),
+    "marian": Entry("marian", build_marian, True, note="transformers MarianMTModel"),
+    "bart": Entry("bart", build_bart, True, note="transformers BartForConditionalGeneration"),
+    "torch_nn": Entry("torch_nn", build_torch_nn, False, greedy=False, beam=False, note="torch.nn.Transformer"),
+    "seed": Entry("seed", build_seed, False, beam=False, note="seed tutorial's plain code; greedy without cache"),
+}
+
+
+# ---------------------------------------------------------------------------------------------------
+# One model: a training step, greedy and beam generation
+# ---------------------------------------------------------------------------------------------------
+
+
+class Runner:
+    def __init__(self, entry: Entry, c: dict, device: torch.device, dtype: torch.dtype):
+        torch.manual_seed(0)
+        self.entry, self.c, self.device, self.dtype = entry, c, device, dtype
+        self.model = entry.build(c).to(device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.parameters = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
+
+    def _autocast(self):
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.dtype)
+
+    def train_step(self, batch: dict) -> float:
+        self.model.train()
+        with self._autocast():
+            if self.entry.hf:
+                loss = self.model(
+                    input_ids=batch["source"], attention_mask=batch["source_mask"],
+                    decoder_input_ids=batch["decoder_input"], labels=batch["labels"], use_cache=False,
+                ).loss  # fmt: skip
+            else:
+                logits = self.model(batch["source"], batch["decoder_input"])
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), batch["labels"].flatten())
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss.item()
+
+    @torch.no_grad()
+    def generate(self, batch: dict, num_beams: int) -> torch.Tensor:
+        self.model.eval()
+        with self._autocast():
+            if self.entry.hf:
+                output = self.model.generate(
+                    input_ids=batch["source"], attention_mask=batch["source_mask"], num_beams=num_beams,
+                    do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, use_cache=True,
+                )  # fmt: skip
+            else:
+                output = self.model.greedy(batch["source"], START, NEW_TOKENS, banned_ids=(PAD, EOS))
+        if output.shape[1] != NEW_TOKENS + 1:
+            raise RuntimeError(f"{self.entry.name} generated {output.shape[1] - 1} tokens instead of {NEW_TOKENS}")
+        return output
+
+
+def make_batch(c: dict, batch_size: int, device: torch.device, seed: int = 0) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    source = torch.randint(3, c["vocab_size"], (batch_size, c["length"]), generator=generator)
+    labels = torch.randint(3, c["vocab_size"], (batch_size, c["length"]), generator=generator)
+    decoder_input = torch.cat([torch.full((batch_size, 1), START), labels[:, :-1]], dim=1)
+    batch = dict(source=source, source_mask=torch.ones_like(source), decoder_input=decoder_input, labels=labels)
+    return {key: value.to(device) for key, value in batch.items()}
+
+
+def training_flops(c: dict) -> float:
+    """Matmul FLOPs of one training step (backward = 2x forward): projections, feed-forward, attention scores
+    and context, and the output projection; embeddings, softmax, norms and the optimizer are left out."""
+    b, n, d, f, v, layers = c["batch"], c["length"], c["d_model"], c["ffn"], c["vocab_size"], c["layers"]
+    inner = c["heads"] * c["head_dim"]
+    tokens = b * n
+    attention = 2 * 2 * tokens * n * inner  # scores and context, per attention
+    encoder = layers * (2 * tokens * 4 * d * inner + 2 * tokens * 2 * d * f + attention)
+    decoder = layers * (2 * tokens * 8 * d * inner + 2 * tokens * 2 * d * f + 2 * attention)
+    head = 2 * tokens * d * v
+    return 3.0 * (encoder + decoder + head)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------------------------------
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved(tasks: dict[str, Callable[[], object]], device, warmup: int, rounds: int, budget_s: float) -> dict:
+    """Per task, the seconds of each round's call. Every round calls each task once, rotating the order;
+    rounds stop after ``rounds`` or once ``budget_s`` is spent (at least 3 rounds)."""
+    names = list(tasks)
+    for _ in range(warmup):
+        for name in names:
+            tasks[name]()
+    synchronize(device)
+    seconds = {name: [] for name in names}
+    started = time.perf_counter()
+    for index in range(rounds):
+        for name in names[index % len(names) :] + names[: index % len(names)]:
+            begin = time.perf_counter()
+            tasks[name]()
+            synchronize(device)
+            seconds[name].append(time.perf_counter() - begin)
+        if index + 1 >= 3 and time.perf_counter() - started > budget_s:
+            break
+    return seconds
+
+
+def speed_ratios(seconds: dict[str, list[float]], reference: str) -> dict[str, float]:
+    """Median over rounds of t_reference / t_model (> 1: faster than the reference)."""
+    if reference not in seconds:
+        return {}
+    return {
+        name: statistics.median(r / t for r, t in zip(seconds[reference], times)) for name, times in seconds.items()
+    }
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
+    """FLOP/s of a square matmul of the given size: the best median of a few bursts."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    best = 0.0
+    for _ in range(3):
+        times = []
+        for _ in range(5):
+            synchronize(device)
+            begin = time.perf_counter()
+            torch.mm(a, b)
+            synchronize(device)
+            times.append(time.perf_counter() - begin)
+        best = max(best, 2 * size**3 / statistics.median(times))
+    return best
+
+
+def _resident_mb(key: str) -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def training_memory_mb(runner: Runner, batch: dict, device: torch.device) -> float | None:
+    """Peak memory rise of one training step (the optimizer state exists already: it is the second step)."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        before = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        runner.train_step(batch)
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
+    with contextlib.suppress(OSError, AttributeError):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # freed pages go back, so the peak measures this step
+    try:
+        with open("/proc/self/clear_refs", "w") as clear:
+            clear.write("5")  # resets the peak resident set (VmHWM) to the current one
+    except OSError:
+        return None
+    before = _resident_mb("VmRSS")
+    runner.train_step(batch)
+    peak = _resident_mb("VmHWM")
+    return None if before is None or peak is None else peak - before
+
+
+@dataclass
+class ConfigResult:
+    name: str
+    config: dict
+    rows: dict[str, dict] = field(default_factory=dict)
+
+
+def run_config(
+    name: str, models: list[str], device: torch.device, dtype: torch.dtype, args: argparse.Namespace, log
+) -> ConfigResult:
+    c = CONFIGS[name]
+    result = ConfigResult(name, dict(c))
+    runners = {}
+    train_batch = make_batch(c, c["batch"], device)
+    for model in models:
+        runners[model] = Runner(ENTRIES[model], c, device, dtype)
+        runners[model].train_step(train_batch)  # optimizer state, allocator warm-up
+        memory = training_memory_mb(runners[model], train_batch, device)
+        result.rows[model] = dict(parameters=runners[model].parameters, train_memory_mb=memory)
+        log(f"  built {model}: {runners[model].parameters / 1e6:.2f}M parameters, step memory rise {memory} MB")
+
+    flops = training_flops(c)
+    tokens = c["batch"] * c["length"]
+    seconds = interleaved(
+        {m: (lambda r=runners[m]: r.train_step(train_batch)) for m in models},
+        device, warmup=args.warmup, rounds=args.rounds, budget_s=args.budget,
+    )  # fmt: skip
+    ratios = speed_ratios(seconds, "marian")
+    for model, times in seconds.items():
+        median = statistics.median(times)
+        result.rows[model].update(
+            train_step_s=median, train_tokens_per_s=tokens / median, train_vs_marian=ratios.get(model),
+            train_flops_per_s=flops / median, train_rounds=len(times),
+        )  # fmt: skip
+    log(f"  training timed over {len(next(iter(seconds.values())))} rounds")
+
+    generation_batch = make_batch(c, GENERATION_BATCH, device, seed=1)
+    for kind, beams in (("greedy", 1), ("beam4", 4)):
+        if kind == "beam4" and args.no_beam:
+            continue
+        able = [m for m in models if (ENTRIES[m].greedy if beams == 1 else ENTRIES[m].beam)]
+        seconds = interleaved(
+            {m: (lambda r=runners[m], k=beams: r.generate(generation_batch, k)) for m in able},
+            device, warmup=1, rounds=args.rounds, budget_s=args.budget,
+        )  # fmt: skip
+        ratios = speed_ratios(seconds, "marian")
+        for model, times in seconds.items():
+            median = statistics.median(times)
+            result.rows[model].update(
+                {f"{kind}_tokens_per_s": GENERATION_BATCH * NEW_TOKENS / median, f"{kind}_vs_marian": ratios.get(model)}
+            )
+        log(f"  {kind} timed over {len(next(iter(seconds.values())))} rounds")
+    del runners
+    gc.collect()
+    return result
+
+
+# ---------------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------------
+
+
+def machine_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    return f"{model}, {os.cpu_count()} cores"
+
+
+def _number(value, digits: int = 0) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def markdown(results: list[ConfigResult], header: dict) -> str:
+    lines = [
+        "# Performance",
+        "",
+        "Produced by `python " + " ".join(header["command"]) + "`.",
+        "",
+        f"- date: {header['date']}",
+        f"- machine: {header['machine']}; device {header['device']}, {header['dtype']}, "
+        f"{header['threads']} torch threads",
+        f"- torch {header['torch']}, transformers {header['transformers']}, python {header['python']}",
+        f"- measured matmul peak ({header['peak_size']}x{header['peak_size']} mm): "
+        f"{header['matmul_peak_gflops']:.1f} GFLOP/s"
+        + (f"; stated peak {header['stated_peak_tflops']} TFLOP/s" if header.get("stated_peak_tflops") else ""),
+        "",
+        "Each table: medians over interleaved rounds; `x Marian` is the median of per-round speed ratios "
+        "(above 1 is faster). Training: forward, cross-entropy, backward and AdamW with dropout 0.1, target "
+        "tokens/s. Generation: `generate` with KV cache, batch 8, 32 new tokens. MFU: matmul FLOP/s of the "
+        "training step over the measured matmul peak. Memory: peak rise during a training step.",
+    ]
+    stated = header.get("stated_peak_tflops")
+    for result in results:
+        c = result.config
+        lines += [
+            "",
+            f"## {result.name}: d {c['d_model']}, {c['heads']}x{c['head_dim']} heads, ffn {c['ffn']}, "
+            f"{c['layers']}+{c['layers']} layers, vocab {c['vocab_size']}, length {c['length']}, "
+            f"batch {c['batch']}",
+            "",
+            "| model | params | train tok/s | x Marian | MFU | step memory MB | greedy tok/s | x Marian "
+            "| beam4 tok/s | x Marian |" + (" MFU (stated peak) |" if stated else ""),
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if stated else ""),
+        ]
+        for model, row in result.rows.items():
+            mfu = row["train_flops_per_s"] / (header["matmul_peak_gflops"] * 1e9)
+            cells = [
+                model,
+                f"{row['parameters'] / 1e6:.2f}M",
+                _number(row.get("train_tokens_per_s")),
+                _number(row.get("train_vs_marian"), 2),
+                f"{mfu:.0%}",
+                _number(row.get("train_memory_mb")),
+                _number(row.get("greedy_tokens_per_s")),
+                _number(row.get("greedy_vs_marian"), 2),
+                _number(row.get("beam4_tokens_per_s")),
+                _number(row.get("beam4_vs_marian"), 2),
+            ]
+            if stated:
+                cells.append(f"{row['train_flops_per_s'] / (stated * 1e12):.0%}")
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Models: " + "; ".join(f"`{name}` {ENTRIES[name].note}" for name in header["models"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="base-small only, fewer rounds (about 1-2 minutes)")
+    parser.add_argument("--configs", default=None, help="comma list of " + ", ".join(CONFIGS))
+    parser.add_argument("--models", default=",".join(ENTRIES), help="comma list of " + ", ".join(ENTRIES))
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"], help="fp32 on CPU, bf16 on GPU")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: all cores)")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per section (10; quick 5)")
+    parser.add_argument("--budget", type=float, default=None, help="seconds per section before stopping (60; quick 12)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed training steps per model first")
+    parser.add_argument("--no-beam", action="store_true", help="leave out beam search")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the device's stated dense peak, for MFU")
+    parser.add_argument("--output", default="docs/performance.md", help="Markdown report; JSON beside it")
+    args = parser.parse_args(argv)
+    args.configs = (args.configs or ("base-small" if args.quick else "base-small,seed")).split(",")
+    args.models = args.models.split(",")
+    for name in args.configs:
+        if name not in CONFIGS:
+            parser.error(f"unknown config {name!r}; choose from {', '.join(CONFIGS)}")
+    for name in args.models:
+        if name not in ENTRIES:
+            parser.error(f"unknown model {name!r}; choose from {', '.join(ENTRIES)}")
+    args.rounds = args.rounds or (5 if args.quick else 10)
+    args.budget = args.budget or (12.0 if args.quick else 60.0)
+    args.dtype = args.dtype or ("bf16" if args.device.startswith("cuda") else "fp32")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_arguments(argv)
+    device = torch.device(args.device)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    transformers.logging.set_verbosity_error()
+    started = time.perf_counter()
+
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
+
+    peak_size = 4096 if device.type == "cuda" else 1024
+    peak = matmul_peak(device, dtype, peak_size)
+    log(f"matmul peak {peak / 1e9:.1f} GFLOP/s ({args.dtype}, {peak_size}x{peak_size})")
+    results = []
+    for name in args.configs:
+        log(f"config {name}")
+        results.append(run_config(name, args.models, device, dtype, args, log))
+    peak = max(peak, matmul_peak(device, dtype, peak_size))  # the better of the probes before and after
+
+    header = dict(
+        command=["benchmarks/benchmark.py", *(argv if argv is not None else sys.argv[1:])],
+        date=datetime.date.today().isoformat(), machine=machine_description(device), device=str(device),
+        dtype=args.dtype, threads=torch.get_num_threads(), torch=torch.__version__,
+        transformers=transformers.__version__, python=platform.python_version(), peak_size=peak_size,
+        matmul_peak_gflops=peak / 1e9, stated_peak_tflops=args.peak_tflops, models=args.models,
+        wall_seconds=round(time.perf_counter() - started, 1),
+    )  # fmt: skip
+    report = markdown(results, header)
+    print(report)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(report)
+    record = dict(header, results=[dict(config=r.name, settings=r.config, models=r.rows) for r in results])
+    output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    log(f"wrote {output} and {output.with_suffix('.json')}")
+    return record
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""The benchmark runs end to end on a tiny configuration and writes a complete report (no timing is asserted)."""
+
+import json
+
+from launch_utils import load_benchmark_module
+
+
+def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
+    benchmark = load_benchmark_module("benchmark")
+    output = tmp_path / "performance.md"
+    record = benchmark.main(["--configs", "tiny", "--rounds", "3", "--budget", "0", "--output", str(output)])
+
+    report = output.read_text()
+    assert "## tiny:" in report and "torch " in report and "transformers " in report
+    for model in ("ours", "marian", "bart", "torch_nn", "seed"):
+        assert f"| {model} |" in report
+    saved = json.loads(output.with_suffix(".json").read_text())
+    assert saved == json.loads(json.dumps(record))
+    rows = saved["results"][0]["models"]
+    assert rows["marian"]["train_vs_marian"] == 1.0
+    for name, row in rows.items():
+        assert row["train_tokens_per_s"] > 0 and row["train_rounds"] == 3, name
+        assert row["parameters"] > 0
+    for name in ("ours", "marian", "bart", "seed"):
+        assert rows[name]["greedy_tokens_per_s"] > 0 and rows[name]["greedy_vs_marian"] > 0
+    assert "beam4_tokens_per_s" in rows["ours"] and "beam4_tokens_per_s" not in rows["seed"]
+    assert "greedy_tokens_per_s" not in rows["torch_nn"]
+
+
+def test_training_flops_count_the_output_projection_and_every_layer():
+    benchmark = load_benchmark_module("benchmark")
+    c = dict(benchmark.CONFIGS["tiny"])
+    base = benchmark.training_flops(c)
+    more_vocabulary = benchmark.training_flops(dict(c, vocab_size=c["vocab_size"] + 1))
+    assert more_vocabulary - base == 3 * 2 * c["batch"] * c["length"] * c["d_model"]
+    assert benchmark.training_flops(dict(c, layers=2)) > base
