@@ -85,6 +85,11 @@ class TransformerConfig(PretrainedConfig):
         dropout (residual branches and embeddings), attention_dropout (attention probabilities, defaults
         to ``dropout`` as in the seeds), activation_dropout (inside the feed-forward),
         classifier_dropout (defaults to ``dropout``), label_smoothing (seq2seq loss).
+    Speed:
+        fused_output_loss: in training, when ``labels`` are given, compute the output projection and the
+        cross-entropy together, a few hundred rows at a time, without materialising the (batch, length,
+        vocabulary) logits; the output's ``logits`` is then None. Same loss and gradients; set False to get
+        the logits in training as well. Evaluation and generation always return logits.
     Architecture options:
         layer_norm_position: "post" (paper) or "pre" (book-style). position_embedding_type:
         "sinusoidal" (frozen table, position 0 reserved for padding, tokens numbered from 1) or
@@ -131,6 +136,7 @@ class TransformerConfig(PretrainedConfig):
     share_embeddings: bool = True
     tie_word_embeddings: bool = True
     classifier_pooling: str = "mean"
+    fused_output_loss: bool = True
     init_std: float = 0.02
     use_cache: bool = True
     pad_token_id: int | None = 0
@@ -248,6 +254,7 @@ class TransformerConfig(PretrainedConfig):
             "final_layer_norm",
             "share_embeddings",
             "tie_word_embeddings",
+            "fused_output_loss",
             "use_cache",
         ):
             value = getattr(self, name)

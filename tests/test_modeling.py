@@ -13,6 +13,7 @@ from hf_transformer import (
     TransformerForSequenceClassification,
     TransformerModel,
 )
+from hf_transformer import modeling_transformer as modeling
 from hf_transformer.modeling_transformer import shift_tokens_right, sinusoid_table
 
 
@@ -257,6 +258,52 @@ def test_label_smoothing_is_applied():
     plain = F.cross_entropy(out.logits.reshape(-1, 40), labels.reshape(-1), ignore_index=-100)
     torch.testing.assert_close(out.loss, expected)
     assert not torch.allclose(out.loss, plain)
+
+
+@pytest.mark.parametrize(
+    "overrides", [{}, {"label_smoothing": 0.1}, {"share_embeddings": False, "decoder_vocab_size": 33}]
+)
+@pytest.mark.parametrize("accumulated", [False, True])
+def test_fused_output_loss_gives_the_loss_and_gradients_of_the_logits(overrides, accumulated, monkeypatch):
+    monkeypatch.setattr(modeling, "_LOGITS_PER_CHUNK", 40 * 4)  # 4 rows per chunk: several chunks, a ragged last
+    source, target = batch_with_padding()
+    labels = target.masked_fill(target == 0, -100)
+    count = {"num_items_in_batch": torch.tensor(17)} if accumulated else {}
+    results = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        model = TransformerForConditionalGeneration(tiny_config(fused_output_loss=fused, **overrides)).train()
+        out = model(input_ids=source, labels=labels, **count)
+        assert (out.logits is None) == fused
+        out.loss.backward()
+        results.append((out.loss, {name: p.grad for name, p in model.named_parameters()}))
+    (fused_loss, fused_grads), (loss, grads) = results
+    torch.testing.assert_close(fused_loss, loss, atol=1e-6, rtol=1e-6)
+    assert fused_grads.keys() == grads.keys()
+    for name in grads:
+        torch.testing.assert_close(fused_grads[name], grads[name], atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_fused_output_loss_is_only_used_where_logits_are_not_wanted(config):
+    model = TransformerForConditionalGeneration(config)
+    source, target = batch_with_padding()
+    labels = target.masked_fill(target == 0, -100)
+    assert model.train()(input_ids=source, labels=labels).logits is None
+    with torch.no_grad():
+        assert model(input_ids=source, labels=labels).logits.shape == (3, 5, 40)
+    assert model.eval()(input_ids=source, labels=labels).logits.shape == (3, 5, 40)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model.train()(input_ids=source, labels=labels).logits is not None
+
+
+@pytest.mark.parametrize("bad", [40, -2])
+def test_fused_output_loss_rejects_labels_outside_the_vocabulary(config, bad):
+    model = TransformerForConditionalGeneration(config).train()
+    source, target = batch_with_padding()
+    labels = target.clone()
+    labels[1, 2] = bad  # the decoder reads valid ids: only the labels are wrong
+    with pytest.raises(ValueError, match=r"labels.*\[0, 40\)"):
+        model(input_ids=source, decoder_input_ids=target, labels=labels)
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "first", "decoder"])
