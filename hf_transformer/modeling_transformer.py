@@ -178,16 +178,25 @@ def _attend_somewhere(mask: torch.Tensor) -> torch.Tensor:
 
 
 def _key_padding_mask(token_is_real: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, S) -> (B, 1, 1, S)."""
-    if token_is_real is None:
+    """(B, S) -> (B, 1, 1, S); None when nothing is padding, so that attention runs without a mask."""
+    if token_is_real is None or _all_real(token_is_real):
         return None
     return _attend_somewhere(token_is_real[:, None, None, :])
 
 
+def _all_real(token_is_real: torch.Tensor) -> bool:
+    return bool(token_is_real.all())
+
+
 def _causal_mask(
     query_length: int, past_length: int, key_is_real: torch.Tensor | None, device: torch.device
-) -> torch.Tensor:
-    """(T, P+T), or (B, 1, T, P+T) with key padding: query t (absolute position P+t) sees keys <= P+t."""
+) -> torch.Tensor | None:
+    """(T, P+T), or (B, 1, T, P+T) with key padding: query t (absolute position P+t) sees keys <= P+t.
+    None for one new token over unpadded keys (a decoding step): it sees every key."""
+    if key_is_real is not None and _all_real(key_is_real):
+        key_is_real = None
+    if query_length == 1 and key_is_real is None:
+        return None
     query_positions = torch.arange(past_length, past_length + query_length, device=device)
     key_positions = torch.arange(past_length + query_length, device=device)
     mask = key_positions[None, :] <= query_positions[:, None]

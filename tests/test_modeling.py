@@ -421,3 +421,16 @@ def test_bfloat16_autocast_forward_and_backward_stay_finite(config):
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_masks_are_left_out_only_where_they_hide_nothing():
+    real = torch.ones(2, 5, dtype=torch.bool)
+    padded = real.clone()
+    padded[1, 3:] = False
+    assert modeling._key_padding_mask(real) is None
+    assert modeling._key_padding_mask(padded).shape == (2, 1, 1, 5)
+    assert modeling._causal_mask(1, 4, None, torch.device("cpu")) is None  # a decoding step sees every key
+    assert modeling._causal_mask(1, 4, real, torch.device("cpu")) is None
+    assert modeling._causal_mask(1, 4, padded, torch.device("cpu"))[1, 0, 0].tolist() == [True] * 3 + [False] * 2
+    causal = modeling._causal_mask(3, 2, None, torch.device("cpu"))
+    assert causal.tolist() == [[True] * 3 + [False] * 2, [True] * 4 + [False], [True] * 5]
