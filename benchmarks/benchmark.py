@@ -501,8 +501,6 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     if args.threads:
         torch.set_num_threads(args.threads)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
     transformers.logging.set_verbosity_error()
     started = time.perf_counter()
 

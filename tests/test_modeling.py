@@ -434,3 +434,18 @@ def test_masks_are_left_out_only_where_they_hide_nothing():
     assert modeling._causal_mask(1, 4, padded, torch.device("cpu"))[1, 0, 0].tolist() == [True] * 3 + [False] * 2
     causal = modeling._causal_mask(3, 2, None, torch.device("cpu"))
     assert causal.tolist() == [[True] * 3 + [False] * 2, [True] * 4 + [False], [True] * 5]
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_inverted_dropout_drops_at_rate_p_scales_the_rest_and_routes_gradients(p):
+    x = torch.rand(200, 500) + 0.5
+    x.requires_grad_(True)
+    y = modeling.inverted_dropout(x, p, training=True)
+    kept = y != 0
+    assert abs((~kept).float().mean().item() - p) < 0.01  # 100k draws: a few standard deviations
+    torch.testing.assert_close(y[kept], x.detach()[kept] / (1 - p))
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+    assert not torch.equal(kept, modeling.inverted_dropout(x, p, training=True) != 0)  # fresh draws each call
+    assert modeling.inverted_dropout(x, p, training=False) is x
+    assert modeling.inverted_dropout(x, 0.0, training=True) is x
