@@ -15,6 +15,7 @@ H heads, Dh head size, V vocabulary.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -1107,6 +1108,12 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
                 raise ValueError(f"Label values must be in [0, {self.num_labels}), got {valid.tolist()[:10]}.")
             return F.cross_entropy(logits.float().reshape(-1, self.num_labels), flat)
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+
+# `generate` inspects the forward signature of a model defined outside transformers at every decoding step;
+# a precomputed signature makes that lookup about 6x cheaper.
+for _model_class in (TransformerModel, TransformerForConditionalGeneration, TransformerForSequenceClassification):
+    _model_class.forward.__signature__ = inspect.signature(_model_class.forward)
 
 
 def remote_code_auto_map() -> dict[str, str]:
