@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.integrations import is_deepspeed_zero3_enabled
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
@@ -941,6 +942,8 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         return output if return_dict else output.to_tuple()
 
     def _fuses_output_loss(self, hidden_states: torch.Tensor) -> bool:
+        # The fused loss reads `lm_head.weight` without calling `lm_head`: not under ZeRO-3, which gathers a
+        # partitioned weight only around its module's call, and not under autocast, whose casts it would skip.
         return (
             self.config.fused_output_loss
             and self.training
@@ -948,6 +951,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             and not torch.is_autocast_enabled(hidden_states.device.type)
             and hidden_states.dtype == self.lm_head.weight.dtype
             and self.lm_head.bias is None
+            and not is_deepspeed_zero3_enabled()
         )
 
     def fused_loss(
