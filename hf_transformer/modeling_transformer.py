@@ -1,12 +1,14 @@
 """The encoder-decoder Transformer of "Attention Is All You Need", as a HuggingFace model.
 
 Read top to bottom, this file follows the paper:
+  5.4  residual dropout ................ ``inverted_dropout``, ``Dropout``
   3.5  positional encodings ............ ``sinusoid_table``, ``TransformerEmbeddings``
   3.2  scaled dot-product and multi-head attention ... ``eager_attention_forward``, ``TransformerAttention``
   3.3  position-wise feed-forward ...... ``TransformerFeedForward``
   3.1  encoder and decoder layers ...... ``TransformerEncoderLayer``, ``TransformerDecoderLayer``
        stacks and masks ................ ``TransformerEncoder``, ``TransformerDecoder``
   3.4  shared embeddings, output softmax ``TransformerModel``, ``TransformerForConditionalGeneration``
+       (its training loss fused with the output projection: ``_FusedLinearCrossEntropy``)
        classification (seed tutorial) .. ``TransformerForSequenceClassification``
 
 Shapes: B batch, S source length, T target length, P cached target length, D d_model,
