@@ -34,3 +34,17 @@ def test_training_flops_count_the_output_projection_and_every_layer():
     more_vocabulary = benchmark.training_flops(dict(c, vocab_size=c["vocab_size"] + 1))
     assert more_vocabulary - base == 3 * 2 * c["batch"] * c["length"] * c["d_model"]
     assert benchmark.training_flops(dict(c, layers=2)) > base
+
+
+def test_benchmark_runs_in_bf16_autocast_and_reports_mfu_against_a_stated_peak(tmp_path):
+    """The GPU mode's code path (autocast, stated peak), exercised on the CPU with two models."""
+    benchmark = load_benchmark_module("benchmark")
+    output = tmp_path / "performance.md"
+    record = benchmark.main(
+        ["--configs", "tiny", "--models", "ours,marian", "--dtype", "bf16", "--peak-tflops", "0.001",
+         "--rounds", "3", "--budget", "0", "--no-beam", "--output", str(output)]
+    )  # fmt: skip
+    assert record["dtype"] == "bf16" and record["stated_peak_tflops"] == 0.001
+    assert "MFU (stated peak)" in output.read_text()
+    rows = record["results"][0]["models"]
+    assert set(rows) == {"ours", "marian"} and "beam4_tokens_per_s" not in rows["ours"]
