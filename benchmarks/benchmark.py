@@ -479,6 +479,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="untimed training steps per model first")
     parser.add_argument("--no-beam", action="store_true", help="leave out beam search")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's stated dense peak, for MFU")
+    parser.add_argument("--peak-size", type=int, default=None, help="matmul size of the peak probe (1024; GPU 4096)")
     parser.add_argument("--output", default="docs/performance.md", help="Markdown report; JSON beside it")
     args = parser.parse_args(argv)
     args.configs = (args.configs or ("base-small" if args.quick else "base-small,seed")).split(",")
@@ -507,7 +508,7 @@ def main(argv: list[str] | None = None) -> dict:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
 
-    peak_size = 4096 if device.type == "cuda" else 1024
+    peak_size = args.peak_size or (4096 if device.type == "cuda" else 1024)
     peak = matmul_peak(device, dtype, peak_size)
     log(f"matmul peak {peak / 1e9:.1f} GFLOP/s ({args.dtype}, {peak_size}x{peak_size})")
     results = []

@@ -8,7 +8,9 @@ from launch_utils import load_benchmark_module
 def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
     benchmark = load_benchmark_module("benchmark")
     output = tmp_path / "performance.md"
-    record = benchmark.main(["--configs", "tiny", "--rounds", "3", "--budget", "0", "--output", str(output)])
+    record = benchmark.main(
+        ["--configs", "tiny", "--rounds", "3", "--budget", "0", "--peak-size", "128", "--output", str(output)]
+    )
 
     report = output.read_text()
     assert "## tiny:" in report and "torch " in report and "transformers " in report
@@ -42,7 +44,7 @@ def test_benchmark_runs_in_bf16_autocast_and_reports_mfu_against_a_stated_peak(t
     output = tmp_path / "performance.md"
     record = benchmark.main(
         ["--configs", "tiny", "--models", "ours,marian", "--dtype", "bf16", "--peak-tflops", "0.001",
-         "--rounds", "3", "--budget", "0", "--no-beam", "--output", str(output)]
+         "--peak-size", "128", "--rounds", "3", "--budget", "0", "--no-beam", "--output", str(output)]
     )  # fmt: skip
     assert record["dtype"] == "bf16" and record["stated_peak_tflops"] == 0.001
     assert "MFU (stated peak)" in output.read_text()
