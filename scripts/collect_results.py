@@ -17,8 +17,8 @@ history (`log_history.json` or a checkpoint's `trainer_state.json`), which is dr
 
 `results.json` is a list of records with the keys `task`, `metric`, `value`, `split`, `command`, `params` and
 `wall_seconds` (plus `run`, `curve` and `note`). A classifier started from a pretrained encoder
-(`--init_from`) counts the pretraining too: its command is both commands joined by `&&` and its wall time
-their sum, when the pretraining folder is found.
+(`--init_from`, followed back through continued pretraining runs) counts the pretraining too: its command is
+every command joined by `&&` and its wall time their sum, when the earlier folders are found.
 """
 
 from __future__ import annotations
@@ -78,6 +78,23 @@ def resolve(path: str, base: Path) -> Path:
     return candidate if candidate.is_absolute() else base / candidate
 
 
+def earlier_runs(results: dict, base: Path, name: str) -> list[dict]:
+    """The results of the runs this one started from (``init_from``, followed back), oldest first."""
+    chain: list[dict] = []
+    seen = set()
+    while results.get("init_from"):
+        folder = resolve(results["init_from"], base).resolve()
+        if folder in seen:
+            raise ValueError(f"{name}: init_from runs in a circle through {folder}")
+        seen.add(folder)
+        if not (folder / "results.json").is_file():
+            logger.warning("%s: the earlier run %s is not there; its time is not counted", name, folder)
+            break
+        results = json.loads((folder / "results.json").read_text())
+        chain.insert(0, results)
+    return chain
+
+
 def collect_run(entry: dict, base: Path, figures: Path) -> dict:
     """One manifest entry -> {name, task, results, command, params, wall_seconds, curve, note, records}."""
     folder = resolve(entry["dir"], base)
@@ -89,16 +106,12 @@ def collect_run(entry: dict, base: Path, figures: Path) -> dict:
     task = infer_task(results)
     command = shell_command(results.get("command", "?"))
     wall = results.get("wall_seconds")
-    pretraining = None
-    if results.get("init_from"):
-        pretrained = resolve(results["init_from"], base) / "results.json"
-        if pretrained.is_file():
-            pretraining = json.loads(pretrained.read_text())
-            command = f"{shell_command(pretraining.get('command', '?'))} && {command}"
-            if wall is not None and pretraining.get("wall_seconds") is not None:
-                wall = round(wall + pretraining["wall_seconds"], 1)
-        else:
-            logger.warning("%s: the pretraining folder %s is not there; its time is not counted", name, pretrained)
+    pretraining = earlier_runs(results, base, name)
+    if pretraining:
+        command = " && ".join([*(shell_command(r.get("command", "?")) for r in pretraining), command])
+        earlier_wall = [r.get("wall_seconds") for r in pretraining]
+        if wall is not None and None not in earlier_wall:
+            wall = round(wall + sum(earlier_wall), 1)
 
     curve = None
     try:
@@ -115,7 +128,7 @@ def collect_run(entry: dict, base: Path, figures: Path) -> dict:
         "params": results.get("parameters"),
         "wall_seconds": wall,
         "run_wall_seconds": results.get("wall_seconds"),
-        "pretraining_wall_seconds": pretraining.get("wall_seconds") if pretraining else None,
+        "pretraining_wall_seconds": sum(r.get("wall_seconds") or 0 for r in pretraining) if pretraining else None,
         "curve": curve,
         "note": entry.get("note", ""),
     }

@@ -6,12 +6,13 @@
     python scripts/train_classifier.py --init_from runs/nsmc-mlm --output_dir runs/nsmc ...  # same model sizes
 
 The text is the training split that `scripts/train_classifier.py` carves from `ratings_train.txt` with the same
-`--seed` and `--validation_size`; no label is read, and neither the held-out validation reviews (only their
-masked-token loss is reported) nor the test file are trained on. A share `--mlm_probability` of the tokens is
-chosen in every review; of those, 80% become `[MASK]`, 10% a random token and 10% stay, and the encoder
-predicts the original tokens through a small head whose output projection is the token table itself.
+`--validation_size` and `--split_seed` (default `--seed`); no label is read, and neither the held-out validation
+reviews (only their masked-token loss is reported) nor the test file are trained on. A share `--mlm_probability`
+of the tokens is chosen in every review; of those, 80% become `[MASK]`, 10% a random token and 10% stay, and the
+encoder predicts the original tokens through a small head whose output projection is the token table itself.
 
-The model arguments are the classifier's (`ModelArguments` of train_classifier.py), so the encoder built here
+`--init_from` continues from an earlier pretraining folder (its weights and tokenizer; a new learning-rate
+schedule). The model arguments are the classifier's (`ModelArguments` of train_classifier.py), so the encoder built here
 has the classifier's configuration and parameter names (`model.encoder.*`). The folder gets the weights
 (`model.safetensors`: encoder and head), `config.json`, the tokenizer, `results.json` (masked-token loss
 and accuracy on the validation reviews, parameters, wall time, the command) and `log_history.json`.
@@ -82,6 +83,27 @@ class TransformerForMaskedTokens(TransformerPreTrainedModel):
         return MaskedLMOutput(loss=loss, logits=logits)
 
 
+def continue_from(model: TransformerForMaskedTokens, folder: str | Path) -> None:
+    """Load every weight of an earlier pretraining folder (same sizes), or raise naming what differs."""
+    from safetensors.torch import load_file
+
+    path = Path(folder) / "model.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(f"--init_from {folder}: no model.safetensors there")
+    saved = load_file(str(path))
+    own = model.state_dict()
+    problems = [f"missing {name}" for name in own if name not in saved]
+    problems += [f"unexpected {name}" for name in saved if name not in own]
+    problems += [
+        f"{name}: {tuple(saved[name].shape)} vs {tuple(own[name].shape)}"
+        for name in own
+        if name in saved and saved[name].shape != own[name].shape
+    ]
+    if problems:
+        raise ValueError(f"--init_from {folder} is not a pretraining folder of these sizes: {problems[:3]}")
+    model.load_state_dict(saved)
+
+
 def masked_token_accuracy(model, dataset, collator, batch_size: int = 256) -> float:
     """Share of the masked tokens of ``dataset`` predicted exactly (one fixed masking, seeded by the caller)."""
     model.eval()
@@ -101,13 +123,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    if model_args.init_from:
-        raise ValueError("--init_from belongs to train_classifier.py; pretraining starts from random weights")
     training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather
     started = time.time()
     set_seed(training_args.seed)
 
-    splits = load_nsmc(data_args.data_dir, validation_size=data_args.validation_size, seed=training_args.seed)
+    splits = load_nsmc(
+        data_args.data_dir, validation_size=data_args.validation_size, seed=data_args.seed_of_split(training_args)
+    )
     splits = first_rows(splits, data_args.split_limits())
     label_names = splits["train"].features["label"].names
     splits = {name: splits[name].remove_columns("label") for name in ("train", "validation")}  # text only
@@ -120,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
             splits["train"]["text"], vocab_size=model_args.vocab_size, model_max_length=model_args.max_length
         )
 
-    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
+    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
     if tokenizer.mask_token_id is None:
         raise ValueError("the tokenizer has no mask token ([MASK]); train one with tokenizer.train_tokenizer")
     tokenized = {
@@ -131,6 +153,9 @@ def main(argv: list[str] | None = None) -> dict:
 
     config = build_config(model_args, tokenizer, label_names)
     model = TransformerForMaskedTokens(config)
+    if model_args.init_from and not training_args.resume_from_checkpoint:
+        continue_from(model, model_args.init_from)
+        logger.info("pretraining continues from %s", model_args.init_from)
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
     collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=pretrain_args.mlm_probability)
 
@@ -145,7 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
 
-    results: dict = {"task": "nsmc_denoising_pretraining", "dataset": "nsmc"}
+    results: dict = {"task": "nsmc_denoising_pretraining", "dataset": "nsmc", "init_from": model_args.init_from}
     results |= {f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()}
     set_seed(training_args.seed)  # one fixed masking of the validation reviews for the final figures
     results.update(trainer.evaluate())

@@ -52,6 +52,9 @@ class ModelArguments:
             "its tokenizer is used unless --tokenizer is given, and every encoder weight must match by name and shape"
         },
     )
+    freeze_embeddings: bool = field(
+        default=False, metadata={"help": "keep the token table fixed (e.g. as pretrained with --init_from)"}
+    )
 
 
 @dataclass
@@ -60,6 +63,13 @@ class DataArguments(SplitLimits):
         default=None, metadata={"help": "folder holding nsmc/ (else $HF_TRANSFORMER_DATA, else ./data)"}
     )
     validation_size: float = field(default=0.1, metadata={"help": "share of the training file held out"})
+    split_seed: int | None = field(
+        default=None,
+        metadata={"help": "seed of the held-out split (default --seed); keep it between pretraining and training"},
+    )
+
+    def seed_of_split(self, training_args) -> int:
+        return training_args.seed if self.split_seed is None else self.split_seed
 
 
 def accuracy_and_f1(prediction) -> dict[str, float]:
@@ -175,7 +185,9 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     set_seed(training_args.seed)
 
-    splits = load_nsmc(data_args.data_dir, validation_size=data_args.validation_size, seed=training_args.seed)
+    splits = load_nsmc(
+        data_args.data_dir, validation_size=data_args.validation_size, seed=data_args.seed_of_split(training_args)
+    )
     splits = first_rows(splits, data_args.split_limits())
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
@@ -195,6 +207,9 @@ def main(argv: list[str] | None = None) -> dict:
     if model_args.init_from and not training_args.resume_from_checkpoint:
         loaded = load_encoder_weights(model, model_args.init_from)
         logger.info("encoder initialised from %s: %d tensors", model_args.init_from, loaded)
+    if model_args.freeze_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
+        logger.info("token table frozen: %s parameters", f"{model.get_input_embeddings().weight.numel():,}")
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
 
     trainer = Trainer(

@@ -43,6 +43,17 @@ def classifier_run(tmp_path_factory):
 def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
     root = classifier_run
     fake_run(
+        root / "runs" / "mlm0",
+        {
+            "task": "nsmc_denoising_pretraining",
+            "eval_loss": 4.0,
+            "parameters": 900,
+            "wall_seconds": 20.0,
+            "command": "pretrain_denoising.py --output_dir runs/mlm0",
+        },
+        [{"loss": 7.0, "step": 5, "epoch": 1.0}],
+    )
+    fake_run(
         root / "runs" / "mlm",
         {
             "task": "nsmc_denoising_pretraining",
@@ -50,7 +61,8 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
             "eval_masked_accuracy": 0.4,
             "parameters": 900,
             "wall_seconds": 100.0,
-            "command": "pretrain_denoising.py --output_dir runs/mlm",
+            "init_from": "runs/mlm0",
+            "command": "pretrain_denoising.py --init_from runs/mlm0 --output_dir runs/mlm",
         },
         [{"loss": 6.0, "step": 5, "epoch": 1.0}, {"eval_loss": 3.21, "step": 5, "epoch": 1.0}],
     )
@@ -119,13 +131,16 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
     assert tiny[("accuracy", "test")]["command"] == "python scripts/" + real["command"]
     assert "--output_dir" in real["command"] and "--vocab_size 120" in real["command"]
 
-    # The fine-tuned classifier counts its pretraining: both commands, the summed wall time.
+    # The fine-tuned classifier counts its pretraining, followed back through the continued run: every
+    # command, the summed wall time.
     finetuned = by_run["nsmc-pretrained"][0]
-    assert finetuned["wall_seconds"] == 150.5
+    assert finetuned["wall_seconds"] == 170.5
     assert finetuned["command"] == (
-        "python scripts/pretrain_denoising.py --output_dir runs/mlm && "
+        "python scripts/pretrain_denoising.py --output_dir runs/mlm0 && "
+        "python scripts/pretrain_denoising.py --init_from runs/mlm0 --output_dir runs/mlm && "
         "python scripts/train_classifier.py --init_from runs/mlm --output_dir runs/finetuned"
     )
+    assert by_run["pretraining"][0]["wall_seconds"] == 120.0
     assert {r["metric"] for r in by_run["pretraining"]} == {"masked_token_loss", "masked_token_accuracy"}
     translation = {(r["metric"], r["split"]): r["value"] for r in by_run["m30k-en-de"]}
     assert translation == {("bleu", "test2016"): 30.5, ("bleu_greedy", "test2016"): 29.0, ("bleu", "validation"): 31.0}
@@ -139,7 +154,7 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
     assert text.startswith("# Results") and "a test machine" in text
     assert "| 87.00% | 86.50% | yes |" in text  # the fine-tuned classifier meets the target
     assert "| 30.50 | 38.00 | no |" in text
-    assert "2 min 30 s (pretraining 1 min 40 s + this run 0 min 50 s)" in text
+    assert "2 min 50 s (pretraining 2 min 00 s + this run 0 min 50 s)" in text
     assert "started from the pretrained encoder" in text and "from scratch" in text
     assert "![learning curves of m30k-en-de](results/m30k-en-de.png)" in text
     assert "python scripts/train_classifier.py --output_dir" in text

@@ -45,7 +45,18 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     train_classifier = load_script("train_classifier")
     results = train_classifier.main(
         ["--output_dir", str(tmp_path / "model"), "--data_dir", str(data_dir), "--init_from", str(pretrained_dir)]
-        + [*MODEL, "--num_train_epochs", "3", "--per_device_train_batch_size", "32", "--learning_rate", "2e-3"]
+        + [
+            "--freeze_embeddings",
+            "--split_seed",
+            "0",
+            *MODEL,
+            "--num_train_epochs",
+            "3",
+            "--per_device_train_batch_size",
+            "32",
+            "--learning_rate",
+            "2e-3",
+        ]
         + ["--eval_strategy", "epoch", "--save_strategy", "no", *QUIET]
     )
     assert results["init_from"] == str(pretrained_dir) and results["task"] == "nsmc_sentiment"
@@ -66,6 +77,35 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
             assert torch.equal(tensor, saved[name]), name
     saved_classifier = AutoTokenizer.from_pretrained(tmp_path / "model")
     assert saved_classifier.get_vocab() == tokenizer.get_vocab()
+    # --freeze_embeddings: the trained classifier still holds the pretrained token table
+    trained = load_file(str(tmp_path / "model" / "model.safetensors"))
+    table = "model.encoder.embeddings.embed_tokens.weight"
+    assert torch.equal(trained[table], saved[table])
+    assert not torch.equal(
+        trained["model.encoder.layers.0.feed_forward.fc1.weight"],
+        saved["model.encoder.layers.0.feed_forward.fc1.weight"],
+    )
+
+
+def test_pretraining_continues_from_an_earlier_folder(pretrained, tmp_path):
+    data_dir, pretrained_dir, first = pretrained
+    script = load_script("pretrain_denoising")
+    results = script.main(
+        ["--output_dir", str(tmp_path / "more"), "--data_dir", str(data_dir), "--init_from", str(pretrained_dir)]
+        + [*MODEL, "--num_train_epochs", "1", "--per_device_train_batch_size", "32", "--learning_rate", "1e-3"]
+        + ["--mlm_probability", "0.3", "--eval_strategy", "no", "--save_strategy", "no", *QUIET[:-1], "1"]
+        + ["--split_seed", "0"]
+    )
+    assert results["init_from"] == str(pretrained_dir)
+    assert results["eval_loss"] < 0.6 * torch.log(torch.tensor(200.0)).item()
+    assert results["train_samples"] == first["train_samples"]  # the same carved training split
+
+    wider = [*MODEL[:1], "48", *MODEL[2:]]
+    with pytest.raises(ValueError, match="not a pretraining folder of these sizes"):
+        script.main(
+            ["--output_dir", str(tmp_path / "wider"), "--data_dir", str(data_dir), "--init_from", str(pretrained_dir)]
+            + [*wider, "--max_steps", "1", "--split_seed", "0", *QUIET]
+        )
 
 
 def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
