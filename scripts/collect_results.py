@@ -196,7 +196,7 @@ def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
-        for record in run["records"]:
+        for record in run["records"][:1]:  # the headline figure; every figure is in the run's section
             target, met = target_text(record, targets)
             params = f"{run['params']:,}" if run["params"] else "n/a"
             lines.append(
