@@ -82,3 +82,8 @@ def process_report(trainer, tokenizer) -> str:
         f"process {args.process_index} of {args.world_size}: {trainer.state.global_step} optimizer steps, "
         f"tokenizer {tokenizer_fingerprint(tokenizer)}"
     )
+
+
+def train_metrics(train_output) -> dict:
+    """`Trainer.train`'s metrics, each named with a ``train_`` prefix (some already carry it)."""
+    return {k if k.startswith("train_") else f"train_{k}": v for k, v in train_output.metrics.items()}

@@ -41,7 +41,7 @@ from train_classifier import DataArguments, ModelArguments, build_config  # noqa
 import hf_transformer  # noqa: E402, F401  (registers the Auto classes)
 from hf_transformer.data import first_rows, load_nsmc, tokenize_classification  # noqa: E402
 from hf_transformer.modeling_transformer import TransformerModel, TransformerPreTrainedModel  # noqa: E402
-from hf_transformer.training import one_tokenizer, process_report  # noqa: E402
+from hf_transformer.training import one_tokenizer, process_report, train_metrics  # noqa: E402
 
 logger = logging.getLogger("pretrain_denoising")
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info(process_report(trainer, tokenizer))
 
     results: dict = {"task": "nsmc_denoising_pretraining", "dataset": "nsmc", "init_from": model_args.init_from}
-    results |= {f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()}
+    results |= train_metrics(train_output)
     set_seed(training_args.seed)  # one fixed masking of the validation reviews for the final figures
     results.update(trainer.evaluate())
     set_seed(training_args.seed)

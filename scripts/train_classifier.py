@@ -26,7 +26,7 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
-from hf_transformer.training import SplitLimits, one_tokenizer, process_report
+from hf_transformer.training import SplitLimits, one_tokenizer, process_report, train_metrics
 
 logger = logging.getLogger("train_classifier")
 
@@ -224,7 +224,7 @@ def main(argv: list[str] | None = None) -> dict:
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
     results: dict = {"task": "nsmc_sentiment", "dataset": "nsmc", "init_from": model_args.init_from}
-    results |= {f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()}
+    results |= train_metrics(train_output)
     results.update(trainer.evaluate())
     test = trainer.predict(tokenized["test"], metric_key_prefix="test")
     results.update(test.metrics)

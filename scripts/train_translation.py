@@ -39,7 +39,7 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArgume
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.data import IGNORE_INDEX, first_rows, load_multi30k, seq2seq_collator, tokenize_translation
-from hf_transformer.training import SplitLimits, one_tokenizer, process_report
+from hf_transformer.training import SplitLimits, one_tokenizer, process_report, train_metrics
 
 logger = logging.getLogger("train_translation")
 
@@ -334,7 +334,7 @@ def main(argv: list[str] | None = None) -> dict:
         "source_lang": source,
         "target_lang": target,
     }
-    results.update({f"train_{k}" if not k.startswith("train_") else k: v for k, v in train_output.metrics.items()})
+    results.update(train_metrics(train_output))
 
     test_metric = BleuMetric(tokenizer, references["test"])
     for prefix, beams in (("", model_args.num_beams), ("greedy_", 1)):
