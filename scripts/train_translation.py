@@ -144,6 +144,23 @@ def decode_generated(tokenizer, token_ids: np.ndarray) -> list[str]:
     return [text.strip() for text in tokenizer.batch_decode(token_ids, skip_special_tokens=True)]
 
 
+def generated_lengths(token_ids: np.ndarray, pad_token_id: int, eos_token_id: int | None) -> np.ndarray:
+    """Tokens per generated row up to its first end-of-sequence token (included).
+
+    Beam search fills a finished hypothesis with end-of-sequence tokens up to the batch's longest, and the
+    Trainer pads across batches with -100: neither is part of the translation.
+    """
+    token_ids = np.asarray(token_ids)
+    if token_ids.ndim != 2 or token_ids.shape[1] == 0:
+        return np.zeros(len(token_ids), dtype=np.int64)
+    real = (token_ids != IGNORE_INDEX) & (token_ids != pad_token_id)
+    if eos_token_id is not None:
+        is_eos = token_ids == eos_token_id
+        after_first_eos = (np.cumsum(is_eos, axis=1) - is_eos) > 0
+        real &= ~after_first_eos
+    return real.sum(-1)
+
+
 class BleuMetric:
     """`compute_metrics` for Seq2SeqTrainer: sacreBLEU and chrF of generated text against raw references.
 
@@ -168,8 +185,7 @@ class BleuMetric:
             positions = list(range(len(hypotheses)))
             references = decode_generated(self.tokenizer, prediction.label_ids)
         self.last_hypotheses, self.last_positions = hypotheses, positions
-        generated = np.asarray(prediction.predictions)
-        lengths = ((generated != IGNORE_INDEX) & (generated != self.tokenizer.pad_token_id)).sum(-1)
+        lengths = generated_lengths(prediction.predictions, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
         return {
             "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
             "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,

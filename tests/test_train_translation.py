@@ -117,6 +117,7 @@ class _Tokenizer:
     """Word-level stand-in: id = index in `words` + 7, ids 0-6 special (0 pad, 3 eos)."""
 
     pad_token_id = 0
+    eos_token_id = 3
 
     def __init__(self, words):
         self.words = words
@@ -154,6 +155,16 @@ def test_bleu_metric_scores_against_the_right_references():
     # A prediction whose labels are not in the split is an error, not a silent misalignment.
     with pytest.raises(ValueError, match="match no reference"):
         metric(EvalPrediction(predictions=padded([[2, 7, 3]]), label_ids=padded([[7, 3]])))
+
+
+def test_generated_length_stops_at_the_first_end_of_sequence_token():
+    module = load_script("train_translation")
+    # Beam search fills finished rows with end-of-sequence tokens (3); the Trainer pads batches with -100.
+    rows = np.array([[2, 8, 9, 3, 3, 3], [2, 8, 9, 10, 11, 3], [2, 8, 3, -100, -100, -100], [2, 8, 9, 10, 11, 12]])
+    assert module.generated_lengths(rows, pad_token_id=0, eos_token_id=3).tolist() == [4, 6, 3, 6]
+    metric = module.BleuMetric(_Tokenizer(["a", "b", "c", "d", "e", "f"]))
+    scores = metric(EvalPrediction(predictions=rows, label_ids=rows[:, 1:]))
+    assert scores["gen_len"] == pytest.approx((4 + 6 + 3 + 6) / 4)
 
 
 def test_reference_index_takes_duplicate_rows_in_turn():
