@@ -39,7 +39,14 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArgume
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.data import IGNORE_INDEX, first_rows, load_multi30k, seq2seq_collator, tokenize_translation
-from hf_transformer.training import SplitLimits, one_tokenizer, process_report, train_metrics
+from hf_transformer.training import (
+    SplitLimits,
+    average_checkpoints,
+    last_checkpoints,
+    one_tokenizer,
+    process_report,
+    train_metrics,
+)
 
 logger = logging.getLogger("train_translation")
 
@@ -102,6 +109,13 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     save_strategy: str = field(default="epoch", metadata={"help": "checkpoint each epoch"})
     save_total_limit: int | None = field(default=2, metadata={"help": "checkpoints kept"})
     logging_steps: float = field(default=50, metadata={"help": "log the training loss every this many steps"})
+    average_checkpoints: int = field(
+        default=1,
+        metadata={
+            "help": "evaluate and save the mean of the weights of the last N saved checkpoints (1: the final "
+            "weights as trained); needs --save_total_limit >= N"
+        },
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -215,6 +229,10 @@ def model_card(model_args: ModelArguments, data_args: DataArguments, results: di
         return f"| {name} ({results.get(f'{prefix}_samples', '?')} pairs) | {scores} |"
 
     example = {"en": "A man is riding a bicycle.", "de": "Ein Mann fährt Fahrrad."}[source]
+    folders = results.get("averaged_checkpoints")
+    averaged = ""
+    if folders:
+        averaged = f" The weights are the mean of the last {len(folders)} checkpoints ({', '.join(folders)})."
     return f"""---
 language: [{source}, {target}]
 license: apache-2.0
@@ -228,7 +246,7 @@ metrics: [bleu, chrf]
 
 The encoder-decoder Transformer of "Attention Is All You Need" (hf_transformer), {parameters:,} parameters,
 trained from scratch on the Multi30k task 1 training pairs ({source} -> {target}) with a shared
-vocabulary and tied embeddings. BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references.
+vocabulary and tied embeddings.{averaged} BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references.
 
 | split | BLEU (beam {model_args.num_beams}) | BLEU (greedy) | chrF (beam) |
 |---|---|---|---|
@@ -290,6 +308,17 @@ def main(argv: list[str] | None = None) -> dict:
         )
     if not training_args.predict_with_generate:
         raise ValueError("BLEU needs generated text: keep --predict_with_generate on")
+    if training_args.average_checkpoints < 1:
+        raise ValueError(f"--average_checkpoints must be 1 or more, got {training_args.average_checkpoints}")
+    kept = training_args.save_total_limit
+    if training_args.average_checkpoints > 1 and (
+        training_args.save_strategy == "no" or (kept is not None and kept < training_args.average_checkpoints)
+    ):
+        raise ValueError(
+            f"--average_checkpoints {training_args.average_checkpoints} needs that many saved checkpoints: set "
+            f"--save_strategy (now {training_args.save_strategy}) and --save_total_limit >= "
+            f"{training_args.average_checkpoints} (now {training_args.save_total_limit})"
+        )
     started = time.time()
     set_seed(training_args.seed)
     source, target = data_args.source_lang, data_args.target_lang
@@ -351,6 +380,11 @@ def main(argv: list[str] | None = None) -> dict:
         "target_lang": target,
     }
     results.update(train_metrics(train_output))
+    if training_args.average_checkpoints > 1:
+        folders = last_checkpoints(training_args.output_dir, training_args.average_checkpoints)
+        average_checkpoints(model, folders)
+        results["averaged_checkpoints"] = [folder.name for folder in folders]
+        logger.info("evaluating the mean of the weights of %s", ", ".join(results["averaged_checkpoints"]))
 
     test_metric = BleuMetric(tokenizer, references["test"])
     for prefix, beams in (("", model_args.num_beams), ("greedy_", 1)):

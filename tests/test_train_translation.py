@@ -195,7 +195,25 @@ def test_real_multi30k_de_en_smoke(tmp_path):
             "--source_lang", "de", "--target_lang", "en", *TINY_MODEL,
             "--vocab_size", "500", "--max_train_samples", "400", "--max_eval_samples", "16",
             "--max_test_samples", "16", "--max_steps", "5", "--eval_strategy", "no", "--num_beams", "2",
+            "--save_strategy", "steps", "--save_steps", "2", "--save_total_limit", "2", "--average_checkpoints", "2",
+            "--warmup_steps", "1",
         ]
     )  # fmt: skip
     assert results["task"] == "translation_de_to_en" and results["test_samples"] == 16
     assert 0.0 <= results["test_bleu"] <= 100.0
+    # Checkpoints at steps 2, 4 and 5, two kept: the saved model is the mean of the last two.
+    assert results["averaged_checkpoints"] == ["checkpoint-4", "checkpoint-5"]
+    from safetensors.torch import load_file
+
+    folders = [tmp_path / "model", *(tmp_path / "model" / name for name in results["averaged_checkpoints"])]
+    final, *last_two = (load_file(str(folder / "model.safetensors")) for folder in folders)
+    assert max((last_two[0][name] - last_two[1][name]).abs().max() for name in final) > 1e-3  # steps 4 and 5 differ
+    for name, tensor in final.items():
+        torch.testing.assert_close(tensor, (last_two[0][name] + last_two[1][name]) / 2, rtol=0, atol=1e-6)
+
+
+def test_averaging_more_checkpoints_than_kept_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="--average_checkpoints 3 needs .* --save_total_limit >= 3 \\(now 2\\)"):
+        load_script("train_translation").main(
+            ["--output_dir", str(tmp_path), "--use_cpu", "--average_checkpoints", "3", "--save_total_limit", "2"]
+        )

@@ -1,0 +1,65 @@
+"""Averaging the weights of the last checkpoints of a run (hf_transformer.training.average_checkpoints)."""
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+from hf_transformer.training import average_checkpoints, last_checkpoints
+
+
+def _saved_models(tmp_path, count, config):
+    models, folders = [], []
+    for step in range(1, count + 1):
+        torch.manual_seed(step)
+        model = TransformerForConditionalGeneration(config)
+        folder = tmp_path / f"checkpoint-{step * 10}"
+        model.save_pretrained(folder)
+        models.append(model)
+        folders.append(folder)
+    return models, folders
+
+
+def test_average_of_checkpoints_is_the_mean_of_every_weight(tmp_path):
+    config = tiny_config(share_embeddings=True, tie_word_embeddings=True)
+    models, folders = _saved_models(tmp_path, 3, config)
+    target = TransformerForConditionalGeneration(config)
+    average_checkpoints(target, folders)
+
+    for name, parameter in target.named_parameters():
+        expected = sum(dict(model.named_parameters())[name] for model in models) / 3
+        torch.testing.assert_close(parameter, expected, rtol=0, atol=1e-7, msg=name)
+    # The shared token table stays one tensor: encoder, decoder and output projection read the average.
+    assert target.get_output_embeddings().weight.data_ptr() == target.get_input_embeddings().weight.data_ptr()
+    assert not torch.equal(target.get_input_embeddings().weight, models[-1].get_input_embeddings().weight)
+
+
+def test_one_checkpoint_loads_unchanged(tmp_path):
+    config = tiny_config()
+    models, folders = _saved_models(tmp_path, 1, config)
+    target = TransformerForConditionalGeneration(config)
+    average_checkpoints(target, folders)
+    for (name, mine), theirs in zip(target.state_dict().items(), models[0].state_dict().values()):
+        assert torch.equal(mine, theirs), name
+
+
+def test_last_checkpoints_sorts_by_step_not_by_name(tmp_path):
+    for step in (9, 100, 20, 1000):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    (tmp_path / "checkpoint-notes").mkdir()
+    assert [p.name for p in last_checkpoints(tmp_path, 2)] == ["checkpoint-100", "checkpoint-1000"]
+    with pytest.raises(ValueError, match="needs 5 checkpoint folders .* found 4"):
+        last_checkpoints(tmp_path, 5)
+
+
+def test_checkpoints_of_another_model_are_refused(tmp_path):
+    config = tiny_config()
+    _, folders = _saved_models(tmp_path, 1, config)
+    other = tmp_path / "checkpoint-99"
+    TransformerForSequenceClassification(tiny_config(num_labels=3)).save_pretrained(other)
+    with pytest.raises(ValueError, match="other weights"):
+        average_checkpoints(TransformerForConditionalGeneration(config), [folders[0], other])
+    with pytest.raises(ValueError, match="do not fit the model"):
+        average_checkpoints(TransformerForSequenceClassification(tiny_config(num_labels=3)), folders)
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        average_checkpoints(TransformerForConditionalGeneration(config), [tmp_path / "missing"])
