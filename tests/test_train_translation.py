@@ -207,7 +207,7 @@ def test_real_multi30k_de_en_smoke(tmp_path):
 
     folders = [tmp_path / "model", *(tmp_path / "model" / name for name in results["averaged_checkpoints"])]
     final, *last_two = (load_file(str(folder / "model.safetensors")) for folder in folders)
-    assert max((last_two[0][name] - last_two[1][name]).abs().max() for name in final) > 1e-3  # steps 4 and 5 differ
+    assert max((last_two[0][name] - last_two[1][name]).abs().max() for name in final) > 1e-4  # steps 4 and 5 differ
     for name, tensor in final.items():
         torch.testing.assert_close(tensor, (last_two[0][name] + last_two[1][name]) / 2, rtol=0, atol=1e-6)
 
