@@ -767,7 +767,7 @@ _LOGITS_PER_CHUNK = 1 << 21  # about 8 MB of float32 logits per chunk: they stay
 
 
 class _FusedLinearCrossEntropy(torch.autograd.Function):
-    """Summed label-smoothed cross-entropy of ``hidden @ weight.T``, computed a chunk of rows at a time.
+    """Summed label-smoothed cross-entropy of ``hidden @ weight.T (+ bias)``, computed a chunk of rows at a time.
 
     Each chunk's logits become, in place, the gradient of its loss (softmax - (1 - s) onehot - s / V) and are
     multiplied back at once, so the gradients exist when the forward returns and the (N, V) logits never
@@ -775,18 +775,21 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, labels, smoothing: float):
-        # hidden (N, D), weight (V, D), labels (N,) in [0, V) or -100 -> loss summed over the labelled rows, ()
+    def forward(ctx, hidden, weight, labels, smoothing: float, bias=None):
+        # hidden (N, D), weight (V, D), labels (N,) in [0, V) or -100, bias (V,) or None
+        #   -> loss summed over the labelled rows, ()
         vocab_size = weight.shape[0]
         chunk = max(1, _LOGITS_PER_CHUNK // vocab_size)
         want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        want_bias = bias is not None and ctx.needs_input_grad[4]
         grad_hidden = torch.empty_like(hidden) if want_hidden else None
         grad_weight = torch.zeros_like(weight) if want_weight else None
+        grad_bias = torch.zeros_like(bias) if want_bias else None
         total = torch.zeros((), dtype=torch.float32, device=hidden.device)
         for start in range(0, hidden.shape[0], chunk):
             rows = hidden[start : start + chunk]
             row_labels = labels[start : start + chunk]
-            logits = (rows @ weight.t()).float()  # (c, V)
+            logits = (rows @ weight.t() if bias is None else torch.addmm(bias, rows, weight.t())).float()  # (c, V)
             labelled = row_labels != -100
             targets = row_labels.clamp(min=0)[:, None]
             target_logits = logits.gather(1, targets).squeeze(1)
@@ -800,7 +803,7 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
             if smoothing:
                 loss = (1.0 - smoothing) * loss + smoothing * (log_normalizer - mean_logits)
             total += loss.masked_fill(~labelled, 0.0).sum()
-            if not (want_hidden or want_weight):
+            if not (want_hidden or want_weight or want_bias):
                 continue
             grad_logits = exp_logits.div_(row_sum)  # softmax
             if smoothing:
@@ -814,17 +817,20 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
                 torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk])
             if want_weight:
                 grad_weight.addmm_(grad_logits.t(), rows)
-        ctx.save_for_backward(grad_hidden, grad_weight)
+            if want_bias:
+                grad_bias += grad_logits.sum(dim=0)
+        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
         return total
 
     @staticmethod
     def backward(ctx, grad_total):
-        grad_hidden, grad_weight = ctx.saved_tensors
+        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         return (
             grad_hidden * grad_total if grad_hidden is not None else None,
             grad_weight * grad_total if grad_weight is not None else None,
             None,
             None,
+            grad_bias * grad_total if grad_bias is not None else None,
         )
 
 

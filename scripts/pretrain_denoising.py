@@ -40,7 +40,11 @@ from train_classifier import DataArguments, ModelArguments, build_config  # noqa
 
 import hf_transformer  # noqa: E402, F401  (registers the Auto classes)
 from hf_transformer.data import first_rows, load_nsmc, tokenize_classification  # noqa: E402
-from hf_transformer.modeling_transformer import TransformerModel, TransformerPreTrainedModel  # noqa: E402
+from hf_transformer.modeling_transformer import (  # noqa: E402
+    TransformerModel,
+    TransformerPreTrainedModel,
+    _FusedLinearCrossEntropy,
+)
 from hf_transformer.training import one_tokenizer, process_report, train_metrics  # noqa: E402
 
 logger = logging.getLogger("pretrain_denoising")
@@ -54,7 +58,8 @@ class PretrainingArguments:
 class TransformerForMaskedTokens(TransformerPreTrainedModel):
     """The classifier's encoder (same parameter names: ``model.encoder.*``) with a masked-token head:
     dense -> GELU -> LayerNorm, then the token table as output projection plus a bias. Logits are
-    computed only at the positions that carry a label, which keeps the 32k-way softmax cheap."""
+    computed only at the positions that carry a label, which keeps the 32k-way softmax cheap; in training
+    the loss is fused with the projection and ``logits`` is None."""
 
     accepts_loss_kwargs = False  # the loss is the mean over this batch's predicted tokens
 
@@ -76,7 +81,14 @@ class TransformerForMaskedTokens(TransformerPreTrainedModel):
             predicted = labels != -100
             states, labels = states[predicted], labels[predicted]
         table = self.model.get_input_embeddings().weight
-        logits = self.transform(states) @ table.T + self.output_bias
+        states = self.transform(states)
+        fused = self.training and labels is not None and labels.numel() > 0
+        if fused and not torch.is_autocast_enabled(states.device.type):
+            # Fused with the loss a chunk at a time: the (masked tokens, vocabulary) logits are never held,
+            # which makes a training step about twice as fast as the plain head below.
+            loss = _FusedLinearCrossEntropy.apply(states, table, labels, 0.0, self.output_bias) / labels.numel()
+            return MaskedLMOutput(loss=loss)
+        logits = states @ table.T + self.output_bias
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float(), labels) if labels.numel() else logits.sum() * 0.0

@@ -126,3 +126,31 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
         train_classifier.load_encoder_weights(model, pretrained_dir)
     with pytest.raises(FileNotFoundError):
         train_classifier.load_encoder_weights(model, tmp_path)
+
+
+@pytest.mark.parametrize("vocab_size", [50, 3000])  # 3000: several chunks of fused logits
+def test_fused_training_head_gives_the_loss_and_gradients_of_the_plain_head(vocab_size):
+    from conftest import tiny_config
+
+    module = load_script("pretrain_denoising")
+    model = module.TransformerForMaskedTokens(tiny_config(vocab_size=vocab_size, dropout=0.0))
+    with torch.no_grad():
+        model.output_bias.normal_()  # a bias of zeros would hide a missing bias gradient
+    input_ids = torch.randint(5, vocab_size, (6, 9))
+    labels = torch.where(torch.rand(6, 9) < 0.4, input_ids, -100)
+    labels[0, 0] = input_ids[0, 0]  # at least one predicted token
+
+    def loss_and_grads(train: bool):
+        model.zero_grad()
+        model.train(train)
+        output = model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), labels=labels)
+        assert (output.logits is None) == train  # the fused training head keeps no logits
+        output.loss.backward()
+        return output.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    fused_loss, fused_grads = loss_and_grads(train=True)
+    plain_loss, plain_grads = loss_and_grads(train=False)  # dropout is 0: the same function
+    torch.testing.assert_close(fused_loss, plain_loss, rtol=1e-5, atol=1e-6)
+    assert plain_grads["output_bias"].abs().sum() > 0
+    for name, grad in plain_grads.items():
+        torch.testing.assert_close(fused_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
