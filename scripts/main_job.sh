@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole path on the real NSMC data, on a fresh machine:
-#   install -> train the tokenizer -> train a small classifier -> evaluate on the NSMC test set
+#   install -> train the tokenizer -> pretrain a small encoder on the training reviews' text (masked tokens)
+#   -> fine-tune it as a classifier -> evaluate on the NSMC test set
 #   -> save the model folder (safetensors, tokenizer, model card) -> reload it through the Auto classes
 #   -> print predictions for a few Korean sentences.
 #
 #   bash scripts/main_job.sh [DATA_DIR] [OUTPUT_DIR]
 #
 # DATA_DIR holds nsmc/ratings_{train,test}.txt (default: $HF_TRANSFORMER_DATA, else ./data); a missing
-# file is downloaded there when the machine is online. OUTPUT_DIR defaults to runs/nsmc.
+# file is downloaded there when the machine is online. OUTPUT_DIR defaults to runs/nsmc; the pretrained encoder
+# the classifier starts from is kept beside it, in OUTPUT_DIR-pretrained.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,12 +24,22 @@ python -c "import torch" 2>/dev/null || pip install torch==2.13.0
 python -c "import hf_transformer, sacrebleu" 2>/dev/null || pip install -e ".[dev]"
 
 started=$(date +%s)
+pretrained_dir="$output_dir-pretrained"
+model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
+
+# 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 32k tokenizer first).
+python scripts/pretrain_denoising.py \
+    --output_dir "$pretrained_dir" --data_dir "$data_dir" --vocab_size 32000 "${model_args[@]}" \
+    --mlm_probability 0.15 --num_train_epochs 1 --per_device_train_batch_size 128 \
+    --learning_rate 2e-3 --warmup_steps 300 --weight_decay 0.01 --train_sampling_strategy group_by_length \
+    --eval_strategy no --save_strategy no --max_eval_samples 2000 --logging_steps 100 --report_to none --seed 42
+
+# 2. The classifier starts from that encoder and its tokenizer; chosen on the validation split, scored on test.
 python scripts/train_classifier.py \
-    --output_dir "$output_dir" --data_dir "$data_dir" \
-    --vocab_size 32000 --max_length 64 \
-    --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512 --classifier_pooling mean \
-    --num_train_epochs 2 --per_device_train_batch_size 64 --per_device_eval_batch_size 256 \
-    --learning_rate 2e-3 --warmup_steps 300 --weight_decay 0.01 \
+    --init_from "$pretrained_dir" --output_dir "$output_dir" --data_dir "$data_dir" \
+    "${model_args[@]}" --classifier_pooling mean \
+    --num_train_epochs 1 --per_device_train_batch_size 64 --per_device_eval_batch_size 256 \
+    --learning_rate 1e-3 --warmup_steps 300 --weight_decay 0.01 \
     --eval_strategy epoch --save_strategy epoch --save_total_limit 1 \
     --load_best_model_at_end --metric_for_best_model accuracy \
     --train_sampling_strategy group_by_length --logging_steps 200 --report_to none --seed 42
