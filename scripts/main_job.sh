@@ -21,7 +21,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 . .venv/bin/activate
 python -c "import torch" 2>/dev/null || pip install torch==2.13.0
-python -c "import hf_transformer, sacrebleu" 2>/dev/null || pip install -e ".[dev]"
+python -c "import hf_transformer" 2>/dev/null || pip install -e .   # the package alone: no test or plotting extras
 
 started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
