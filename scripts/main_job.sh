@@ -27,11 +27,12 @@ started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
 model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
 
-# 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 32k tokenizer first).
+# 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 32k tokenizer first):
+#    600 steps of 128 reviews, about half an epoch.
 python scripts/pretrain_denoising.py \
     --output_dir "$pretrained_dir" --data_dir "$data_dir" --vocab_size 32000 "${model_args[@]}" \
-    --mlm_probability 0.15 --num_train_epochs 1 --per_device_train_batch_size 128 \
-    --learning_rate 2e-3 --warmup_steps 300 --weight_decay 0.01 --train_sampling_strategy group_by_length \
+    --mlm_probability 0.15 --max_steps 600 --per_device_train_batch_size 128 \
+    --learning_rate 2e-3 --warmup_steps 150 --weight_decay 0.01 --train_sampling_strategy group_by_length \
     --eval_strategy no --save_strategy no --max_eval_samples 2000 --logging_steps 100 --report_to none --seed 42
 
 # 2. The classifier starts from that encoder and its tokenizer; chosen on the validation split, scored on test.
