@@ -834,6 +834,18 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
         )
 
 
+def fused_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    label_smoothing: float = 0.0,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``F.cross_entropy(hidden @ weight.T + bias, labels, reduction="sum")`` (-100 ignored) without ever
+    holding the (N, V) logits; hidden (N, D), weight (V, D), labels (N,), bias (V,) -> ()."""
+    return _FusedLinearCrossEntropy.apply(hidden, weight, labels, float(label_smoothing), bias)
+
+
 class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
     """Encoder-decoder with the output projection to the target vocabulary (tied to the decoder's token
     table when ``tie_word_embeddings``), a label-smoothed cross-entropy loss, and ``generate()``."""

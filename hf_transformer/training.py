@@ -1,4 +1,4 @@
-"""Helpers the training scripts share for multi-process and resumed runs."""
+"""Helpers the training scripts share: multi-process and resumed runs, metrics, checkpoint averaging."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def last_checkpoints(output_dir: str | Path, count: int) -> list[Path]:
     if len(folders) < count:
         raise ValueError(
             f"averaging {count} checkpoints needs {count} checkpoint folders in {output_dir}, found {len(folders)}: "
-            "save at least that many (--save_strategy epoch, --save_total_limit >= the count)"
+            "save at least that many (--save_strategy epoch or steps, --save_total_limit >= the count)"
         )
     return folders[-count:]
 

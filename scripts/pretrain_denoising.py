@@ -43,7 +43,7 @@ from hf_transformer.data import first_rows, load_nsmc, tokenize_classification  
 from hf_transformer.modeling_transformer import (  # noqa: E402
     TransformerModel,
     TransformerPreTrainedModel,
-    _FusedLinearCrossEntropy,
+    fused_linear_cross_entropy,
 )
 from hf_transformer.training import one_tokenizer, process_report, train_metrics  # noqa: E402
 
@@ -86,7 +86,7 @@ class TransformerForMaskedTokens(TransformerPreTrainedModel):
         if fused and not torch.is_autocast_enabled(states.device.type):
             # Fused with the loss a chunk at a time: the (masked tokens, vocabulary) logits are never held,
             # which makes a training step about twice as fast as the plain head below.
-            loss = _FusedLinearCrossEntropy.apply(states, table, labels, 0.0, self.output_bias) / labels.numel()
+            loss = fused_linear_cross_entropy(states, table, labels, bias=self.output_bias) / labels.numel()
             return MaskedLMOutput(loss=loss)
         logits = states @ table.T + self.output_bias
         loss = None
