@@ -986,11 +986,11 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
                 f"`labels` must be in [0, {vocab_size}) or -100 (ignored), got values from {int(labelled.min())} "
                 f"to {int(labelled.max())}."
             )
-        total = _FusedLinearCrossEntropy.apply(
+        total = fused_linear_cross_entropy(
             hidden_states.reshape(-1, hidden_states.shape[-1]),
             self.lm_head.weight,
             flat_labels,
-            float(self.config.label_smoothing),
+            self.config.label_smoothing,
         )
         if num_items_in_batch is None:
             return total / labelled.numel()
