@@ -26,6 +26,18 @@ class SplitLimits:
         return {"train": self.max_train_samples, "validation": self.max_eval_samples, "test": self.max_test_samples}
 
 
+def pin_memory_only_with_accelerator(training_args) -> None:
+    """Turn ``dataloader_pin_memory`` off when no accelerator is present.
+
+    Pinned host memory only speeds up copies to an accelerator; on a CPU-only machine the Trainer's default
+    (on) buys nothing and torch warns about it every time a data loader starts iterating.
+    """
+    accelerator = getattr(torch, "accelerator", None)
+    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+    if training_args.dataloader_pin_memory and not available:
+        training_args.dataloader_pin_memory = False
+
+
 # Files `save_pretrained` writes for a fast tokenizer; any one of them marks a folder that holds a tokenizer.
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 

@@ -45,7 +45,12 @@ from hf_transformer.modeling_transformer import (  # noqa: E402
     TransformerPreTrainedModel,
     fused_linear_cross_entropy,
 )
-from hf_transformer.training import one_tokenizer, process_report, train_metrics  # noqa: E402
+from hf_transformer.training import (  # noqa: E402
+    one_tokenizer,
+    pin_memory_only_with_accelerator,
+    process_report,
+    train_metrics,
+)
 
 logger = logging.getLogger("pretrain_denoising")
 
@@ -134,6 +139,7 @@ def masked_token_accuracy(model, dataset, collator, batch_size: int = 256) -> fl
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    pin_memory_only_with_accelerator(training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather
     started = time.time()

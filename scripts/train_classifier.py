@@ -26,7 +26,13 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
-from hf_transformer.training import SplitLimits, one_tokenizer, process_report, train_metrics
+from hf_transformer.training import (
+    SplitLimits,
+    one_tokenizer,
+    pin_memory_only_with_accelerator,
+    process_report,
+    train_metrics,
+)
 
 logger = logging.getLogger("train_classifier")
 
@@ -181,6 +187,7 @@ print(model.config.id2label[int(model(**batch).logits.argmax(-1))])
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    pin_memory_only_with_accelerator(training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     started = time.time()
     set_seed(training_args.seed)

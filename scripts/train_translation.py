@@ -44,6 +44,7 @@ from hf_transformer.training import (
     average_checkpoints,
     last_checkpoints,
     one_tokenizer,
+    pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
 )
@@ -300,6 +301,7 @@ def build_config(model_args: ModelArguments, tokenizer) -> TransformerConfig:
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TranslationTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    pin_memory_only_with_accelerator(training_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if training_args.label_smoothing_factor:
         raise ValueError(
