@@ -32,9 +32,7 @@ def pin_memory_only_with_accelerator(training_args) -> None:
     Pinned host memory only speeds up copies to an accelerator; on a CPU-only machine the Trainer's default
     (on) buys nothing and torch warns about it every time a data loader starts iterating.
     """
-    accelerator = getattr(torch, "accelerator", None)
-    available = accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
-    if training_args.dataloader_pin_memory and not available:
+    if training_args.dataloader_pin_memory and not torch.accelerator.is_available():
         training_args.dataloader_pin_memory = False
 
 
