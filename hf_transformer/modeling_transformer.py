@@ -2,6 +2,7 @@
 
 Read top to bottom, this file follows the paper:
   5.4  residual dropout ................ ``inverted_dropout``, ``Dropout``
+       decoding on CPU ................. ``PackableLinear``, ``packed_linear_weights``
   3.5  positional encodings ............ ``sinusoid_table``, ``TransformerEmbeddings``
   3.2  scaled dot-product and multi-head attention ... ``eager_attention_forward``, ``TransformerAttention``
   3.3  position-wise feed-forward ...... ``TransformerFeedForward``
@@ -17,6 +18,7 @@ H heads, Dh head size, V vocabulary.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Callable
 
@@ -67,6 +69,72 @@ class Dropout(nn.Dropout):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return inverted_dropout(hidden_states, self.p, self.training)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Linear layers that decode from oneDNN-packed weights on CPU
+# ---------------------------------------------------------------------------------------------------
+
+# A decoding step multiplies a few rows (batch x beams) by every weight matrix once. For a large weight,
+# oneDNN's pre-packed layout streams it much faster than MKL's sgemm, which repacks the weight at every
+# call (measured 2.4x for the 8000x256 output projection at 8 rows); small weights and many rows are
+# faster through MKL.
+PACKED_MAX_ROWS = 64
+PACKED_MIN_WEIGHT_ELEMENTS = 1 << 18  # 1 MB of fp32
+
+
+def _packable(weight: torch.Tensor) -> bool:
+    return (
+        weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and type(weight) in (torch.Tensor, nn.Parameter)
+        and weight.numel() >= PACKED_MIN_WEIGHT_ELEMENTS
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+class PackableLinear(nn.Linear):
+    """``nn.Linear`` that, inside :func:`packed_linear_weights`, multiplies up to ``PACKED_MAX_ROWS`` rows by a
+    oneDNN-packed copy of its weight (inference only, fp32 on CPU). Same parameters, same results."""
+
+    packing: bool = False
+    packed_weight: torch.Tensor | None = None
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        if (
+            self.packing
+            and hidden_states.numel() <= PACKED_MAX_ROWS * self.in_features
+            and hidden_states.dtype == torch.float32
+            and not torch.is_grad_enabled()
+            and not torch.is_autocast_enabled("cpu")
+        ):
+            if self.packed_weight is None:  # packed at the first few-row product: the encoder never needs it
+                self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
+            rows = hidden_states.reshape(-1, self.in_features).contiguous()
+            output = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
+            return output.view(*hidden_states.shape[:-1], self.out_features)
+        return F.linear(hidden_states, self.weight, self.bias)
+
+
+@contextlib.contextmanager
+def packed_linear_weights(model: nn.Module):
+    """Inside the block, ``model``'s large :class:`PackableLinear` weights on CPU are packed when first used
+    for a few-row product, and the copies are dropped on exit: a weight changed between two blocks (training,
+    ``load_state_dict``, an in-place edit through ``.data``) is always packed anew. Nested blocks share the
+    outer copies."""
+    modules = [
+        module
+        for module in model.modules()
+        if isinstance(module, PackableLinear) and not module.packing and _packable(module.weight)
+    ]
+    for module in modules:
+        module.packing = True
+    try:
+        yield
+    finally:
+        for module in modules:
+            module.packing = False
+            module.packed_weight = None
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -253,10 +321,10 @@ class TransformerAttention(nn.Module):
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         inner_dim = self.num_heads * self.head_dim
-        self.q_proj = nn.Linear(config.d_model, inner_dim)
-        self.k_proj = nn.Linear(config.d_model, inner_dim)
-        self.v_proj = nn.Linear(config.d_model, inner_dim)
-        self.out_proj = nn.Linear(inner_dim, config.d_model)
+        self.q_proj = PackableLinear(config.d_model, inner_dim)
+        self.k_proj = PackableLinear(config.d_model, inner_dim)
+        self.v_proj = PackableLinear(config.d_model, inner_dim)
+        self.out_proj = PackableLinear(inner_dim, config.d_model)
 
     def _cpu_dropout(self, query: torch.Tensor) -> bool:
         return self.training and self.dropout > 0.0 and query.device.type == "cpu"
@@ -324,8 +392,8 @@ class TransformerFeedForward(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.fc1 = nn.Linear(config.d_model, config.intermediate_size)
-        self.fc2 = nn.Linear(config.intermediate_size, config.d_model)
+        self.fc1 = PackableLinear(config.d_model, config.intermediate_size)
+        self.fc2 = PackableLinear(config.intermediate_size, config.d_model)
         self.activation = nn.ReLU() if config.activation_function == "relu" else nn.GELU()
         self.activation_dropout = Dropout(config.activation_dropout)
 
@@ -856,7 +924,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.model = TransformerModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
+        self.lm_head = PackableLinear(config.d_model, config.decoder_vocab_size, bias=False)
         self._tied_weights_keys = _tied_embedding_keys(config, prefix="model.", lm_head=True)
         self.post_init()
 
@@ -892,6 +960,21 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def generate(self, *args, **kwargs):
+        """``GenerationMixin.generate``, with the large linear weights packed for few-row products on CPU
+        (:func:`packed_linear_weights`)."""
+        with packed_linear_weights(self):
+            return super().generate(*args, **kwargs)
+
+    def _reorder_cache(self, past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
+        # Beam search moves a beam only within its own input's group, and every row of a group attends to the
+        # same (expanded) encoder output: the cross-attention keys and values are unchanged by the reordering.
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     def forward(
         self,

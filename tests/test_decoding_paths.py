@@ -1,0 +1,123 @@
+"""The decoding shortcuts give what the plain path gives: linear layers multiplying by oneDNN-packed weights
+inside ``generate`` on CPU, and beam search reordering only the self-attention cache."""
+
+import contextlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import batch_with_padding, tiny_config
+from transformers import GenerationMixin
+
+from hf_transformer import TransformerForConditionalGeneration
+from hf_transformer import modeling_transformer as modeling
+from hf_transformer.modeling_transformer import PackableLinear, packed_linear_weights
+
+
+@pytest.fixture
+def pack_every_weight(monkeypatch):
+    """The tiny test models' weights are far below the size worth packing."""
+    monkeypatch.setattr(modeling, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
+
+
+def test_the_cpu_build_can_pack_weights():
+    assert torch.backends.mkldnn.is_available()
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_packed_linear_matches_linear_for_few_rows_and_falls_back_otherwise(pack_every_weight, bias):
+    layer = PackableLinear(48, 40, bias=bias)
+    few = torch.randn(2, 3, 48)  # 6 rows
+    many = torch.randn(modeling.PACKED_MAX_ROWS + 1, 48)
+    with packed_linear_weights(layer):
+        with torch.no_grad():
+            assert layer.packed_weight is None  # packed at the first few-row product only
+            assert torch.equal(layer(many), F.linear(many, layer.weight, layer.bias))
+            assert layer.packed_weight is None
+            packed = layer(few)
+            assert layer.packed_weight is not None
+        torch.testing.assert_close(packed, F.linear(few, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
+        assert packed.shape == (2, 3, 40)
+        with_grad = layer(few)  # training or any gradient: always the plain product
+        assert with_grad.requires_grad
+        assert torch.equal(with_grad, F.linear(few, layer.weight, layer.bias))
+    assert layer.packed_weight is None and not layer.packing
+
+
+def test_nested_blocks_share_the_outer_packing(pack_every_weight):
+    layer = PackableLinear(16, 16)
+    with packed_linear_weights(layer), torch.no_grad():
+        layer(torch.randn(2, 16))
+        outer = layer.packed_weight
+        with packed_linear_weights(layer):
+            layer(torch.randn(2, 16))
+            assert layer.packed_weight is outer
+        assert layer.packing and layer.packed_weight is outer
+    assert layer.packed_weight is None
+
+
+def plain_generate(model, *args, **kwargs):
+    """``GenerationMixin.generate`` without this model's packing and with every cache reordered in full."""
+    return GenerationMixin.generate(model, *args, **kwargs)
+
+
+@pytest.mark.parametrize("settings", [dict(), dict(num_beams=3, num_return_sequences=2)])
+def test_generate_with_packed_weights_equals_plain_generate(pack_every_weight, monkeypatch, settings):
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, _ = batch_with_padding()
+    packed_modules = []
+    original = modeling.packed_linear_weights
+
+    @contextlib.contextmanager
+    def recording(module):
+        with original(module):
+            yield
+            packed_modules.extend(m for m in module.modules() if getattr(m, "packed_weight", None) is not None)
+
+    monkeypatch.setattr(modeling, "packed_linear_weights", recording)
+    arguments = dict(max_new_tokens=8, do_sample=False, output_scores=True, return_dict_in_generate=True, **settings)
+    fast = model.generate(source, **arguments)
+    assert model.lm_head in packed_modules and len(packed_modules) > 1
+    plain = plain_generate(model, source, **arguments)
+    assert torch.equal(fast.sequences, plain.sequences)
+    torch.testing.assert_close(torch.stack(fast.scores), torch.stack(plain.scores), rtol=1e-5, atol=1e-5)
+    assert all(m.packed_weight is None for m in model.modules() if isinstance(m, PackableLinear))
+
+
+def test_weights_edited_in_place_between_generate_calls_are_used(pack_every_weight):
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, _ = batch_with_padding()
+    before = model.generate(source, max_new_tokens=6, do_sample=False)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, PackableLinear):
+                module.weight.data.mul_(-1.5)  # `.data` edits leave the version counter alone
+    after = model.generate(source, max_new_tokens=6, do_sample=False)
+    assert torch.equal(after, plain_generate(model, source, max_new_tokens=6, do_sample=False))
+    assert not torch.equal(after, before)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(layer_norm_position="pre")])
+def test_beam_search_reordering_only_the_self_attention_cache_changes_nothing(monkeypatch, options):
+    model = TransformerForConditionalGeneration(tiny_config(**options)).eval()
+    source, _ = batch_with_padding()
+    arguments = dict(
+        max_new_tokens=10, num_beams=4, num_return_sequences=3, do_sample=False, output_scores=True,
+        return_dict_in_generate=True, length_penalty=0.5,
+    )  # fmt: skip
+    reordered = []
+    original_reorder = modeling.DynamicCache.reorder_cache
+
+    def counting_reorder(cache, beam_idx):
+        reordered.append(cache)
+        return original_reorder(cache, beam_idx)
+
+    monkeypatch.setattr(modeling.DynamicCache, "reorder_cache", counting_reorder)
+    fast = model.generate(source, **arguments)
+    assert reordered and len({id(cache) for cache in reordered}) == 1  # the self-attention cache only
+    reordered.clear()
+    monkeypatch.delattr(TransformerForConditionalGeneration, "_reorder_cache")
+    full = model.generate(source, **arguments)
+    assert len({id(cache) for cache in reordered}) == 2
+    assert torch.equal(fast.sequences, full.sequences)
+    torch.testing.assert_close(fast.sequences_scores, full.sequences_scores, rtol=0, atol=0)
