@@ -449,3 +449,14 @@ def test_inverted_dropout_drops_at_rate_p_scales_the_rest_and_routes_gradients(p
     assert not torch.equal(kept, modeling.inverted_dropout(x, p, training=True) != 0)  # fresh draws each call
     assert modeling.inverted_dropout(x, p, training=False) is x
     assert modeling.inverted_dropout(x, 0.0, training=True) is x
+
+
+def test_inverted_dropout_draws_are_independent_at_every_offset_of_a_word():
+    """Four draws share each 64-bit word of the generator: each offset must drop at rate p, independently."""
+    p = 0.2
+    x = torch.ones(301, 333)  # 100,233 elements: not a multiple of four
+    dropped = (modeling.inverted_dropout(x, p, training=True) == 0).flatten().float()
+    for offset in range(4):
+        assert abs(dropped[offset::4].mean().item() - p) < 0.01  # 25k draws each: about 5 standard deviations
+    both = (dropped[:-1] * dropped[1:]).mean().item()
+    assert abs(both - p * p) < 0.004  # neighbours in a word or across words: P(both dropped) = p^2
