@@ -99,7 +99,8 @@ def _packable(weight: torch.Tensor) -> bool:
 
 class PackableLinear(nn.Linear):
     """``nn.Linear`` that, inside :func:`packed_linear_weights`, multiplies up to ``PACKED_MAX_ROWS`` rows by a
-    oneDNN-packed copy of its weight (inference only, fp32 on CPU). Same parameters, same results."""
+    oneDNN-packed copy of its weight (inference only, fp32 on CPU). Same parameters; the same results up to
+    float rounding (another summation order)."""
 
     packing: bool = False
     packed_weight: torch.Tensor | None = None
