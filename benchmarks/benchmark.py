@@ -12,8 +12,9 @@ built and passed, as in a training loop):
   beam4    the same with ``num_beams=4``.
 The models are called in rounds, in an order rotated every round, after warm-up calls; the tables give the
 median over rounds and the speed relative to Marian as the median of per-round ratios (adjacent calls), so
-that a slow moment of the machine hits every model alike. MFU is the matmul FLOPs of a training step per
-second over the measured matmul peak of this device and dtype (and over ``--peak-tflops`` when given).
+that a slow moment of the machine hits every model alike. MFU is the matmul FLOP/s of a training step over
+the FLOP/s of a square matmul of this device and dtype timed in the same rounds (the median of per-round
+ratios, so that a busy moment of a shared machine moves both alike), and over ``--peak-tflops`` when given.
 Memory is the rise of the peak resident set (CPU) or of the peak allocated memory (GPU) during a training
 step over the memory held before it. Results go to the terminal and to ``--output`` (Markdown) and a JSON file
 beside it.
@@ -297,6 +298,21 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
     return best
 
 
+MATMUL_PROBE = "matmul probe"
+
+
+def matmul_probe(device: torch.device, dtype: torch.dtype, size: int, repeats: int = 5) -> tuple[Callable, float]:
+    """A task of ``repeats`` square matmuls to time beside the models, and its FLOPs."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+
+    def run() -> None:
+        for _ in range(repeats):
+            torch.mm(a, b)
+
+    return run, 2.0 * size**3 * repeats
+
+
 def _resident_mb(key: str) -> float | None:
     try:
         with open("/proc/self/status") as status:
@@ -337,6 +353,7 @@ class ConfigResult:
     name: str
     config: dict
     rows: dict[str, dict] = field(default_factory=dict)
+    matmul_probe_gflops: float | None = None  # median over the training rounds
 
 
 def run_config(
@@ -355,16 +372,18 @@ def run_config(
 
     flops = training_flops(c)
     tokens = c["batch"] * c["length"]
-    seconds = interleaved(
-        {m: (lambda r=runners[m]: r.train_step(train_batch)) for m in models},
-        device, warmup=args.warmup, rounds=args.rounds, budget_s=args.budget,
-    )  # fmt: skip
+    tasks = {m: (lambda r=runners[m]: r.train_step(train_batch)) for m in models}
+    tasks[MATMUL_PROBE], probe_flops = matmul_probe(device, dtype, args.peak_size)
+    seconds = interleaved(tasks, device, warmup=args.warmup, rounds=args.rounds, budget_s=args.budget)
+    probe_seconds = seconds.pop(MATMUL_PROBE)
+    result.matmul_probe_gflops = probe_flops / statistics.median(probe_seconds) / 1e9
     ratios = speed_ratios(seconds, "marian")
     for model, times in seconds.items():
         median = statistics.median(times)
+        mfu = statistics.median((flops / t) / (probe_flops / p) for t, p in zip(times, probe_seconds))
         result.rows[model].update(
             train_step_s=median, train_tokens_per_s=tokens / median, train_vs_marian=ratios.get(model),
-            train_flops_per_s=flops / median, train_rounds=len(times),
+            train_flops_per_s=flops / median, train_mfu=mfu, train_rounds=len(times),
         )  # fmt: skip
     log(f"  training timed over {len(next(iter(seconds.values())))} rounds")
 
@@ -423,14 +442,15 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
         f"- machine: {header['machine']}; device {header['device']}, {header['dtype']}, "
         f"{header['threads']} torch threads",
         f"- torch {header['torch']}, transformers {header['transformers']}, python {header['python']}",
-        f"- measured matmul peak ({header['peak_size']}x{header['peak_size']} mm): "
+        f"- matmul probe ({header['peak_size']}x{header['peak_size']} mm), best of before and after: "
         f"{header['matmul_peak_gflops']:.1f} GFLOP/s"
         + (f"; stated peak {header['stated_peak_tflops']} TFLOP/s" if header.get("stated_peak_tflops") else ""),
         "",
         "Each table: medians over interleaved rounds; `x Marian` is the median of per-round speed ratios "
         "(above 1 is faster). Training: forward, cross-entropy, backward and AdamW with dropout 0.1, target "
         "tokens/s. Generation: `generate` with KV cache, batch 8, 32 new tokens. MFU: matmul FLOP/s of the "
-        "training step over the measured matmul peak. Memory: peak rise during a training step.",
+        "training step over that of a square matmul timed in the same rounds (median of per-round ratios). "
+        "Memory: peak rise during a training step.",
     ]
     stated = header.get("stated_peak_tflops")
     for result in results:
@@ -441,12 +461,14 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
             f"{c['layers']}+{c['layers']} layers, vocab {c['vocab_size']}, length {c['length']}, "
             f"batch {c['batch']}",
             "",
+            f"Matmul probe timed in the training rounds: {result.matmul_probe_gflops:.1f} GFLOP/s (median).",
+            "",
             "| model | params | train tok/s | x Marian | MFU | step memory MB | greedy tok/s | x Marian "
             "| beam4 tok/s | x Marian |" + (" MFU (stated peak) |" if stated else ""),
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if stated else ""),
         ]
         for model, row in result.rows.items():
-            mfu = row["train_flops_per_s"] / (header["matmul_peak_gflops"] * 1e9)
+            mfu = row["train_mfu"]
             cells = [
                 model,
                 f"{row['parameters'] / 1e6:.2f}M",
@@ -508,7 +530,7 @@ def main(argv: list[str] | None = None) -> dict:
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
 
-    peak_size = args.peak_size or (4096 if device.type == "cuda" else 1024)
+    args.peak_size = peak_size = args.peak_size or (4096 if device.type == "cuda" else 1024)
     peak = matmul_peak(device, dtype, peak_size)
     log(f"matmul peak {peak / 1e9:.1f} GFLOP/s ({args.dtype}, {peak_size}x{peak_size})")
     results = []
@@ -530,7 +552,13 @@ def main(argv: list[str] | None = None) -> dict:
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(report)
-    record = dict(header, results=[dict(config=r.name, settings=r.config, models=r.rows) for r in results])
+    record = dict(
+        header,
+        results=[
+            dict(config=r.name, settings=r.config, matmul_probe_gflops=r.matmul_probe_gflops, models=r.rows)
+            for r in results
+        ],
+    )
     output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     log(f"wrote {output} and {output.with_suffix('.json')}")
     return record

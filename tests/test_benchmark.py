@@ -20,8 +20,10 @@ def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
     assert saved == json.loads(json.dumps(record))
     rows = saved["results"][0]["models"]
     assert rows["marian"]["train_vs_marian"] == 1.0
+    assert saved["results"][0]["matmul_probe_gflops"] > 0
     for name, row in rows.items():
         assert row["train_tokens_per_s"] > 0 and row["train_rounds"] == 3, name
+        assert 0 < row["train_mfu"] and f"| {row['train_mfu']:.0%} |" in report, name
         assert row["parameters"] > 0
     for name in ("ours", "marian", "bart", "seed"):
         assert rows[name]["greedy_tokens_per_s"] > 0 and rows[name]["greedy_vs_marian"] > 0
