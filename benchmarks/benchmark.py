@@ -281,23 +281,6 @@ def speed_ratios(seconds: dict[str, list[float]], reference: str) -> dict[str, f
     }
 
 
-def matmul_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
-    """FLOP/s of a square matmul of the given size: the best median of a few bursts."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    best = 0.0
-    for _ in range(3):
-        times = []
-        for _ in range(5):
-            synchronize(device)
-            begin = time.perf_counter()
-            torch.mm(a, b)
-            synchronize(device)
-            times.append(time.perf_counter() - begin)
-        best = max(best, 2 * size**3 / statistics.median(times))
-    return best
-
-
 MATMUL_PROBE = "matmul probe"
 
 
@@ -311,6 +294,22 @@ def matmul_probe(device: torch.device, dtype: torch.dtype, size: int, repeats: i
             torch.mm(a, b)
 
     return run, 2.0 * size**3 * repeats
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
+    """FLOP/s of a square matmul of the given size: the best median of a few bursts."""
+    run, flops = matmul_probe(device, dtype, size, repeats=1)
+    best = 0.0
+    for _ in range(3):
+        times = []
+        for _ in range(5):
+            synchronize(device)
+            begin = time.perf_counter()
+            run()
+            synchronize(device)
+            times.append(time.perf_counter() - begin)
+        best = max(best, flops / statistics.median(times))
+    return best
 
 
 def _resident_mb(key: str) -> float | None:
