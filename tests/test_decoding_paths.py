@@ -57,7 +57,7 @@ def test_nested_blocks_share_the_outer_packing(pack_every_weight):
 
 
 def plain_generate(model, *args, **kwargs):
-    """``GenerationMixin.generate`` without this model's packing and with every cache reordered in full."""
+    """``GenerationMixin.generate`` without this model's weight packing (its beam reordering still applies)."""
     return GenerationMixin.generate(model, *args, **kwargs)
 
 
