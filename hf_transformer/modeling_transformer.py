@@ -58,8 +58,8 @@ def inverted_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> t
     """
     if not training or p == 0.0:
         return hidden_states
-    if hidden_states.device.type != "cpu" or p >= 1.0:
-        return F.dropout(hidden_states, p, training=True)
+    if hidden_states.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
+        return F.dropout(hidden_states, p, training=True)  # compiled: fused with its neighbours instead
     # A 64-bit draw (its top bit is always 0) holds four 16-bit integers: their low 15 bits are the draws.
     count = hidden_states.numel()
     words = torch.empty((count + 3) // 4, dtype=torch.int64, device=hidden_states.device).random_()
@@ -217,9 +217,11 @@ class TransformerEmbeddings(nn.Module):
 
 
 def _check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
-    if input_ids.numel() == 0:
+    # A compiled graph cannot read the ids on the host without breaking in two; there the embedding kernel's
+    # own bounds check raises instead (IndexError on CPU, a device-side assert on CUDA).
+    if input_ids.numel() == 0 or torch.compiler.is_compiling():
         return
-    low, high = int(input_ids.min()), int(input_ids.max())
+    low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one pass over the ids, one device sync
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
@@ -262,7 +264,8 @@ def _key_padding_mask(token_is_real: torch.Tensor | None) -> torch.Tensor | None
 
 
 def _all_real(token_is_real: torch.Tensor) -> bool:
-    return bool(token_is_real.all())
+    # Reading the answer waits for the device; a compiled graph, which cannot branch on data, keeps the mask.
+    return not torch.compiler.is_compiling() and bool(token_is_real.all())
 
 
 def _causal_mask(
@@ -1069,6 +1072,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             and hidden_states.dtype == self.lm_head.weight.dtype
             and self.lm_head.bias is None
             and not is_deepspeed_zero3_enabled()
+            and not torch.compiler.is_compiling()  # its chunk loop and label checks would break the graph
         )
 
     def fused_loss(

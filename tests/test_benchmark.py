@@ -52,3 +52,22 @@ def test_benchmark_runs_in_bf16_autocast_and_reports_mfu_against_a_stated_peak(t
     assert "MFU (stated peak)" in output.read_text()
     rows = record["results"][0]["models"]
     assert set(rows) == {"ours", "marian"} and "beam4_tokens_per_s" not in rows["ours"]
+
+
+def test_a_model_that_cannot_run_is_reported_and_the_others_are_timed(tmp_path, monkeypatch):
+    benchmark = load_benchmark_module("benchmark")
+
+    def broken(c):
+        raise RuntimeError("no kernel for this device")
+
+    monkeypatch.setitem(benchmark.ENTRIES, "bart", benchmark.Entry("bart", broken, True))
+    output = tmp_path / "performance.md"
+    record = benchmark.main(
+        ["--configs", "tiny", "--models", "ours,marian,bart", "--peak-size", "128", "--rounds", "3", "--budget", "0",
+         "--no-beam", "--output", str(output)]
+    )  # fmt: skip
+    result = record["results"][0]
+    assert set(result["models"]) == {"ours", "marian"}
+    assert result["failed"] == {"bart": "RuntimeError: no kernel for this device"}
+    assert "`bart` did not run: RuntimeError: no kernel for this device" in output.read_text()
+    assert result["models"]["ours"]["greedy_tokens_per_s"] > 0
