@@ -54,3 +54,32 @@ def test_device_check_passes_on_the_cpu(capsys):
     assert device_check.main(["--device", "cpu"]) == 0
     report = capsys.readouterr().out
     assert "FAIL" not in report and report.count("ok  ") == 12
+
+
+def test_trainer_with_torch_compile_follows_the_eager_run_and_saves_a_loadable_model(tmp_path):
+    from test_integration import _PadOnlyTokenizer, copy_task
+    from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
+    runs = {}
+    for compiled in (False, True):
+        torch.manual_seed(0)
+        model = TransformerForConditionalGeneration(tiny_config(d_model=64, intermediate_size=128))
+        args = TrainingArguments(
+            output_dir=str(tmp_path / str(compiled)), per_device_train_batch_size=32, learning_rate=2e-3,
+            max_steps=12, logging_steps=3, save_strategy="no", report_to=[], disable_tqdm=True, use_cpu=True,
+            seed=0, torch_compile=compiled,
+            torch_compile_backend="aot_eager" if compiled else None,  # inductor's tracing, torch's own kernels
+        )  # fmt: skip
+        collator = DataCollatorForSeq2Seq(_PadOnlyTokenizer(), model=model, label_pad_token_id=-100)
+        torch._dynamo.reset()
+        trainer = Trainer(model=model, args=args, train_dataset=copy_task(384), data_collator=collator)
+        trainer.train()
+        runs[compiled] = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    assert trainer.model_wrapped is not model  # the compiled run's steps went through the compiled wrapper
+    assert len(runs[True]) == 4 and runs[True][-1] < runs[True][0]
+    torch.testing.assert_close(runs[True], runs[False], rtol=1e-4, atol=0)
+
+    trainer.model.save_pretrained(str(tmp_path / "saved"))  # Trainer keeps the uncompiled model here
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "saved"))
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(reloaded.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
