@@ -218,7 +218,7 @@ class TransformerEmbeddings(nn.Module):
 
 def _check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
     # A compiled graph cannot read the ids on the host without breaking in two; there the embedding kernel's
-    # own bounds check raises instead (IndexError on CPU, a device-side assert on CUDA).
+    # own bounds check raises instead (an index-out-of-bounds error on CPU, a device-side assert on CUDA).
     if input_ids.numel() == 0 or torch.compiler.is_compiling():
         return
     low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one pass over the ids, one device sync

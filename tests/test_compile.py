@@ -83,3 +83,13 @@ def test_trainer_with_torch_compile_follows_the_eager_run_and_saves_a_loadable_m
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(str(tmp_path / "saved"))
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(reloaded.state_dict()[name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_compiled_model_still_rejects_ids_outside_the_vocabulary():
+    """Compiled, the host-side id check is skipped; the embedding's own bounds check must still raise."""
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="aot_eager", fullgraph=True)
+    source = torch.tensor([[5, 6, model.config.vocab_size]])
+    with torch.no_grad(), pytest.raises((IndexError, RuntimeError), match="out of range|out of bounds"):
+        compiled(input_ids=source, decoder_input_ids=torch.tensor([[2, 7]]))
