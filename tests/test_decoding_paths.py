@@ -1,5 +1,6 @@
 """The decoding shortcuts give what the plain path gives: linear layers multiplying by oneDNN-packed weights
-inside ``generate`` on CPU, and beam search reordering only the self-attention cache."""
+inside ``generate`` on CPU, beam search reordering only the self-attention cache, and the beams of an input
+sharing one unrepeated encoder row."""
 
 import contextlib
 
@@ -116,8 +117,86 @@ def test_beam_search_reordering_only_the_self_attention_cache_changes_nothing(mo
     fast = model.generate(source, **arguments)
     assert reordered and len({id(cache) for cache in reordered}) == 1  # the self-attention cache only
     reordered.clear()
+    # The plain path: encoder output repeated for every beam, both caches reordered.
     monkeypatch.delattr(TransformerForConditionalGeneration, "_reorder_cache")
+    monkeypatch.delattr(TransformerForConditionalGeneration, "_expand_inputs_for_generation")
     full = model.generate(source, **arguments)
     assert len({id(cache) for cache in reordered}) == 2
     assert torch.equal(fast.sequences, full.sequences)
     torch.testing.assert_close(fast.sequences_scores, full.sequences_scores, rtol=0, atol=0)
+
+
+def _without_shared_encoder_rows(monkeypatch):
+    monkeypatch.delattr(TransformerForConditionalGeneration, "_expand_inputs_for_generation")
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_beams_share_one_encoder_row_per_input_with_the_plain_results(monkeypatch, attention):
+    model = TransformerForConditionalGeneration(tiny_config(attn_implementation=attention)).eval()
+    source, _ = batch_with_padding()
+    arguments = dict(
+        max_new_tokens=8, num_beams=3, num_return_sequences=2, do_sample=False, output_scores=True,
+        return_dict_in_generate=True,
+    )  # fmt: skip
+    shared = model.generate(source, attention_mask=source.ne(0), **arguments)
+    cross_keys = shared.past_key_values.cross_attention_cache.layers[0].keys
+    assert cross_keys.shape[0] == source.shape[0]  # one row per input, not per beam
+    assert shared.past_key_values.self_attention_cache.layers[0].keys.shape[0] == 3 * source.shape[0]
+
+    _without_shared_encoder_rows(monkeypatch)
+    plain = model.generate(source, attention_mask=source.ne(0), **arguments)
+    assert plain.past_key_values.cross_attention_cache.layers[0].keys.shape[0] == 3 * source.shape[0]
+    assert torch.equal(shared.sequences, plain.sequences)
+    torch.testing.assert_close(shared.sequences_scores, plain.sequences_scores, rtol=1e-6, atol=1e-6)
+
+
+def test_sampling_several_sequences_works_with_shared_encoder_rows():
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, _ = batch_with_padding()
+    torch.manual_seed(1)
+    sampled = model.generate(source, do_sample=True, num_return_sequences=4, max_new_tokens=5)
+    assert sampled.shape == (4 * source.shape[0], 6)
+
+
+def test_beam_outputs_with_states_and_attentions_equal_the_plain_path(monkeypatch):
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, _ = batch_with_padding()
+    arguments = dict(
+        num_beams=2, max_new_tokens=4, return_dict_in_generate=True, output_hidden_states=True,
+        output_attentions=True, attention_mask=source.ne(0),
+    )  # fmt: skip
+    shared = model.generate(source, **arguments)
+    _without_shared_encoder_rows(monkeypatch)
+    plain = model.generate(source, **arguments)
+    assert torch.equal(shared.sequences, plain.sequences)
+    for name in ("encoder_hidden_states", "encoder_attentions"):
+        for got, expected in zip(getattr(shared, name), getattr(plain, name), strict=True):
+            torch.testing.assert_close(got, expected, msg=name)
+    for step_got, step_expected in zip(shared.cross_attentions, plain.cross_attentions, strict=True):
+        for got, expected in zip(step_got, step_expected, strict=True):
+            assert got.shape == expected.shape  # (batch x beams, heads, 1, source)
+            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_decoder_rows_grouped_over_encoder_rows_equal_repeated_encoder_rows():
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, target = batch_with_padding()
+    with torch.no_grad():
+        encoded = model.get_encoder()(input_ids=source, attention_mask=source.ne(0))
+        decoder_ids = target.repeat_interleave(2, dim=0)
+        grouped = model(
+            encoder_outputs=encoded, attention_mask=source.ne(0), decoder_input_ids=decoder_ids
+        ).logits  # fmt: skip
+        repeated = model(
+            encoder_outputs=(encoded.last_hidden_state.repeat_interleave(2, dim=0),),
+            attention_mask=source.ne(0).repeat_interleave(2, dim=0), decoder_input_ids=decoder_ids,
+        ).logits  # fmt: skip
+    torch.testing.assert_close(grouped, repeated, rtol=1e-5, atol=1e-6)
+
+
+def test_decoder_rows_that_are_not_a_multiple_of_the_encoder_rows_are_rejected():
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, target = batch_with_padding()  # 3 rows
+    encoded = model.get_encoder()(input_ids=source[:2])
+    with pytest.raises(ValueError, match="decoder has 3 rows but the encoder output 2"):
+        model(encoder_outputs=encoded, decoder_input_ids=target)
