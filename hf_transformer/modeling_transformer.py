@@ -692,8 +692,9 @@ class TransformerDecoder(nn.Module):
         batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         if batch_size % encoder_hidden_states.shape[0]:
             raise ValueError(
-                f"The decoder has {batch_size} rows but the encoder output {encoder_hidden_states.shape[0]}: they must "
-                "be equal, or the decoder's a multiple (G consecutive decoder rows per encoder row, as in beam search)."
+                f"The decoder has {batch_size} rows but the encoder output {encoder_hidden_states.shape[0]}: the "
+                "decoder rows must equal the encoder rows or be a multiple of them (G consecutive decoder rows per "
+                "encoder row, as in beam search)."
             )
 
         # Target padding is taken from `decoder_attention_mask` when given. Otherwise only the position
@@ -1029,7 +1030,8 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
 
     def _reorder_cache(self, past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
         # Beam search moves a beam only within its own input's group, and every row of a group attends to the
-        # same (expanded) encoder output: the cross-attention keys and values are unchanged by the reordering.
+        # same encoder output (its one shared row, or its repeats): the cross-attention keys and values are
+        # unchanged by the reordering.
         if isinstance(past_key_values, EncoderDecoderCache):
             past_key_values.self_attention_cache.reorder_cache(beam_idx)
         else:
