@@ -216,12 +216,18 @@ class TransformerEmbeddings(nn.Module):
         return self.dropout(hidden_states)
 
 
+def _value_range(values: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty integer tensor: one pass over it, one device sync."""
+    low, high = torch.stack(torch.aminmax(values)).tolist()
+    return low, high
+
+
 def _check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
     # A compiled graph cannot read the ids on the host without breaking in two; there the embedding kernel's
     # own bounds check raises instead (an index-out-of-bounds error on CPU, a device-side assert on CUDA).
     if input_ids.numel() == 0 or torch.compiler.is_compiling():
         return
-    low, high = torch.stack(torch.aminmax(input_ids)).tolist()  # one pass over the ids, one device sync
+    low, high = _value_range(input_ids)
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
@@ -1127,10 +1133,10 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         flat_labels = labels.reshape(-1).to(hidden_states.device)
         vocab_size = self.lm_head.weight.shape[0]
         labelled = flat_labels[flat_labels != -100]
-        if labelled.numel() and (int(labelled.min()) < 0 or int(labelled.max()) >= vocab_size):
+        low, high = _value_range(labelled) if labelled.numel() else (0, 0)
+        if low < 0 or high >= vocab_size:
             raise ValueError(
-                f"`labels` must be in [0, {vocab_size}) or -100 (ignored), got values from {int(labelled.min())} "
-                f"to {int(labelled.max())}."
+                f"`labels` must be in [0, {vocab_size}) or -100 (ignored), got values from {low} to {high}."
             )
         total = fused_linear_cross_entropy(
             hidden_states.reshape(-1, hidden_states.shape[-1]),
@@ -1274,7 +1280,8 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         if self.config.problem_type == "single_label_classification":
             flat = labels.reshape(-1)
             valid = flat[flat != -100]
-            if valid.numel() and (int(valid.min()) < 0 or int(valid.max()) >= self.num_labels):
+            low, high = _value_range(valid) if valid.numel() else (0, 0)
+            if low < 0 or high >= self.num_labels:
                 raise ValueError(f"Label values must be in [0, {self.num_labels}), got {valid.tolist()[:10]}.")
             return F.cross_entropy(logits.float().reshape(-1, self.num_labels), flat)
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
