@@ -182,7 +182,7 @@ ENTRIES = {
         note="MarianMTModel under torch.compile(mode='reduce-overhead'), training only",
     ),
 }
-DEFAULT_MODELS = "ours,marian,bart,torch_nn,seed"
+DEFAULT_MODELS = ",".join(name for name, entry in ENTRIES.items() if entry.compile_mode is None)
 
 
 # ---------------------------------------------------------------------------------------------------

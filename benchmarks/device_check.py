@@ -57,10 +57,7 @@ class Checks:
         self.failed = []
 
     def error(self, name: str, error: float, bound: float) -> None:
-        ok = error <= bound
-        print(f"{'ok  ' if ok else 'FAIL'} {name:<48} relative error {error:.2e} (bound {bound:.0e})")
-        if not ok:
-            self.failed.append(name)
+        self.truth(name, error <= bound, f"relative error {error:.2e} (bound {bound:.0e})")
 
     def truth(self, name: str, ok: bool, detail: str = "") -> None:
         print(f"{'ok  ' if ok else 'FAIL'} {name:<48} {detail}")

@@ -126,10 +126,6 @@ def test_beam_search_reordering_only_the_self_attention_cache_changes_nothing(mo
     torch.testing.assert_close(fast.sequences_scores, full.sequences_scores, rtol=0, atol=0)
 
 
-def _without_shared_encoder_rows(monkeypatch):
-    monkeypatch.delattr(TransformerForConditionalGeneration, "_expand_inputs_for_generation")
-
-
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
 def test_beams_share_one_encoder_row_per_input_with_the_plain_results(monkeypatch, attention):
     model = TransformerForConditionalGeneration(tiny_config(attn_implementation=attention)).eval()
@@ -143,7 +139,7 @@ def test_beams_share_one_encoder_row_per_input_with_the_plain_results(monkeypatc
     assert cross_keys.shape[0] == source.shape[0]  # one row per input, not per beam
     assert shared.past_key_values.self_attention_cache.layers[0].keys.shape[0] == 3 * source.shape[0]
 
-    _without_shared_encoder_rows(monkeypatch)
+    monkeypatch.delattr(TransformerForConditionalGeneration, "_expand_inputs_for_generation")  # repeated rows
     plain = model.generate(source, attention_mask=source.ne(0), **arguments)
     assert plain.past_key_values.cross_attention_cache.layers[0].keys.shape[0] == 3 * source.shape[0]
     assert torch.equal(shared.sequences, plain.sequences)
@@ -166,7 +162,7 @@ def test_beam_outputs_with_states_and_attentions_equal_the_plain_path(monkeypatc
         output_attentions=True, attention_mask=source.ne(0),
     )  # fmt: skip
     shared = model.generate(source, **arguments)
-    _without_shared_encoder_rows(monkeypatch)
+    monkeypatch.delattr(TransformerForConditionalGeneration, "_expand_inputs_for_generation")  # repeated rows
     plain = model.generate(source, **arguments)
     assert torch.equal(shared.sequences, plain.sequences)
     for name in ("encoder_hidden_states", "encoder_attentions"):
