@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -73,6 +72,11 @@ class Dropout(nn.Dropout):
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return inverted_dropout(hidden_states, self.p, self.training)
+
+    @property
+    def active(self) -> bool:
+        """Whether a call would change anything; callers on the decoding path skip the module call otherwise."""
+        return self.training and self.p > 0.0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -213,7 +217,7 @@ class TransformerEmbeddings(nn.Module):
         hidden_states = inputs_embeds * self.embed_scale + position_embeds.to(inputs_embeds.dtype)  # (B, L, D)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return self.dropout(hidden_states)
+        return self.dropout(hidden_states) if self.dropout.active else hidden_states
 
 
 def _value_range(values: torch.Tensor) -> tuple[int, int]:
@@ -440,7 +444,10 @@ class TransformerFeedForward(nn.Module):
         self.activation_dropout = Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.activation_dropout(self.activation(self.fc1(hidden_states))))
+        hidden_states = self.activation(self.fc1(hidden_states))
+        if self.activation_dropout.active:
+            hidden_states = self.activation_dropout(hidden_states)
+        return self.fc2(hidden_states)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -450,19 +457,26 @@ class TransformerFeedForward(nn.Module):
 
 
 class _SublayerConnection(nn.Module):
+    """The LayerNorm and dropout around one sub-layer. Not called as a module: a layer asks it for the
+    sub-layer's input and then adds the sub-layer's output back (two plain calls per sub-layer, which keeps
+    a decoding step's Python short)."""
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
         self.dropout = Dropout(config.dropout)
         self.pre_norm = config.layer_norm_position == "pre"
 
-    def forward(self, hidden_states: torch.Tensor, sublayer: Callable[[torch.Tensor], tuple]) -> tuple:
-        """Returns the new hidden states and whatever else ``sublayer`` returned (attention probabilities)."""
-        if self.pre_norm:
-            output, *extra = sublayer(self.layer_norm(hidden_states))
-            return (hidden_states + self.dropout(output), *extra)
-        output, *extra = sublayer(hidden_states)
-        return (self.layer_norm(hidden_states + self.dropout(output)), *extra)
+    def sublayer_input(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """pre: LayerNorm(x); post: x."""
+        return self.layer_norm(hidden_states) if self.pre_norm else hidden_states
+
+    def add(self, hidden_states: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
+        """pre: x + Dropout(Sublayer(LN(x))); post: LayerNorm(x + Dropout(Sublayer(x)))."""
+        if self.dropout.active:
+            sublayer_output = self.dropout(sublayer_output)
+        hidden_states = hidden_states + sublayer_output
+        return hidden_states if self.pre_norm else self.layer_norm(hidden_states)
 
 
 class TransformerEncoderLayer(GradientCheckpointingLayer):
@@ -476,11 +490,14 @@ class TransformerEncoderLayer(GradientCheckpointingLayer):
     def forward(
         self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, output_attentions: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        hidden_states, self_attn_probs = self.self_attn_sublayer(
-            hidden_states,
-            lambda x: self.self_attn(x, attention_mask=attention_mask, output_attentions=output_attentions),
+        output, self_attn_probs = self.self_attn(
+            self.self_attn_sublayer.sublayer_input(hidden_states),
+            attention_mask=attention_mask,
+            output_attentions=output_attentions,
         )
-        (hidden_states,) = self.feed_forward_sublayer(hidden_states, lambda x: (self.feed_forward(x),))
+        hidden_states = self.self_attn_sublayer.add(hidden_states, output)
+        output = self.feed_forward(self.feed_forward_sublayer.sublayer_input(hidden_states))
+        hidden_states = self.feed_forward_sublayer.add(hidden_states, output)
         return hidden_states, self_attn_probs
 
 
@@ -503,26 +520,23 @@ class TransformerDecoderLayer(GradientCheckpointingLayer):
         past_key_values: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        hidden_states, self_attn_probs = self.self_attn_sublayer(
-            hidden_states,
-            lambda x: self.self_attn(
-                x,
-                attention_mask=self_attention_mask,
-                past_key_values=past_key_values,
-                output_attentions=output_attentions,
-            ),
+        output, self_attn_probs = self.self_attn(
+            self.self_attn_sublayer.sublayer_input(hidden_states),
+            attention_mask=self_attention_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
         )
-        hidden_states, cross_attn_probs = self.cross_attn_sublayer(
-            hidden_states,
-            lambda x: self.cross_attn(
-                x,
-                key_value_states=encoder_hidden_states,
-                attention_mask=cross_attention_mask,
-                past_key_values=past_key_values,
-                output_attentions=output_attentions,
-            ),
+        hidden_states = self.self_attn_sublayer.add(hidden_states, output)
+        output, cross_attn_probs = self.cross_attn(
+            self.cross_attn_sublayer.sublayer_input(hidden_states),
+            key_value_states=encoder_hidden_states,
+            attention_mask=cross_attention_mask,
+            past_key_values=past_key_values,
+            output_attentions=output_attentions,
         )
-        (hidden_states,) = self.feed_forward_sublayer(hidden_states, lambda x: (self.feed_forward(x),))
+        hidden_states = self.cross_attn_sublayer.add(hidden_states, output)
+        output = self.feed_forward(self.feed_forward_sublayer.sublayer_input(hidden_states))
+        hidden_states = self.feed_forward_sublayer.add(hidden_states, output)
         return hidden_states, self_attn_probs, cross_attn_probs
 
 
