@@ -460,3 +460,39 @@ def test_inverted_dropout_draws_are_independent_at_every_offset_of_a_word():
         assert abs(dropped[offset::4].mean().item() - p) < 0.01  # 25k draws each: about 5 standard deviations
     both = (dropped[:-1] * dropped[1:]).mean().item()
     assert abs(both - p * p) < 0.004  # neighbours in a word or across words: P(both dropped) = p^2
+
+
+@pytest.mark.parametrize("layer_norm_position", ["post", "pre"])
+def test_every_dropout_applies_in_training_and_none_is_called_otherwise(monkeypatch, layer_norm_position):
+    called = []
+    original_forward = modeling.Dropout.forward
+
+    def recording_forward(module, hidden_states):
+        called.append(module)
+        return original_forward(module, hidden_states)
+
+    monkeypatch.setattr(modeling.Dropout, "forward", recording_forward)
+    source, target = batch_with_padding()
+
+    def run(model, **mode):
+        called.clear()
+        return model(input_ids=source, decoder_input_ids=target, **mode).logits
+
+    with_dropout = tiny_config(layer_norm_position=layer_norm_position, dropout=0.2, activation_dropout=0.2)
+    model = TransformerForConditionalGeneration(with_dropout).train()
+    first = run(model)
+    dropouts = [m for m in model.modules() if isinstance(m, modeling.Dropout)]
+    # Embeddings (2), each encoder sub-layer and its feed-forward activation (2 x 3), each decoder one (2 x 4).
+    assert len(dropouts) == 2 + 2 * 3 + 2 * 4
+    assert {id(m) for m in called} == {id(m) for m in dropouts}
+    assert not torch.equal(first, run(model))  # fresh masks
+    model.eval()
+    evaluated = run(model)
+    assert called == []
+    assert torch.equal(evaluated, run(model))
+
+    without = TransformerForConditionalGeneration(tiny_config(layer_norm_position=layer_norm_position)).train()
+    without.load_state_dict(model.state_dict())
+    trained_without_dropout = run(without)
+    assert called == []  # p = 0 in training: nothing to draw
+    torch.testing.assert_close(trained_without_dropout, evaluated, rtol=0, atol=0)
