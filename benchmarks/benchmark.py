@@ -293,13 +293,19 @@ def interleaved(tasks: dict[str, Callable[[], object]], device, warmup: int, rou
     return seconds
 
 
-def speed_ratios(seconds: dict[str, list[float]], reference: str) -> dict[str, float]:
-    """Median over rounds of t_reference / t_model (> 1: faster than the reference)."""
+def speed_ratios(seconds: dict[str, list[float]], reference: str) -> dict[str, tuple[float, float, float]]:
+    """Per model, the (lower quartile, median, upper quartile) over rounds of t_reference / t_model (> 1:
+    faster than the reference). The quartiles show how far the rounds of a shared machine scatter."""
     if reference not in seconds:
         return {}
-    return {
-        name: statistics.median(r / t for r, t in zip(seconds[reference], times)) for name, times in seconds.items()
-    }
+    ratios = {}
+    for name, times in seconds.items():
+        per_round = [r / t for r, t in zip(seconds[reference], times)]
+        if len(per_round) == 1:
+            ratios[name] = (per_round[0],) * 3
+        else:
+            ratios[name] = tuple(statistics.quantiles(per_round, n=4, method="inclusive"))
+    return ratios
 
 
 MATMUL_PROBE = "matmul probe"
@@ -377,6 +383,14 @@ class ConfigResult:
     failed: dict[str, str] = field(default_factory=dict)  # model -> the error that stopped it
 
 
+def _ratio_fields(kind: str, ratio: tuple[float, float, float] | None) -> dict:
+    """``{kind}_vs_marian``: the median ratio; ``{kind}_vs_marian_quartiles``: [lower, upper]."""
+    if ratio is None:
+        return {f"{kind}_vs_marian": None}
+    lower, median, upper = ratio
+    return {f"{kind}_vs_marian": median, f"{kind}_vs_marian_quartiles": [lower, upper]}
+
+
 def run_config(
     name: str, models: list[str], device: torch.device, dtype: torch.dtype, args: argparse.Namespace, log
 ) -> ConfigResult:
@@ -410,8 +424,8 @@ def run_config(
         median = statistics.median(times)
         mfu = statistics.median((flops / t) / (probe_flops / p) for t, p in zip(times, probe_seconds))
         result.rows[model].update(
-            train_step_s=median, train_tokens_per_s=tokens / median, train_vs_marian=ratios.get(model),
-            train_flops_per_s=flops / median, train_mfu=mfu, train_rounds=len(times),
+            train_step_s=median, train_tokens_per_s=tokens / median, train_flops_per_s=flops / median,
+            train_mfu=mfu, train_rounds=len(times), **_ratio_fields("train", ratios.get(model)),
         )  # fmt: skip
     log(f"  training timed over {len(next(iter(seconds.values())))} rounds")
 
@@ -427,9 +441,8 @@ def run_config(
         ratios = speed_ratios(seconds, "marian")
         for model, times in seconds.items():
             median = statistics.median(times)
-            result.rows[model].update(
-                {f"{kind}_tokens_per_s": GENERATION_BATCH * NEW_TOKENS / median, f"{kind}_vs_marian": ratios.get(model)}
-            )
+            result.rows[model][f"{kind}_tokens_per_s"] = GENERATION_BATCH * NEW_TOKENS / median
+            result.rows[model].update(_ratio_fields(kind, ratios.get(model)))
         log(f"  {kind} timed over {len(next(iter(seconds.values())))} rounds")
     del runners
     gc.collect()
@@ -460,6 +473,14 @@ def _number(value, digits: int = 0) -> str:
     return f"{value:,.{digits}f}"
 
 
+def _ratio(row: dict, kind: str) -> str:
+    """The median ratio, and the quartiles of the rounds where they differ from it: "1.21 (1.15-1.30)"."""
+    median, quartiles = row.get(f"{kind}_vs_marian"), row.get(f"{kind}_vs_marian_quartiles")
+    if median is None or not quartiles or quartiles[0] == quartiles[1]:
+        return _number(median, 2)
+    return f"{median:.2f} ({quartiles[0]:.2f}-{quartiles[1]:.2f})"
+
+
 def markdown(results: list[ConfigResult], header: dict) -> str:
     lines = [
         "# Performance",
@@ -475,7 +496,8 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
         + (f"; stated peak {header['stated_peak_tflops']} TFLOP/s" if header.get("stated_peak_tflops") else ""),
         "",
         "Each table: medians over interleaved rounds; `x Marian` is the median of per-round speed ratios "
-        "(above 1 is faster). Training: forward, cross-entropy, backward and AdamW with dropout 0.1, target "
+        "(above 1 is faster), with the lower and upper quartiles of the rounds in parentheses. Training: "
+        "forward, cross-entropy, backward and AdamW with dropout 0.1, target "
         "tokens/s. Generation: `generate` with KV cache, batch 8, 32 new tokens. MFU: matmul FLOP/s of the "
         "training step over that of a square matmul timed in the same rounds (median of per-round ratios). "
         "Memory: peak rise during a training step.",
@@ -501,13 +523,13 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
                 model,
                 f"{row['parameters'] / 1e6:.2f}M",
                 _number(row.get("train_tokens_per_s")),
-                _number(row.get("train_vs_marian"), 2),
+                _ratio(row, "train"),
                 f"{mfu:.0%}",
                 _number(row.get("train_memory_mb")),
                 _number(row.get("greedy_tokens_per_s")),
-                _number(row.get("greedy_vs_marian"), 2),
+                _ratio(row, "greedy"),
                 _number(row.get("beam4_tokens_per_s")),
-                _number(row.get("beam4_vs_marian"), 2),
+                _ratio(row, "beam4"),
             ]
             if stated:
                 cells.append(f"{row['train_flops_per_s'] / (stated * 1e12):.0%}")

@@ -19,7 +19,12 @@ def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
     saved = json.loads(output.with_suffix(".json").read_text())
     assert saved == json.loads(json.dumps(record))
     rows = saved["results"][0]["models"]
-    assert rows["marian"]["train_vs_marian"] == 1.0
+    assert rows["marian"]["train_vs_marian"] == 1.0 and rows["marian"]["train_vs_marian_quartiles"] == [1.0, 1.0]
+    for name in ("ours", "bart", "torch_nn", "seed"):
+        lower, upper = rows[name]["train_vs_marian_quartiles"]
+        assert lower <= rows[name]["train_vs_marian"] <= upper, name
+        if lower < upper:
+            assert f"| {rows[name]['train_vs_marian']:.2f} ({lower:.2f}-{upper:.2f}) |" in report, name
     assert saved["results"][0]["matmul_probe_gflops"] > 0
     for name, row in rows.items():
         assert row["train_tokens_per_s"] > 0 and row["train_rounds"] == 3, name
@@ -29,6 +34,17 @@ def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
         assert rows[name]["greedy_tokens_per_s"] > 0 and rows[name]["greedy_vs_marian"] > 0
     assert "beam4_tokens_per_s" in rows["ours"] and "beam4_tokens_per_s" not in rows["seed"]
     assert "greedy_tokens_per_s" not in rows["torch_nn"]
+
+
+def test_speed_ratios_are_per_round_medians_with_quartiles():
+    benchmark = load_benchmark_module("benchmark")
+    seconds = {"marian": [1.0, 1.0, 2.0, 1.0, 1.0], "ours": [0.5, 0.5, 2.0, 1.0, 2.0]}
+    ratios = benchmark.speed_ratios(seconds, "marian")
+    # Per-round ratios 2, 2, 1, 1, 0.5: each round compares the models of that round only.
+    assert ratios["ours"] == (1.0, 1.0, 2.0)
+    assert ratios["marian"] == (1.0, 1.0, 1.0)
+    assert benchmark.speed_ratios(seconds, "bart") == {}
+    assert benchmark.speed_ratios({"marian": [1.0], "ours": [0.8]}, "marian")["ours"] == (1.25, 1.25, 1.25)
 
 
 def test_training_flops_count_the_output_projection_and_every_layer():
