@@ -16,6 +16,20 @@ from hf_transformer import TransformerConfig  # noqa: E402
 torch.set_num_threads(1)
 
 
+def record_calls(monkeypatch, owner: type, method: str) -> list:
+    """Wraps ``owner.method`` for the test: each call still runs it, and appends its object (``self``) to the
+    returned list."""
+    calls = []
+    original = getattr(owner, method)
+
+    def recording(obj, *args, **kwargs):
+        calls.append(obj)
+        return original(obj, *args, **kwargs)
+
+    monkeypatch.setattr(owner, method, recording)
+    return calls
+
+
 def tiny_config(**overrides) -> TransformerConfig:
     """A model small enough for many forward/backward passes per second on a CPU."""
     settings = dict(

@@ -7,7 +7,7 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import batch_with_padding, tiny_config
+from conftest import batch_with_padding, record_calls, tiny_config
 from transformers import GenerationMixin
 
 from hf_transformer import TransformerForConditionalGeneration
@@ -106,14 +106,7 @@ def test_beam_search_reordering_only_the_self_attention_cache_changes_nothing(mo
         max_new_tokens=10, num_beams=4, num_return_sequences=3, do_sample=False, output_scores=True,
         return_dict_in_generate=True, length_penalty=0.5,
     )  # fmt: skip
-    reordered = []
-    original_reorder = modeling.DynamicCache.reorder_cache
-
-    def counting_reorder(cache, beam_idx):
-        reordered.append(cache)
-        return original_reorder(cache, beam_idx)
-
-    monkeypatch.setattr(modeling.DynamicCache, "reorder_cache", counting_reorder)
+    reordered = record_calls(monkeypatch, modeling.DynamicCache, "reorder_cache")
     fast = model.generate(source, **arguments)
     assert reordered and len({id(cache) for cache in reordered}) == 1  # the self-attention cache only
     reordered.clear()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import batch_with_padding, tiny_config
+from conftest import batch_with_padding, record_calls, tiny_config
 
 from hf_transformer import (
     TransformerForConditionalGeneration,
@@ -464,19 +464,12 @@ def test_inverted_dropout_draws_are_independent_at_every_offset_of_a_word():
 
 @pytest.mark.parametrize("layer_norm_position", ["post", "pre"])
 def test_every_dropout_applies_in_training_and_none_is_called_otherwise(monkeypatch, layer_norm_position):
-    called = []
-    original_forward = modeling.Dropout.forward
-
-    def recording_forward(module, hidden_states):
-        called.append(module)
-        return original_forward(module, hidden_states)
-
-    monkeypatch.setattr(modeling.Dropout, "forward", recording_forward)
+    called = record_calls(monkeypatch, modeling.Dropout, "forward")
     source, target = batch_with_padding()
 
-    def run(model, **mode):
+    def run(model):
         called.clear()
-        return model(input_ids=source, decoder_input_ids=target, **mode).logits
+        return model(input_ids=source, decoder_input_ids=target).logits
 
     with_dropout = tiny_config(layer_norm_position=layer_norm_position, dropout=0.2, activation_dropout=0.2)
     model = TransformerForConditionalGeneration(with_dropout).train()
