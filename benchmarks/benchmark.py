@@ -163,6 +163,8 @@ class Entry:
     beam: bool = True
     note: str = ""
     compile_mode: str | None = None  # training under torch.compile(mode=...), as Trainer's torch_compile_mode
+    train: bool = True
+    static_decoding: bool = False  # generate with a static cache, its decoding step compiled by generate
 
 
 ENTRIES = {
@@ -181,8 +183,20 @@ ENTRIES = {
         "marian_compiled", build_marian, True, greedy=False, beam=False, compile_mode="reduce-overhead",
         note="MarianMTModel under torch.compile(mode='reduce-overhead'), training only",
     ),
+    # Opt-in (--models): generation only, `generate(cache_implementation="static", compile_config=...)`: the
+    # decoding step over a preallocated cache, compiled once per shape (the first call, a warm-up, compiles).
+    "ours_static": Entry(
+        "ours_static", build_ours, True, train=False, static_decoding=True,
+        note="hf_transformer generating with a static cache and a compiled decoding step (generation only)",
+    ),
+    "marian_static": Entry(
+        "marian_static", build_marian, True, train=False, static_decoding=True,
+        note="MarianMTModel generating with a static cache and a compiled decoding step (generation only)",
+    ),
 }
-DEFAULT_MODELS = ",".join(name for name, entry in ENTRIES.items() if entry.compile_mode is None)
+DEFAULT_MODELS = ",".join(
+    name for name, entry in ENTRIES.items() if entry.compile_mode is None and not entry.static_decoding
+)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -224,6 +238,18 @@ class Runner:
         self.optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
+    def _static_decoding(self) -> dict:
+        if not self.entry.static_decoding:
+            return {}
+        from transformers import CompileConfig
+
+        # CUDA graphs on a GPU (generate's default there); inductor's kernels on a CPU, where generate compiles only
+        # when told to.
+        mode = "reduce-overhead" if self.device.type == "cuda" else "default"
+        compile_config = CompileConfig(fullgraph=True, dynamic=False, mode=mode)
+        compile_config._compile_all_devices = True
+        return dict(cache_implementation="static", compile_config=compile_config)
+
     @torch.no_grad()
     def generate(self, batch: dict, num_beams: int) -> torch.Tensor:
         self.model.eval()
@@ -232,6 +258,7 @@ class Runner:
                 output = self.model.generate(
                     input_ids=batch["source"], attention_mask=batch["source_mask"], num_beams=num_beams,
                     do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, use_cache=True,
+                    **self._static_decoding(),
                 )  # fmt: skip
             else:
                 output = self.model.greedy(batch["source"], START, NEW_TOKENS, banned_ids=(PAD, EOS))
@@ -401,6 +428,9 @@ def run_config(
     for model in models:
         try:
             runners[model] = Runner(ENTRIES[model], c, device, dtype)
+            if not ENTRIES[model].train:
+                result.rows[model] = dict(parameters=runners[model].parameters, train_memory_mb=None)
+                continue
             runners[model].train_step(train_batch)  # optimizer state, allocator warm-up (and compiling)
         except Exception as error:  # one model that cannot run here (a compile failure) leaves the others' table
             runners.pop(model, None)
@@ -414,7 +444,7 @@ def run_config(
     flops = training_flops(c)
     tokens = c["batch"] * c["length"]
     models = list(runners)
-    tasks = {m: (lambda r=runners[m]: r.train_step(train_batch)) for m in models}
+    tasks = {m: (lambda r=runners[m]: r.train_step(train_batch)) for m in models if ENTRIES[m].train}
     tasks[MATMUL_PROBE], probe_flops = matmul_probe(device, dtype, args.peak_size)
     seconds = interleaved(tasks, device, warmup=args.warmup, rounds=args.rounds, budget_s=args.budget)
     probe_seconds = seconds.pop(MATMUL_PROBE)
@@ -518,13 +548,13 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if stated else ""),
         ]
         for model, row in result.rows.items():
-            mfu = row["train_mfu"]
+            mfu = row.get("train_mfu")
             cells = [
                 model,
                 f"{row['parameters'] / 1e6:.2f}M",
                 _number(row.get("train_tokens_per_s")),
                 _ratio(row, "train"),
-                f"{mfu:.0%}",
+                "-" if mfu is None else f"{mfu:.0%}",
                 _number(row.get("train_memory_mb")),
                 _number(row.get("greedy_tokens_per_s")),
                 _ratio(row, "greedy"),
@@ -532,7 +562,8 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
                 _ratio(row, "beam4"),
             ]
             if stated:
-                cells.append(f"{row['train_flops_per_s'] / (stated * 1e12):.0%}")
+                flops = row.get("train_flops_per_s")
+                cells.append("-" if flops is None else f"{flops / (stated * 1e12):.0%}")
             lines.append("| " + " | ".join(cells) + " |")
         for model, error in result.failed.items():
             lines += ["", f"`{model}` did not run: {error}"]

@@ -116,6 +116,7 @@ class PackableLinear(nn.Linear):
             and hidden_states.dtype == torch.float32
             and not torch.is_grad_enabled()
             and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling()  # a compiled step's matmuls are the compiler's to choose
         ):
             if self.packed_weight is None:  # packed at the first few-row product: the encoder never needs it
                 self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
@@ -195,18 +196,20 @@ class TransformerEmbeddings(nn.Module):
         input_ids: torch.LongTensor | None,
         inputs_embeds: torch.Tensor | None,
         token_is_real: torch.Tensor | None,
-        past_length: int = 0,
+        past_length: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         if inputs_embeds is None:
             _check_ids_in_vocabulary(input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
         batch_size, length = inputs_embeds.shape[:2]
-        if past_length + length > self.max_positions:
+        # `past_length` is a 0-d tensor with a static cache. Compiled, the host cannot read it without breaking the
+        # graph: the embedding kernel's own bounds check raises instead.
+        if not torch.compiler.is_compiling() and int(past_length) + length > self.max_positions:
             raise ValueError(
-                f"Sequence length {past_length + length} exceeds the position table of {self.max_positions} "
+                f"Sequence length {int(past_length) + length} exceeds the position table of {self.max_positions} "
                 "positions (max_position_embeddings / decoder_max_position_embeddings); truncate the input."
             )
-        positions = torch.arange(past_length, past_length + length, device=inputs_embeds.device)
+        positions = torch.arange(length, device=inputs_embeds.device) + past_length
         if self.position_embedding_type == "sinusoidal":
             positions = (positions + 1).expand(batch_size, length)
             if token_is_real is not None:
@@ -279,20 +282,43 @@ def _all_real(token_is_real: torch.Tensor) -> bool:
 
 
 def _causal_mask(
-    query_length: int, past_length: int, key_is_real: torch.Tensor | None, device: torch.device
+    query_length: int,
+    past_length: int | torch.Tensor,
+    key_length: int,
+    key_is_real: torch.Tensor | None,
+    device: torch.device,
 ) -> torch.Tensor | None:
-    """(T, P+T), or (B, 1, T, P+T) with key padding: query t (absolute position P+t) sees keys <= P+t.
-    None for one new token over unpadded keys (a decoding step): it sees every key."""
+    """(T, K), or (B, 1, T, K) with key padding: query t (absolute position P+t) sees the keys at positions <= P+t.
+
+    The attention reads K keys: the P cached and T new ones (K = P+T), or every slot of a static cache, whose
+    slots beyond P+T are not written yet and so are hidden like future tokens. ``past_length`` is a 0-d tensor
+    with a static cache. None for one new token over the unpadded keys of a growing cache (a decoding step): it
+    sees every key."""
     if key_is_real is not None and _all_real(key_is_real):
         key_is_real = None
-    if query_length == 1 and key_is_real is None:
+    if query_length == 1 and key_is_real is None and not torch.is_tensor(past_length) and key_length == past_length + 1:
         return None
-    query_positions = torch.arange(past_length, past_length + query_length, device=device)
-    key_positions = torch.arange(past_length + query_length, device=device)
+    query_positions = torch.arange(query_length, device=device) + past_length
+    key_positions = torch.arange(key_length, device=device)
     mask = key_positions[None, :] <= query_positions[:, None]
     if key_is_real is not None:
         mask = _attend_somewhere(mask[None, None] & key_is_real[:, None, None, :])
     return mask
+
+
+def _check_prepared_mask(mask: torch.Tensor, expected: tuple[int, int, int, int]) -> None:
+    """A 4-D self-attention mask (B or 1, 1, T, K): bool (True = may attend) or float (added to the scores)."""
+    batch_size = expected[0]
+    if mask.shape[0] not in (1, batch_size) or tuple(mask.shape[1:]) != expected[1:]:
+        raise ValueError(
+            f"The 4-D `decoder_attention_mask` has shape {tuple(mask.shape)}; expected {expected} "
+            "(batch, 1, new target tokens, keys read: cached + new, or every slot of a static cache)."
+        )
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise ValueError(
+            f"A 4-D `decoder_attention_mask` must be bool (True = may attend) or float (added to the scores), "
+            f"got {mask.dtype}."
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -700,16 +726,20 @@ class TransformerDecoder(nn.Module):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        """``attention_mask`` covers past and current target tokens (B, P+T); ``encoder_attention_mask`` is
-        the source padding (B, S) or None."""
+        """``attention_mask`` covers past and current target tokens (B, P+T), or is a prepared 4-D mask (B, 1, T, K)
+        over the K keys self-attention reads (``generate`` builds one for a static cache); ``encoder_attention_mask``
+        is the source padding (B, S) or None."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("Give exactly one of `decoder_input_ids` and `decoder_inputs_embeds`.")
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (or `encoder_outputs`).")
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        # P: the cached target tokens (a 0-d tensor with a static cache); K: the keys self-attention reads, P + T,
+        # or every slot of a static cache, preallocated for the whole generation.
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
+        key_length = past_key_values.get_mask_sizes(length, 0)[0] if past_key_values is not None else length
         if batch_size % encoder_hidden_states.shape[0]:
             raise ValueError(
                 f"The decoder has {batch_size} rows but the encoder output {encoder_hidden_states.shape[0]}: the "
@@ -720,20 +750,32 @@ class TransformerDecoder(nn.Module):
         # Target padding is taken from `decoder_attention_mask` when given. Otherwise only the position
         # numbering looks at the pad id: the causal mask already hides right padding from every real
         # token, and it does so identically with and without the cache.
-        key_is_real = None
-        if attention_mask is not None:
-            if attention_mask.dim() != 2 or attention_mask.shape != (batch_size, past_length + length):
-                raise ValueError(
-                    f"`decoder_attention_mask` has shape {tuple(attention_mask.shape)}; expected "
-                    f"{(batch_size, past_length + length)} (batch, cached + new target tokens)."
-                )
-            key_is_real = attention_mask.bool()
-            token_is_real = key_is_real[:, past_length:]
+        token_is_real = input_ids.ne(self.config.pad_token_id) if input_ids is not None else None
+        if attention_mask is not None and attention_mask.dim() == 4:
+            # Prepared by the caller (generate does so for a static cache): used as given.
+            _check_prepared_mask(attention_mask, (batch_size, 1, length, key_length))
+            self_mask = attention_mask
         else:
-            token_is_real = input_ids.ne(self.config.pad_token_id) if input_ids is not None else None
+            key_is_real = None
+            if attention_mask is not None:
+                if (
+                    attention_mask.dim() != 2
+                    or attention_mask.shape[0] != batch_size
+                    or (not torch.compiler.is_compiling() and attention_mask.shape[1] != int(past_length) + length)
+                ):
+                    raise ValueError(
+                        f"`decoder_attention_mask` has shape {tuple(attention_mask.shape)}; expected "
+                        f"{(batch_size, int(past_length) + length)} (batch, cached + new target tokens), or a "
+                        f"prepared 4-D mask {(batch_size, 1, length, key_length)}."
+                    )
+                key_is_real = attention_mask.bool()
+                token_is_real = key_is_real[:, key_is_real.shape[1] - length :]
+                if key_is_real.shape[1] < key_length:  # a static cache's unwritten slots: hidden as future tokens
+                    key_is_real = F.pad(key_is_real, (0, key_length - key_is_real.shape[1]), value=True)
+            device = (input_ids if input_ids is not None else inputs_embeds).device
+            self_mask = _causal_mask(length, past_length, key_length, key_is_real, device)  # (T, K) | (B, 1, T, K)
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real, past_length)  # (B, T, D)
-        self_mask = _causal_mask(length, past_length, key_is_real, hidden_states.device)  # (T, P+T) | (B,1,T,P+T)
         cross_mask = _key_padding_mask(encoder_attention_mask)  # (B, 1, 1, S)
 
         all_hidden_states = (hidden_states,) if output_hidden_states else None
@@ -1028,6 +1070,16 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         (:func:`packed_linear_weights`)."""
         with packed_linear_weights(self):
             return super().generate(*args, **kwargs)
+
+    def _valid_auto_compile_criteria(self, model_kwargs, generation_config) -> bool:
+        # generate asks this once, before the first step. A compiled decoding step leaves its products to the
+        # compiler, so packing weights for the one eager step before it would be wasted (4-7 ms per call on CPU).
+        compiles = super()._valid_auto_compile_criteria(model_kwargs, generation_config)
+        if compiles:
+            for module in self.modules():
+                if isinstance(module, PackableLinear):
+                    module.packing, module.packed_weight = False, None
+        return compiles
 
     def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
         # Beam search (and num_return_sequences) repeats each input expand_size times. The encoder output and its

@@ -87,3 +87,19 @@ def test_a_model_that_cannot_run_is_reported_and_the_others_are_timed(tmp_path, 
     assert result["failed"] == {"bart": "RuntimeError: no kernel for this device"}
     assert "`bart` did not run: RuntimeError: no kernel for this device" in output.read_text()
     assert result["models"]["ours"]["greedy_tokens_per_s"] > 0
+
+
+def test_static_cache_entries_time_generation_only(tmp_path):
+    benchmark = load_benchmark_module("benchmark")
+    output = tmp_path / "static.md"
+    record = benchmark.main(
+        ["--configs", "tiny", "--models", "ours,marian,ours_static,marian_static", "--rounds", "3", "--budget", "0",
+         "--peak-size", "128", "--output", str(output)]
+    )  # fmt: skip
+    rows = record["results"][0]["models"]
+    assert record["results"][0]["failed"] == {}
+    for name in ("ours_static", "marian_static"):
+        assert "train_tokens_per_s" not in rows[name] and rows[name]["train_memory_mb"] is None, name
+        assert rows[name]["greedy_tokens_per_s"] > 0 and rows[name]["beam4_tokens_per_s"] > 0, name
+        assert f"| {name} | {rows[name]['parameters'] / 1e6:.2f}M | - | - | - | - |" in output.read_text()
+    assert rows["ours"]["train_tokens_per_s"] > 0

@@ -116,7 +116,9 @@ def test_beam_search_reordering_only_the_self_attention_cache_changes_nothing(mo
     full = model.generate(source, **arguments)
     assert len({id(cache) for cache in reordered}) == 2
     assert torch.equal(fast.sequences, full.sequences)
-    torch.testing.assert_close(fast.sequences_scores, full.sequences_scores, rtol=0, atol=0)
+    # The plain path also repeats the encoder rows, and sdpa's CPU kernel may block (and so round) grouped queries
+    # differently from repeated keys: equal to float rounding (one unit in the last place seen on AVX-512 machines).
+    torch.testing.assert_close(fast.sequences_scores, full.sequences_scores, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])

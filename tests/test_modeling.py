@@ -429,11 +429,16 @@ def test_masks_are_left_out_only_where_they_hide_nothing():
     padded[1, 3:] = False
     assert modeling._key_padding_mask(real) is None
     assert modeling._key_padding_mask(padded).shape == (2, 1, 1, 5)
-    assert modeling._causal_mask(1, 4, None, torch.device("cpu")) is None  # a decoding step sees every key
-    assert modeling._causal_mask(1, 4, real, torch.device("cpu")) is None
-    assert modeling._causal_mask(1, 4, padded, torch.device("cpu"))[1, 0, 0].tolist() == [True] * 3 + [False] * 2
-    causal = modeling._causal_mask(3, 2, None, torch.device("cpu"))
+    cpu = torch.device("cpu")
+    assert modeling._causal_mask(1, 4, 5, None, cpu) is None  # a decoding step sees every key
+    assert modeling._causal_mask(1, 4, 5, real, cpu) is None
+    assert modeling._causal_mask(1, 4, 5, padded, cpu)[1, 0, 0].tolist() == [True] * 3 + [False] * 2
+    causal = modeling._causal_mask(3, 2, 5, None, cpu)
     assert causal.tolist() == [[True] * 3 + [False] * 2, [True] * 4 + [False], [True] * 5]
+    # A static cache: 7 slots read, 4 tokens cached (a 0-d tensor); the unwritten slots stay hidden.
+    static_step = modeling._causal_mask(1, torch.tensor(4), 7, None, cpu)
+    assert static_step.tolist() == [[True] * 5 + [False] * 2]
+    assert modeling._causal_mask(1, 4, 7, None, cpu).tolist() == [[True] * 5 + [False] * 2]
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5])

@@ -1,0 +1,187 @@
+"""A static (preallocated) cache gives what the growing cache gives: in ``generate`` with
+``cache_implementation="static"`` (greedy, beam search, sampling, padded sources, both attention kernels), in
+direct decoder calls, and in a decoding step compiled by ``generate``."""
+
+import pytest
+import torch
+from conftest import batch_with_padding, tiny_config
+from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
+
+from hf_transformer import TransformerForConditionalGeneration
+from hf_transformer import modeling_transformer as modeling
+
+
+def _model(attention: str = "sdpa", **overrides) -> TransformerForConditionalGeneration:
+    model = TransformerForConditionalGeneration(tiny_config(**overrides)).eval()
+    model.set_attn_implementation(attention)
+    return model
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(num_beams=3, num_return_sequences=2),
+        dict(output_attentions=True, output_hidden_states=True),
+    ],
+)
+def test_generate_with_a_static_cache_equals_the_growing_cache(attention, settings):
+    model = _model(attention)
+    source, _ = batch_with_padding()
+    arguments = dict(
+        max_new_tokens=10, min_new_tokens=10, do_sample=False, output_scores=True, return_dict_in_generate=True
+    )
+    arguments.update(settings)
+    growing = model.generate(source, **arguments)
+    static = model.generate(source, cache_implementation="static", **arguments)
+    assert isinstance(static.past_key_values.self_attention_cache, StaticCache)
+    assert torch.equal(static.sequences, growing.sequences)
+    assert growing.sequences.shape[1] == 11
+    for fast, plain in zip(static.scores, growing.scores):
+        torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+    if "output_attentions" in settings:
+        # The static cache's self-attention reads all of its slots; the unwritten ones get no weight.
+        step = 4
+        static_probs = static.decoder_attentions[step][0]  # (B, H, 1, slots)
+        growing_probs = growing.decoder_attentions[step][0]  # (B, H, 1, step + 1)
+        assert static_probs.shape[-1] == 10  # one slot per generated token but the last
+        torch.testing.assert_close(static_probs[..., : step + 1], growing_probs, rtol=1e-5, atol=1e-6)
+        assert torch.all(static_probs[..., step + 1 :] == 0)
+        for fast, plain in zip(static.decoder_hidden_states[step], growing.decoder_hidden_states[step]):
+            torch.testing.assert_close(fast, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_sampling_with_a_static_cache_draws_the_same_tokens():
+    model = _model()
+    source, _ = batch_with_padding()
+    arguments = dict(max_new_tokens=8, do_sample=True, top_k=10, num_return_sequences=2)
+    torch.manual_seed(5)
+    growing = model.generate(source, **arguments)
+    torch.manual_seed(5)
+    static = model.generate(source, cache_implementation="static", **arguments)
+    assert torch.equal(static, growing)
+
+
+def test_a_longer_static_cache_from_an_earlier_call_changes_nothing():
+    # generate keeps a static cache at least as long as the longest one it made before: the slots past the
+    # current length must stay hidden.
+    model = _model()
+    source, _ = batch_with_padding()
+    model.generate(source, max_new_tokens=20, cache_implementation="static")
+    short = model.generate(source, max_new_tokens=5, cache_implementation="static", return_dict_in_generate=True)
+    assert short.past_key_values.self_attention_cache.layers[0].max_cache_len > 6
+    assert torch.equal(short.sequences, model.generate(source, max_new_tokens=5))
+
+
+@pytest.mark.parametrize("target_padding", [False, True])
+def test_decoder_steps_over_a_static_cache_equal_the_full_forward(target_padding):
+    model = _model()
+    source, target = batch_with_padding()
+    decoder_mask = target.ne(0) if target_padding else None
+    with torch.no_grad():
+        full = model(input_ids=source, decoder_input_ids=target, decoder_attention_mask=decoder_mask).logits
+        cache = EncoderDecoderCache(
+            StaticCache(config=model.config, max_cache_len=12), StaticCache(config=model.config, max_cache_len=7)
+        )
+        encoder_outputs = model.get_encoder()(input_ids=source)
+        steps = []
+        for t in range(target.shape[1]):
+            step_mask = decoder_mask[:, : t + 1] if target_padding else None
+            output = model(
+                attention_mask=source.ne(0),
+                encoder_outputs=encoder_outputs,
+                decoder_input_ids=target[:, t : t + 1],
+                decoder_attention_mask=step_mask,
+                past_key_values=cache,
+                use_cache=True,
+            )
+            steps.append(output.logits)
+        assert int(cache.get_seq_length()) == target.shape[1]
+    real = target.ne(0) if target_padding else torch.ones_like(target, dtype=torch.bool)
+    torch.testing.assert_close(torch.cat(steps, dim=1)[real], full[real], rtol=1e-5, atol=1e-5)
+
+
+def test_a_prepared_four_dimensional_decoder_mask_is_used_as_given():
+    model = _model()
+    source, target = batch_with_padding()
+    causal = torch.ones(5, 5, dtype=torch.bool).tril()
+    with torch.no_grad():
+        plain = model(input_ids=source, decoder_input_ids=target).logits
+        as_bool = model(input_ids=source, decoder_input_ids=target, decoder_attention_mask=causal[None, None]).logits
+        additive = torch.zeros(3, 1, 5, 5).masked_fill(~causal, torch.finfo(torch.float32).min)
+        as_float = model(input_ids=source, decoder_input_ids=target, decoder_attention_mask=additive).logits
+        # A mask that hides the current token's own key changes the answer: the mask really is applied.
+        strict = torch.ones(5, 5, dtype=torch.bool).tril(-1) | torch.eye(5, dtype=torch.bool).flip(0).tril()
+        changed = model(input_ids=source, decoder_input_ids=target, decoder_attention_mask=strict[None, None]).logits
+    torch.testing.assert_close(as_bool, plain, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(as_float, plain, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(changed, plain, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "mask, message",
+    [
+        (torch.ones(3, 1, 5, 4, dtype=torch.bool), r"4-D `decoder_attention_mask` has shape \(3, 1, 5, 4\)"),
+        (torch.ones(2, 1, 5, 5, dtype=torch.bool), r"expected \(3, 1, 5, 5\)"),
+        (torch.ones(3, 1, 5, 5, dtype=torch.long), "must be bool .* or float"),
+        (torch.ones(3, 6, dtype=torch.bool), r"has shape \(3, 6\); expected \(3, 5\)"),
+    ],
+)
+def test_decoder_masks_of_the_wrong_shape_or_type_are_rejected(mask, message):
+    model = _model()
+    source, target = batch_with_padding()
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=source, decoder_input_ids=target, decoder_attention_mask=mask)
+
+
+def test_a_static_cache_longer_than_the_position_table_is_stopped_at_the_table_end():
+    model = _model(max_position_embeddings=6)
+    source, _ = batch_with_padding()
+    with pytest.raises(ValueError, match="exceeds the position table of 6 positions"):
+        model.generate(source, max_new_tokens=8, min_new_tokens=8, cache_implementation="static")
+
+
+def test_generate_compiles_the_decoding_step_over_a_static_cache(monkeypatch):
+    torch._dynamo.reset()
+    model = _model()
+    source = torch.randint(4, 40, (4, 20))  # 80 rows: more than the encoder would pack
+    # Every weight is worth packing for eager decoding here; a compiled decoding packs none (it would be wasted).
+    monkeypatch.setattr(modeling, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
+    packed = []
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda *args: packed.append(1) or reorder(*args))
+    compile_config = CompileConfig(fullgraph=True, dynamic=False, backend="aot_eager", mode=None)
+    compile_config._compile_all_devices = True  # generate compiles on accelerators only unless told
+    arguments = dict(max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    compiled = model.generate(source, cache_implementation="static", compile_config=compile_config, **arguments)
+    assert hasattr(model, "_compiled_call")  # the decoding steps ran through the compiled forward
+    assert not packed
+    assert torch.equal(compiled, model.generate(source, **arguments))
+    assert packed  # the eager decoding packed its weights
+    # A second call reuses the graph (same shapes): no recompilation.
+    frames_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    again = model.generate(source, cache_implementation="static", compile_config=compile_config, **arguments)
+    assert torch.equal(again, compiled)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == frames_before
+
+
+def test_the_growing_cache_still_skips_the_mask_at_decoding_steps():
+    model = _model()
+    masks = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def recording(query, key, value, attn_mask=None, **kwargs):
+        masks.append(attn_mask)
+        return original(query, key, value, attn_mask=attn_mask, **kwargs)
+
+    source = torch.tensor([[5, 6, 7, 8]])
+    cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+    with torch.no_grad():
+        model(input_ids=source, decoder_input_ids=torch.tensor([[2, 9]]), past_key_values=cache, use_cache=True)
+        torch.nn.functional.scaled_dot_product_attention = recording
+        try:
+            model(input_ids=source, decoder_input_ids=torch.tensor([[10]]), past_key_values=cache, use_cache=True)
+        finally:
+            torch.nn.functional.scaled_dot_product_attention = original
+    assert masks and all(mask is None for mask in masks)
