@@ -46,6 +46,7 @@ from hf_transformer.modeling_transformer import (  # noqa: E402
     fused_linear_cross_entropy,
 )
 from hf_transformer.training import (  # noqa: E402
+    keep_freed_memory,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather
     started = time.time()

@@ -28,6 +28,7 @@ from hf_transformer import TransformerConfig, TransformerForSequenceClassificati
 from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
 from hf_transformer.training import (
     SplitLimits,
+    keep_freed_memory,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
@@ -188,6 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     started = time.time()
     set_seed(training_args.seed)

@@ -42,6 +42,7 @@ from hf_transformer.data import IGNORE_INDEX, first_rows, load_multi30k, seq2seq
 from hf_transformer.training import (
     SplitLimits,
     average_checkpoints,
+    keep_freed_memory,
     last_checkpoints,
     one_tokenizer,
     pin_memory_only_with_accelerator,
@@ -302,6 +303,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TranslationTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if training_args.label_smoothing_factor:
         raise ValueError(
