@@ -519,7 +519,8 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
         "",
         f"- date: {header['date']}",
         f"- machine: {header['machine']}; device {header['device']}, {header['dtype']}, "
-        f"{header['threads']} torch threads",
+        f"{header['threads']} torch threads"
+        + ("; freed memory kept for reuse (glibc mallopt, as the training scripts)" if header.get("kept_memory") else ""),
         f"- torch {header['torch']}, transformers {header['transformers']}, python {header['python']}",
         f"- matmul probe ({header['peak_size']}x{header['peak_size']} mm), best of before and after: "
         f"{header['matmul_peak_gflops']:.1f} GFLOP/s"
@@ -589,6 +590,10 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-beam", action="store_true", help="leave out beam search")
     parser.add_argument("--peak-tflops", type=float, default=None, help="the device's stated dense peak, for MFU")
     parser.add_argument("--peak-size", type=int, default=None, help="matmul size of the peak probe (1024; GPU 4096)")
+    parser.add_argument(
+        "--keep-freed-memory", action="store_true",
+        help="reuse freed memory instead of faulting it in anew (glibc), as the training scripts do; for every model",
+    )  # fmt: skip
     parser.add_argument("--output", default="docs/performance.md", help="Markdown report; JSON beside it")
     args = parser.parse_args(argv)
     on_gpu = args.device.startswith("cuda")
@@ -613,6 +618,11 @@ def main(argv: list[str] | None = None) -> dict:
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[args.dtype]
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.keep_freed_memory:
+        from hf_transformer.training import keep_freed_memory
+
+        if not keep_freed_memory():
+            raise SystemExit("--keep-freed-memory needs glibc's malloc")
     transformers.logging.set_verbosity_error()
     started = time.perf_counter()
 
@@ -634,6 +644,7 @@ def main(argv: list[str] | None = None) -> dict:
         dtype=args.dtype, threads=torch.get_num_threads(), torch=torch.__version__,
         transformers=transformers.__version__, python=platform.python_version(), peak_size=peak_size,
         matmul_peak_gflops=peak / 1e9, stated_peak_tflops=args.peak_tflops, models=args.models,
+        kept_memory=args.keep_freed_memory,
         wall_seconds=round(time.perf_counter() - started, 1),
     )  # fmt: skip
     report = markdown(results, header)

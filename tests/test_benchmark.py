@@ -1,8 +1,10 @@
 """The benchmark runs end to end on a tiny configuration and writes a complete report (no timing is asserted)."""
 
 import json
+import subprocess
+import sys
 
-from launch_utils import load_benchmark_module
+from launch_utils import REPO, load_benchmark_module
 
 
 def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
@@ -103,3 +105,16 @@ def test_static_cache_entries_time_generation_only(tmp_path):
         assert rows[name]["greedy_tokens_per_s"] > 0 and rows[name]["beam4_tokens_per_s"] > 0, name
         assert f"| {name} | {rows[name]['parameters'] / 1e6:.2f}M | - | - | - | - |" in output.read_text()
     assert rows["ours"]["train_tokens_per_s"] > 0
+
+
+def test_benchmark_with_kept_freed_memory_says_so_in_its_report(tmp_path):
+    # In a subprocess: the allocator setting lasts for the whole process.
+    output = tmp_path / "kept.md"
+    command = [
+        sys.executable, str(REPO / "benchmarks" / "benchmark.py"), "--configs", "tiny", "--models", "ours,marian",
+        "--rounds", "3", "--budget", "0", "--peak-size", "128", "--no-beam", "--keep-freed-memory",
+        "--output", str(output),
+    ]  # fmt: skip
+    subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
+    assert "freed memory kept for reuse" in output.read_text()
+    assert json.loads(output.with_suffix(".json").read_text())["kept_memory"] is True
