@@ -520,7 +520,7 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
         f"- date: {header['date']}",
         f"- machine: {header['machine']}; device {header['device']}, {header['dtype']}, "
         f"{header['threads']} torch threads"
-        + ("; freed memory kept for reuse (glibc mallopt, as the training scripts)" if header.get("kept_memory") else ""),
+        + ("; freed memory kept for reuse (glibc mallopt, as in training)" if header.get("kept_memory") else ""),
         f"- torch {header['torch']}, transformers {header['transformers']}, python {header['python']}",
         f"- matmul probe ({header['peak_size']}x{header['peak_size']} mm), best of before and after: "
         f"{header['matmul_peak_gflops']:.1f} GFLOP/s"
