@@ -11,6 +11,8 @@ built and passed, as in a training loop):
   train    forward + cross-entropy + backward + AdamW step, dropout 0.1, in target tokens per second;
   greedy   ``generate`` with the KV cache, 32 new tokens for a batch of 8 (min_new_tokens=32), tokens per second;
   beam4    the same with ``num_beams=4``.
+The opt-in ``*_static`` entries generate over a static cache with the decoding step compiled by ``generate`` (the
+warm-up call compiles); the ``*_compiled`` ones train under ``torch.compile`` (for a GPU).
 The models are called in rounds, in an order rotated every round, after warm-up calls; the tables give the
 median over rounds and the speed relative to Marian as the median of per-round ratios (adjacent calls), so
 that a slow moment of the machine hits every model alike. MFU is the matmul FLOP/s of a training step over
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import gc
 import json
 import math
@@ -238,7 +241,9 @@ class Runner:
         self.optimizer.zero_grad(set_to_none=True)
         return loss.item()
 
+    @functools.cached_property
     def _static_decoding(self) -> dict:
+        """The ``generate`` arguments of a static-cache entry (one compile configuration for all its calls)."""
         if not self.entry.static_decoding:
             return {}
         from transformers import CompileConfig
@@ -258,7 +263,7 @@ class Runner:
                 output = self.model.generate(
                     input_ids=batch["source"], attention_mask=batch["source_mask"], num_beams=num_beams,
                     do_sample=False, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, use_cache=True,
-                    **self._static_decoding(),
+                    **self._static_decoding,
                 )  # fmt: skip
             else:
                 output = self.model.greedy(batch["source"], START, NEW_TOKENS, banned_ids=(PAD, EOS))
