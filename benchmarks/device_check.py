@@ -4,7 +4,8 @@
 
 One small model with padded batches, its weights copied to the device, against the same model in float64 on
 the CPU: evaluation logits (sdpa and eager attention, fp32 and bf16 autocast), the training loss and every
-gradient (dropout off), greedy and beam generation (same tokens, scores within tolerance), and the dropout
+gradient (dropout off), greedy and beam generation (same tokens, scores within tolerance; also over a static
+cache, whose decoding step generate compiles on a GPU), and the dropout
 rate in training. Each line prints the relative error ||x - ref|| / ||ref|| and its bound; the exit status is 1
 if any check fails. It also lists the attention kernels that a training step with dropout ran (GPU profiler).
 """
@@ -143,6 +144,11 @@ def main(argv: list[str] | None = None) -> int:
         if beams > 1:
             checks.error("generate, 4 beams: sequence scores", relative_error(
                 got.sequences_scores, expected.sequences_scores), FP32_BOUND)  # fmt: skip
+        # A static cache; on a GPU generate also compiles the decoding step over it (CUDA graphs).
+        static = model.generate(**to(source, device), cache_implementation="static", **arguments)
+        compiled = " (compiled step)" if hasattr(model, "_compiled_call") else ""
+        same = torch.equal(static.sequences.cpu(), expected.sequences)
+        checks.truth(f"generate, {beams} beam(s), static cache{compiled}: same tokens", same)
 
     model = build(device, torch.float32, "sdpa", dropout=0.1).train()
     hidden = torch.ones(1 << 20, device=device)
