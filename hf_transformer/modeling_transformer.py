@@ -52,8 +52,9 @@ def inverted_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> t
 
     On CPU the keep-mask is drawn as 15-bit integers compared with ``p * 2**15`` (``p`` is kept to 3e-5),
     four from each 64-bit draw of the generator: this is about 3x faster than ``F.dropout``'s float
-    Bernoulli draw, and autograd keeps a 1-byte mask instead of a 4-byte one. Other devices use
-    ``F.dropout``, which is fused there.
+    Bernoulli draw, and autograd keeps a 1-byte mask instead of a 4-byte one. The mask multiplies as bytes,
+    as torch's own dropout multiplies by its mask (a dropped inf becomes NaN there too): twice as fast as
+    ``torch.where`` forward and backward. Other devices use ``F.dropout``, which is fused there.
     """
     if not training or p == 0.0:
         return hidden_states
@@ -64,7 +65,7 @@ def inverted_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> t
     words = torch.empty((count + 3) // 4, dtype=torch.int64, device=hidden_states.device).random_()
     draws = words.view(torch.int16)[:count].view(hidden_states.shape).bitwise_and_((1 << _DROPOUT_MASK_BITS) - 1)
     keep = draws >= round(p * (1 << _DROPOUT_MASK_BITS))
-    return torch.where(keep, hidden_states * (1.0 / (1.0 - p)), 0.0)
+    return hidden_states * (1.0 / (1.0 - p)) * keep.view(torch.uint8)
 
 
 class Dropout(nn.Dropout):

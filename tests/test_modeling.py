@@ -454,6 +454,8 @@ def test_inverted_dropout_drops_at_rate_p_scales_the_rest_and_routes_gradients(p
     assert not torch.equal(kept, modeling.inverted_dropout(x, p, training=True) != 0)  # fresh draws each call
     assert modeling.inverted_dropout(x, p, training=False) is x
     assert modeling.inverted_dropout(x, 0.0, training=True) is x
+    half = modeling.inverted_dropout(x.detach().bfloat16(), p, training=True)  # the byte mask keeps the dtype
+    assert half.dtype == torch.bfloat16 and 0 < (half == 0).float().mean().item() < 2 * p
 
 
 def test_inverted_dropout_draws_are_independent_at_every_offset_of_a_word():
