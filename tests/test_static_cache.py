@@ -185,3 +185,18 @@ def test_the_growing_cache_still_skips_the_mask_at_decoding_steps():
         finally:
             torch.nn.functional.scaled_dot_product_attention = original
     assert masks and all(mask is None for mask in masks)
+
+
+@pytest.mark.parametrize("padded_prefix", [False, True])
+def test_a_decoder_prompt_is_prefilled_into_a_static_cache(padded_prefix):
+    # Several target tokens in the first step (a forced prefix), with a left-padded row and its mask or without.
+    model = _model()
+    source, _ = batch_with_padding()
+    prefix = torch.tensor([[2, 7, 8], [0, 2, 9] if padded_prefix else [2, 9, 10], [2, 11, 12]])
+    arguments = dict(decoder_input_ids=prefix, max_new_tokens=6, do_sample=False)
+    if padded_prefix:
+        arguments["decoder_attention_mask"] = prefix.ne(0).long()
+    growing = model.generate(source, **arguments)
+    static = model.generate(source, cache_implementation="static", **arguments)
+    assert growing.shape == (3, 9)
+    assert torch.equal(static, growing)
