@@ -1076,7 +1076,8 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
 
     def _valid_auto_compile_criteria(self, model_kwargs, generation_config) -> bool:
         # generate asks this once, before the first step. A compiled decoding step leaves its products to the
-        # compiler, so packing weights for the one eager step before it would be wasted (4-7 ms per call on CPU).
+        # compiler, so packing weights for the one eager step before it would be wasted (2.5 ms per call for an
+        # 8000x256 output projection on CPU).
         compiles = super()._valid_auto_compile_criteria(model_kwargs, generation_config)
         if compiles:
             for module in self.modules():
