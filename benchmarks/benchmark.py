@@ -188,13 +188,14 @@ ENTRIES = {
     ),
     # Opt-in (--models): generation only, `generate(cache_implementation="static", compile_config=...)`: the
     # decoding step over a preallocated cache, compiled once per shape (the first call, a warm-up, compiles).
+    # generate compiles greedy search and sampling; beam search runs eagerly over the static cache.
     "ours_static": Entry(
         "ours_static", build_ours, True, train=False, static_decoding=True,
-        note="hf_transformer generating with a static cache and a compiled decoding step (generation only)",
+        note="hf_transformer generating over a static cache, greedy steps compiled (generation only)",
     ),
     "marian_static": Entry(
         "marian_static", build_marian, True, train=False, static_decoding=True,
-        note="MarianMTModel generating with a static cache and a compiled decoding step (generation only)",
+        note="MarianMTModel generating over a static cache, greedy steps compiled (generation only)",
     ),
 }
 DEFAULT_MODELS = ",".join(
