@@ -128,6 +128,11 @@ class PackableLinear(nn.Linear):
             return output.view(*hidden_states.shape[:-1], self.out_features)
         return F.linear(hidden_states, self.weight, self.bias)
 
+    def stop_packing(self) -> None:
+        """Back to the plain product; the packed copy, if any, is dropped."""
+        self.packing = False
+        self.packed_weight = None
+
 
 @contextlib.contextmanager
 def packed_linear_weights(model: nn.Module):
@@ -146,8 +151,7 @@ def packed_linear_weights(model: nn.Module):
         yield
     finally:
         for module in modules:
-            module.packing = False
-            module.packed_weight = None
+            module.stop_packing()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1082,7 +1086,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         if compiles:
             for module in self.modules():
                 if isinstance(module, PackableLinear):
-                    module.packing, module.packed_weight = False, None
+                    module.stop_packing()
         return compiles
 
     def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
