@@ -204,3 +204,30 @@ def test_a_decoder_prompt_is_prefilled_into_a_static_cache(padded_prefix):
     static = model.generate(source, cache_implementation="static", **arguments)
     assert growing.shape == (3, 9)
     assert torch.equal(static, growing)
+
+
+@pytest.mark.parametrize("target_mask", [False, True])
+def test_generate_prepares_a_four_dimensional_mask_only_for_a_target_mask(target_mask):
+    # Without target padding the decoder builds its causal mask over the cache's slots itself; a 2-D target mask,
+    # which grows at every step, becomes generate's prepared 4-D mask of one shape for the whole generation.
+    model = _model()
+    source, _ = batch_with_padding()
+    prefix = torch.tensor([[2, 7], [0, 2], [2, 11]])
+    arguments = dict(decoder_input_ids=prefix, max_new_tokens=5, do_sample=False, cache_implementation="static")
+    if target_mask:
+        arguments["decoder_attention_mask"] = prefix.ne(0).long()
+    seen = []
+    decoder_forward = model.model.decoder.forward
+
+    def recording(*args, attention_mask=None, **kwargs):
+        seen.append(None if attention_mask is None else tuple(attention_mask.shape))
+        return decoder_forward(*args, attention_mask=attention_mask, **kwargs)
+
+    model.model.decoder.forward = recording
+    model.generate(source, **arguments)
+    assert len(seen) == 5
+    if target_mask:
+        slots = seen[0][-1]
+        assert seen == [(3, 1, 2, slots)] + [(3, 1, 1, slots)] * 4
+    else:
+        assert seen == [None] * 5
