@@ -191,3 +191,31 @@ def test_decoder_rows_that_are_not_a_multiple_of_the_encoder_rows_are_rejected()
     encoded = model.get_encoder()(input_ids=source[:2])
     with pytest.raises(ValueError, match="decoder has 3 rows but the encoder output 2"):
         model(encoder_outputs=encoded, decoder_input_ids=target)
+
+
+@pytest.mark.parametrize("keys", [6, 20])
+def test_compiled_cpu_attention_over_few_keys_takes_the_fused_math_path(monkeypatch, keys):
+    # Under torch.compile on CPU, attention over at most COMPILED_CPU_MATH_ATTENTION_MAX_KEYS keys runs as
+    # product-softmax-product (which inductor fuses) instead of sdpa's kernel; same result either way.
+    monkeypatch.setattr(modeling, "COMPILED_CPU_MATH_ATTENTION_MAX_KEYS", 10)
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    model.set_attn_implementation("sdpa")
+    attention = model.model.decoder.layers[0].cross_attn
+    torch.manual_seed(0)
+    queries, sources = torch.randn(3, 4, 32), torch.randn(3, keys, 32)
+    mask = torch.ones(3, 1, 1, keys, dtype=torch.bool)
+    mask[1, ..., keys // 2 :] = False
+    with torch.no_grad():
+        plain, _ = attention(queries, key_value_states=sources, attention_mask=mask)
+        sdpa_calls = []
+        original = F.scaled_dot_product_attention
+
+        def recording(*args, **kwargs):
+            sdpa_calls.append(1)
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+        traced_path, _ = attention(queries, key_value_states=sources, attention_mask=mask)
+    assert bool(sdpa_calls) == (keys > 10)
+    torch.testing.assert_close(traced_path, plain, rtol=1e-5, atol=1e-6)
