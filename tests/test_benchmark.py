@@ -11,11 +11,13 @@ def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
     benchmark = load_benchmark_module("benchmark")
     output = tmp_path / "performance.md"
     record = benchmark.main(
-        ["--configs", "tiny", "--rounds", "3", "--budget", "0", "--peak-size", "128", "--output", str(output)]
+        ["--configs", "tiny", "--rounds", "3", "--budget", "0", "--peak-size", "128", "--keep-denormals",
+         "--output", str(output)]
     )
 
     report = output.read_text()
     assert "## tiny:" in report and "torch " in report and "transformers " in report
+    assert record["flushed_denormals"] is False and "denormals flushed" not in report
     for model in ("ours", "marian", "bart", "torch_nn", "seed"):
         assert f"| {model} |" in report
     saved = json.loads(output.with_suffix(".json").read_text())
@@ -64,7 +66,8 @@ def test_benchmark_runs_in_bf16_autocast_and_reports_mfu_against_a_stated_peak(t
     output = tmp_path / "performance.md"
     record = benchmark.main(
         ["--configs", "tiny", "--models", "ours,marian", "--dtype", "bf16", "--peak-tflops", "0.001",
-         "--peak-size", "128", "--rounds", "3", "--budget", "0", "--no-beam", "--output", str(output)]
+         "--peak-size", "128", "--rounds", "3", "--budget", "0", "--no-beam", "--keep-denormals",
+         "--output", str(output)]
     )  # fmt: skip
     assert record["dtype"] == "bf16" and record["stated_peak_tflops"] == 0.001
     assert "MFU (stated peak)" in output.read_text()
@@ -82,7 +85,7 @@ def test_a_model_that_cannot_run_is_reported_and_the_others_are_timed(tmp_path, 
     output = tmp_path / "performance.md"
     record = benchmark.main(
         ["--configs", "tiny", "--models", "ours,marian,bart", "--peak-size", "128", "--rounds", "3", "--budget", "0",
-         "--no-beam", "--output", str(output)]
+         "--no-beam", "--keep-denormals", "--output", str(output)]
     )  # fmt: skip
     result = record["results"][0]
     assert set(result["models"]) == {"ours", "marian"}
@@ -96,7 +99,7 @@ def test_static_cache_entries_time_generation_only(tmp_path):
     output = tmp_path / "static.md"
     record = benchmark.main(
         ["--configs", "tiny", "--models", "ours,marian,ours_static,marian_static", "--rounds", "3", "--budget", "0",
-         "--peak-size", "128", "--output", str(output)]
+         "--peak-size", "128", "--keep-denormals", "--output", str(output)]
     )  # fmt: skip
     rows = record["results"][0]["models"]
     assert record["results"][0]["failed"] == {}
@@ -118,3 +121,26 @@ def test_benchmark_with_kept_freed_memory_says_so_in_its_report(tmp_path):
     subprocess.run(command, check=True, capture_output=True, text=True, cwd=REPO)
     assert "freed memory kept for reuse" in output.read_text()
     assert json.loads(output.with_suffix(".json").read_text())["kept_memory"] is True
+    # By default a CPU run flushes denormals, and says so.
+    assert "denormals flushed to zero" in output.read_text()
+    assert json.loads(output.with_suffix(".json").read_text())["flushed_denormals"] is True
+
+
+def test_denormals_are_flushed_on_every_thread_or_not_at_all():
+    # In subprocesses: the setting lasts for the whole process. Set before any parallel work, the intra-op
+    # threads inherit it; set after, only the calling thread would flush, so it is undone.
+    program = """
+import sys, torch
+sys.path.insert(0, "benchmarks")
+import benchmark
+if sys.argv[1] == "late":
+    torch.full((1 << 20,), 1.0).sum()  # starts the intra-op threads first
+flushed = benchmark.flush_denormals()
+products = torch.full((1 << 20,), 1e-30) * 1e-9  # denormal unless flushed; counted as integers
+print(flushed, int(products.view(torch.int32).count_nonzero()))
+"""
+    for when, expected in (("early", "True 0"), ("late", f"False {1 << 20}")):
+        result = subprocess.run(
+            [sys.executable, "-c", program, when], check=True, capture_output=True, text=True, cwd=REPO
+        )
+        assert result.stdout.split()[-2:] == expected.split(), when
