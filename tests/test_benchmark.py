@@ -13,7 +13,7 @@ def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
     record = benchmark.main(
         ["--configs", "tiny", "--rounds", "3", "--budget", "0", "--peak-size", "128", "--keep-denormals",
          "--output", str(output)]
-    )
+    )  # fmt: skip
 
     report = output.read_text()
     assert "## tiny:" in report and "torch " in report and "transformers " in report
