@@ -773,7 +773,7 @@ class TransformerDecoder(nn.Module):
         # Target padding is taken from `decoder_attention_mask` when given. Otherwise only the position
         # numbering looks at the pad id: the causal mask already hides right padding from every real
         # token, and it does so identically with and without the cache.
-        token_is_real = input_ids.ne(self.config.pad_token_id) if input_ids is not None else None
+        token_is_real = None
         if attention_mask is not None and attention_mask.dim() == 4:
             # Prepared by the caller (generate does so for a static cache): used as given.
             _check_prepared_mask(attention_mask, (batch_size, 1, length, key_length))
@@ -797,6 +797,8 @@ class TransformerDecoder(nn.Module):
                     key_is_real = F.pad(key_is_real, (0, key_length - key_is_real.shape[1]), value=True)
             device = (input_ids if input_ids is not None else inputs_embeds).device
             self_mask = _causal_mask(length, past_length, key_length, key_is_real, device)  # (T, K) | (B, 1, T, K)
+        if token_is_real is None and input_ids is not None:
+            token_is_real = input_ids.ne(self.config.pad_token_id)
 
         hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real, past_length)  # (B, T, D)
         cross_mask = _key_padding_mask(encoder_attention_mask)  # (B, 1, 1, S)
