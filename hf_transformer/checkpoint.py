@@ -11,6 +11,11 @@ rejects weights that are not finite (bytes overwritten inside the tensor data).
 Loading one architecture from another's checkpoint (a classifier from a translation model, say) is a
 deliberate fine-tuning start: the new head is initialised and the unused weights are dropped, with
 transformers' report. That case is recognised by ``config.architectures`` naming another class.
+
+Weights given explicitly (``from_pretrained(None, config=config, state_dict=weights)``, transformers' way to
+build a model from some weights and initialise the rest) are loaded as transformers loads them: what the
+dictionary lacks is initialised by ``_init_weights`` and reported, not refused; non-finite values still raise.
+``ignore_mismatched_sizes=True`` re-initialises weights whose shapes differ, with transformers' own report.
 """
 
 from __future__ import annotations
@@ -30,14 +35,15 @@ def _preview(keys, limit: int = 8) -> str:
     return shown + (f", ... ({len(keys) - limit} more)" if len(keys) > limit else "")
 
 
-def check_loading_info(model, loading_info: dict, source: str) -> None:
+def check_loading_info(model, loading_info: dict, source: str, complete_checkpoint: bool = True) -> None:
     """Raises ``CheckpointError`` when a weight was not loaded from the checkpoint, a checkpoint weight was not
     used, or a loaded weight is not finite. ``loading_info`` is what ``output_loading_info=True`` returns;
-    mismatched shapes and state-dict errors have already raised in transformers by then."""
+    mismatched shapes and state-dict errors have already raised in transformers by then. With
+    ``complete_checkpoint=False`` (weights given as a partial state dict) only non-finite weights raise."""
     architectures = getattr(model.config, "architectures", None) or []
     same_architecture = not architectures or type(model).__name__ in architectures
     problems = []
-    if same_architecture:
+    if same_architecture and complete_checkpoint:
         if loading_info.get("missing_keys"):
             problems.append(
                 f"weights missing from the checkpoint (they would keep random values): "
@@ -76,5 +82,7 @@ def checked_from_pretrained(load: Callable, cls: type, pretrained_model_name_or_
             f"The weights file of {pretrained_model_name_or_path} is damaged (truncated or corrupted) and cannot "
             f"be read: {error}. Save or download it again."
         ) from error
-    check_loading_info(model, loading_info, str(pretrained_model_name_or_path))
+    # A state dict given by the caller is the caller's choice of weights, often deliberately partial.
+    complete_checkpoint = kwargs.get("state_dict") is None
+    check_loading_info(model, loading_info, str(pretrained_model_name_or_path), complete_checkpoint)
     return (model, loading_info) if want_info else model

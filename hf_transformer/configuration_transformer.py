@@ -8,11 +8,18 @@ aliases: they are accepted by the constructor and read and written through ``att
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import difflib
+import inspect
+import logging
 import math
 import warnings
 
 from transformers import GenerationConfig, PretrainedConfig
+
+logger = logging.getLogger(__name__)
 
 LAYER_NORM_POSITIONS = ("post", "pre")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
@@ -43,27 +50,35 @@ _ALIASES = {
 }
 _BOTH_STACK_LAYER_ALIASES = ("n_layer", "num_hidden_layers")
 
-# Keys that PretrainedConfig itself consumes or writes into config.json; anything else that is not a
-# field or an alias is a misspelling.
-_BASE_KEYS = {
-    "model_type",
-    "torch_dtype",
-    "name_or_path",
-    "_name_or_path",
-    "_commit_hash",
-    "output_attentions",
-    "attn_implementation",
-    "experts_implementation",
-    "per_layer_config",
-    "num_labels",
-    "auto_map",
-    "tokenizer_class",
-    "prefix",
-    "task_specific_params",
-    "custom_pipelines",
-    "_attn_implementation_internal",
-    "_experts_implementation_internal",
-}
+
+def _base_config_keys() -> frozenset[str]:
+    """Keys that ``PretrainedConfig`` itself owns, read off the installed base class: its dataclass fields, what
+    it writes into config.json, and its settable properties (``num_labels``, ``torch_dtype``...; a private
+    property such as ``_attn_implementation`` is set through its public name ``attn_implementation``)."""
+    keys = {field.name for field in dataclasses.fields(PretrainedConfig)}
+    keys.update(PretrainedConfig().to_dict())
+    for name, member in inspect.getmembers(PretrainedConfig):
+        if isinstance(member, property) and member.fset is not None:
+            keys.update((name, name.lstrip("_")))
+    return frozenset(keys)
+
+
+_BASE_KEYS = _base_config_keys()
+
+# Set while a config is read back from a dictionary or config.json (`from_dict`, `from_json_file`, and
+# `from_pretrained` through `from_dict`): unknown keys are then kept as attributes, as `PretrainedConfig` keeps
+# them, because other tools and users add attributes to configs before saving. Only what a person passes to
+# the constructor is checked for misspellings.
+_READING_SAVED_CONFIG: contextvars.ContextVar[bool] = contextvars.ContextVar("_READING_SAVED_CONFIG", default=False)
+
+
+@contextlib.contextmanager
+def _reading_saved_config():
+    token = _READING_SAVED_CONFIG.set(True)
+    try:
+        yield
+    finally:
+        _READING_SAVED_CONFIG.reset(token)
 
 
 class TransformerConfig(PretrainedConfig):
@@ -102,12 +117,17 @@ class TransformerConfig(PretrainedConfig):
         decoder reads one start token over the encoder output, max-pooled).
 
     Unknown keyword arguments raise ``ValueError`` (with the closest known name), so a misspelled
-    option never passes silently. Generation settings (``num_beams``, ``max_length``...) belong on
+    option never passes silently. A config read back from a dictionary or config.json (``from_dict``,
+    ``from_json_file``, ``from_pretrained``) keeps unknown keys as attributes instead, as ``PretrainedConfig``
+    does, and saves them again: other tools and users add attributes to a config before saving it (a key close
+    to a known setting is logged as a warning). Generation settings (``num_beams``, ``max_length``...) belong on
     ``model.generation_config``; given here they are dropped with a warning.
     """
 
     model_type = "hf_transformer"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # Trainer puts every output field not named here into its predictions: the cache and the encoder states that
+    # the heads return beside their logits are not predictions.
+    keys_to_ignore_at_inference = ["past_key_values", "encoder_last_hidden_state", "last_hidden_state"]
     attribute_map = dict(_ALIASES, num_hidden_layers="encoder_layers")
 
     vocab_size: int = 8007
@@ -183,13 +203,23 @@ class TransformerConfig(PretrainedConfig):
                 stacklevel=4,
             )
         unknown = sorted(k for k in kwargs if k not in generation_keys and k not in _BASE_KEYS)
-        if unknown:
-            known = sorted(set(self.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
-            hints = []
-            for key in unknown:
-                close = difflib.get_close_matches(key, known, n=1)
-                hints.append(f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else ""))
-            raise ValueError(f"TransformerConfig got unknown argument(s): {', '.join(hints)}.")
+        if not unknown:
+            return
+        known = sorted(set(self.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
+        hints = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
+        described = [f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else "") for key, close in hints.items()]
+        if not _READING_SAVED_CONFIG.get():
+            raise ValueError(f"TransformerConfig got unknown argument(s): {', '.join(described)}.")
+        # Read back from a saved config: kept as attributes (the base class sets them in `__post_init__`). One
+        # that looks like a misspelled setting is worth a warning; another tool's own attribute is not.
+        misspelt = [key for key in unknown if difflib.get_close_matches(key, known, n=1, cutoff=0.8)]
+        if misspelt:
+            logger.warning(
+                "TransformerConfig: config keys that look like misspelled settings are kept as attributes but not "
+                "used: %s.",
+                ", ".join(text for key, text in zip(unknown, described) if key in misspelt),
+            )
+        logger.info("TransformerConfig: keeping keys it does not use as attributes: %s", ", ".join(unknown))
 
     def _fill_defaults(self) -> None:
         if self.decoder_vocab_size is None:
@@ -282,6 +312,16 @@ class TransformerConfig(PretrainedConfig):
                 f"TransformerConfig: `decoder_start_token_id` ({self.decoder_start_token_id}) equals "
                 "`pad_token_id`; the start token would be treated as padding. Use a separate start token."
             )
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        with _reading_saved_config():
+            return super().from_dict(config_dict, **kwargs)
+
+    @classmethod
+    def from_json_file(cls, json_file):
+        with _reading_saved_config():
+            return super().from_json_file(json_file)
 
     # -- seed-style names that are not one-to-one aliases ----------------------------------------
     @property

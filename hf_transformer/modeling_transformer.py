@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
     Seq2SeqSequenceClassifierOutput,
+    SequenceClassifierOutput,
 )
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -212,7 +214,7 @@ class TransformerEmbeddings(nn.Module):
         batch_size, length = inputs_embeds.shape[:2]
         # `past_length` is a 0-d tensor with a static cache. Compiled, the host cannot read it without breaking the
         # graph: the embedding kernel's own bounds check raises instead.
-        if not torch.compiler.is_compiling() and int(past_length) + length > self.max_positions:
+        if not _capturing_graph() and int(past_length) + length > self.max_positions:
             raise ValueError(
                 f"Sequence length {int(past_length) + length} exceeds the position table of {self.max_positions} "
                 "positions (max_position_embeddings / decoder_max_position_embeddings); truncate the input."
@@ -231,6 +233,42 @@ class TransformerEmbeddings(nn.Module):
         return self.dropout(hidden_states) if self.dropout.active else hidden_states
 
 
+def _capturing_graph() -> bool:
+    """True while ``torch.compile`` or ``torch.jit.trace`` (the TorchScript ONNX exporter) records the model.
+    Shortcuts that read tensor values on the host are off then: compiled, the read would break the graph; traced,
+    the answer for the example input would be baked into the graph (an unpadded example would drop the padding
+    mask for every later input)."""
+    return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def check_token_inputs(input_ids, inputs_embeds, name: str, embeds_name: str) -> None:
+    """Exactly one of ids (B, L) integer or embeddings (B, L, D) float, with B and L at least 1: anything else is
+    a ``ValueError`` that names the argument, instead of a failure deep inside the model."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Give exactly one of `{name}` and `{embeds_name}`.")
+    given, argument, rank, what = (
+        (input_ids, name, 2, "(batch, length) integer token ids")
+        if input_ids is not None
+        else (inputs_embeds, embeds_name, 3, "(batch, length, d_model) floating-point embeddings")
+    )
+    if not torch.is_tensor(given):
+        raise ValueError(
+            f"`{argument}` must be a torch.Tensor of {what}, got a {type(given).__name__}; "
+            "convert it with torch.tensor(...) (a tokenizer does so with return_tensors='pt')."
+        )
+    if given.dim() != rank:
+        hint = f"; for one sequence use `{argument}[None]`" if given.dim() == rank - 1 else ""
+        raise ValueError(f"`{argument}` must be {rank}-D {what}, got shape {tuple(given.shape)}{hint}.")
+    wanted_dtype = not given.is_floating_point() and not given.is_complex() if rank == 2 else given.is_floating_point()
+    if not wanted_dtype or given.dtype == torch.bool:
+        raise ValueError(f"`{argument}` must hold {what}, got dtype {given.dtype}.")
+    if given.shape[0] == 0 or given.shape[1] == 0:
+        raise ValueError(
+            f"`{argument}` has shape {tuple(given.shape)}: an empty batch or an empty sequence; give at least one "
+            "sequence of at least one token."
+        )
+
+
 def _value_range(values: torch.Tensor) -> tuple[int, int]:
     """(min, max) of a non-empty integer tensor: one pass over it, one device sync."""
     low, high = torch.stack(torch.aminmax(values)).tolist()
@@ -238,9 +276,10 @@ def _value_range(values: torch.Tensor) -> tuple[int, int]:
 
 
 def _check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
-    # A compiled graph cannot read the ids on the host without breaking in two; there the embedding kernel's
-    # own bounds check raises instead (an index-out-of-bounds error on CPU, a device-side assert on CUDA).
-    if input_ids.numel() == 0 or torch.compiler.is_compiling():
+    # A compiled graph cannot read the ids on the host without breaking in two, and a traced one would keep the
+    # check's answer for its example; there the embedding kernel's own bounds check raises instead (an
+    # index-out-of-bounds error on CPU, a device-side assert on CUDA).
+    if input_ids.numel() == 0 or _capturing_graph():
         return
     low, high = _value_range(input_ids)
     if low < 0 or high >= vocab_size:
@@ -285,8 +324,9 @@ def _key_padding_mask(token_is_real: torch.Tensor | None) -> torch.Tensor | None
 
 
 def _all_real(token_is_real: torch.Tensor) -> bool:
-    # Reading the answer waits for the device; a compiled graph, which cannot branch on data, keeps the mask.
-    return not torch.compiler.is_compiling() and bool(token_is_real.all())
+    # Reading the answer waits for the device; a compiled or traced graph, which cannot branch on data, keeps the
+    # mask.
+    return not _capturing_graph() and bool(token_is_real.all())
 
 
 def _causal_mask(
@@ -304,7 +344,13 @@ def _causal_mask(
     sees every key."""
     if key_is_real is not None and _all_real(key_is_real):
         key_is_real = None
-    if query_length == 1 and key_is_real is None and not torch.is_tensor(past_length) and key_length == past_length + 1:
+    if (
+        query_length == 1
+        and key_is_real is None
+        and not torch.is_tensor(past_length)
+        and key_length == past_length + 1
+        and not torch.jit.is_tracing()  # a traced graph may be run with other lengths
+    ):
         return None
     query_positions = torch.arange(query_length, device=device) + past_length
     key_positions = torch.arange(key_length, device=device)
@@ -428,28 +474,13 @@ class TransformerAttention(nn.Module):
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
 
-        # generate's beam search keeps one encoder row per input (`_expand_inputs_for_generation`): the G decoder
-        # rows of that input, consecutive in the batch, all attend to its keys and values.
-        groups = query.shape[0] // key.shape[0]
         dropout = self.dropout if self.training else 0.0
         implementation = "eager"
         # On CPU, sdpa has no fused kernel with dropout: it falls back to the same math plus a "safe" softmax
         # and a float Bernoulli mask. The eager path with `inverted_dropout` measured 3-9% faster steps there.
         if not output_attentions and not self._cpu_dropout(query) and not _compiled_short_cpu_attention(key):
             implementation = self.config._attn_implementation
-        if implementation == "sdpa" and groups > 1:
-            # (B*G, H, T, Dh) -> (B, H, G*T, Dh): a group's rows become more queries over one set of keys, which
-            # are then read once per input instead of once per beam.
-            batch_size, length = key.shape[0], query.shape[2]
-            grouped = query.view(batch_size, groups, self.num_heads, length, self.head_dim).transpose(1, 2)
-            output = F.scaled_dot_product_attention(
-                grouped.reshape(batch_size, self.num_heads, groups * length, self.head_dim), key, value,
-                attn_mask=attention_mask, dropout_p=dropout, scale=self.scaling,
-            )  # fmt: skip
-            output = output.view(batch_size, self.num_heads, groups, length, self.head_dim).permute(0, 2, 3, 1, 4)
-            output = output.reshape(batch_size * groups, length, self.num_heads, self.head_dim)  # (B*G, T, H, Dh)
-            probs = None
-        elif implementation == "sdpa":
+        if implementation == "sdpa":
             # torch's kernel called directly (the generic wrapper's checks cost 2% of a decoding step). A single
             # query, a decoding step, sees every cached key: causal only for several queries without a mask.
             is_causal = self.is_causal and attention_mask is None and query.shape[2] > 1
@@ -458,10 +489,6 @@ class TransformerAttention(nn.Module):
             ).transpose(1, 2)  # (B, T, H, Dh)
             probs = None
         else:
-            if groups > 1:
-                key, value = key.repeat_interleave(groups, dim=0), value.repeat_interleave(groups, dim=0)
-                if attention_mask is not None:
-                    attention_mask = attention_mask.repeat_interleave(groups, dim=0)
             attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
             output, probs = attention_interface(
                 self,
@@ -635,6 +662,17 @@ class TransformerPreTrainedModel(PreTrainedModel):
             return super().get_expanded_tied_weights_keys(all_submodels=True)
         return dict(self._tied_weights_keys or {})
 
+    def mark_tied_weights_as_initialized(self, loading_info) -> None:
+        # transformers flags every tied target as initialised, so that it is not drawn before being tied. With
+        # `share_embeddings` the decoder's token table is the encoder's very module, so the flag lands on the source
+        # as well, and a source the weights lack (`from_pretrained(None, config=..., state_dict={})`) would stay on
+        # the meta device, neither initialised nor reported missing. Such a source is unflagged and reported.
+        unloaded = {source for source in self.all_tied_weights_keys.values() if source in loading_info.missing_keys}
+        super().mark_tied_weights_as_initialized(loading_info)
+        for source in unloaded:
+            self.get_parameter(source)._is_hf_initialized = False
+            loading_info.missing_keys.add(source)
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto
         # class load the folder through the copied code (trust_remote_code) where this package is not installed.
@@ -690,8 +728,7 @@ class TransformerEncoder(nn.Module):
         return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutput | tuple:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Give exactly one of `input_ids` and `inputs_embeds` to the encoder.")
+        check_token_inputs(input_ids, inputs_embeds, "input_ids", "inputs_embeds")
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)
@@ -752,8 +789,7 @@ class TransformerDecoder(nn.Module):
         """``attention_mask`` covers past and current target tokens (B, P+T), or is a prepared 4-D mask (B, 1, T, K)
         over the K keys self-attention reads (``generate`` builds one for a static cache); ``encoder_attention_mask``
         is the source padding (B, S) or None."""
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Give exactly one of `decoder_input_ids` and `decoder_inputs_embeds`.")
+        check_token_inputs(input_ids, inputs_embeds, "decoder_input_ids", "decoder_inputs_embeds")
         if encoder_hidden_states is None:
             raise ValueError("The decoder needs `encoder_hidden_states` (or `encoder_outputs`).")
         if use_cache and past_key_values is None:
@@ -763,11 +799,10 @@ class TransformerDecoder(nn.Module):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
         key_length = past_key_values.get_mask_sizes(length, 0)[0] if past_key_values is not None else length
-        if batch_size % encoder_hidden_states.shape[0]:
+        if batch_size != encoder_hidden_states.shape[0]:
             raise ValueError(
-                f"The decoder has {batch_size} rows but the encoder output {encoder_hidden_states.shape[0]}: the "
-                "decoder rows must equal the encoder rows or be a multiple of them (G consecutive decoder rows per "
-                "encoder row, as in beam search)."
+                f"The decoder has {batch_size} rows but the encoder output {encoder_hidden_states.shape[0]}; each "
+                "target row reads the encoder output of its own source row (repeat the encoder output for beams)."
             )
 
         # Target padding is taken from `decoder_attention_mask` when given. Otherwise only the position
@@ -784,7 +819,7 @@ class TransformerDecoder(nn.Module):
                 if (
                     attention_mask.dim() != 2
                     or attention_mask.shape[0] != batch_size
-                    or (not torch.compiler.is_compiling() and attention_mask.shape[1] != int(past_length) + length)
+                    or (not _capturing_graph() and attention_mask.shape[1] != int(past_length) + length)
                 ):
                     raise ValueError(
                         f"`decoder_attention_mask` has shape {tuple(attention_mask.shape)}; expected "
@@ -905,6 +940,8 @@ class TransformerModel(TransformerPreTrainedModel):
                 "TransformerForConditionalGeneration derives them from `labels`."
             )
 
+        if encoder_outputs is None:
+            check_token_inputs(input_ids, inputs_embeds, "input_ids", "inputs_embeds")
         # The source padding, computed once: the encoder and the cross-attention both use it.
         source_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
         if encoder_outputs is None:
@@ -1047,9 +1084,6 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     """Encoder-decoder with the output projection to the target vocabulary (tied to the decoder's token
     table when ``tie_word_embeddings``), a label-smoothed cross-entropy loss, and ``generate()``."""
 
-    # Trainer puts every non-None output field into the predictions; the encoder states are not predictions.
-    keys_to_ignore_at_inference = ["past_key_values", "encoder_last_hidden_state"]
-
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.model = TransformerModel(config)
@@ -1118,35 +1152,6 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
             past_key_values=past_key_values, **kwargs,
         )  # fmt: skip
-
-    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
-        # Beam search (and num_return_sequences) repeats each input expand_size times. The encoder output and its
-        # mask are left unrepeated: the decoder's G = expand_size rows of an input share its encoder row, so the
-        # cross-attention keys and values are computed, cached and read once per input. (generate never repeats
-        # the encoder's per-layer states and attentions that it returns, so its outputs keep their shapes.)
-        if (
-            expand_size == 1
-            or not is_encoder_decoder
-            or not isinstance(model_kwargs.get("encoder_outputs"), BaseModelOutput)
-        ):
-            return super()._expand_inputs_for_generation(
-                expand_size=expand_size, is_encoder_decoder=is_encoder_decoder, input_ids=input_ids, **model_kwargs
-            )
-        shared = {key: model_kwargs.pop(key) for key in ("encoder_outputs", "attention_mask") if key in model_kwargs}
-        input_ids, model_kwargs = super()._expand_inputs_for_generation(
-            expand_size=expand_size, is_encoder_decoder=False, input_ids=input_ids, **model_kwargs
-        )
-        return input_ids, {**model_kwargs, **shared}
-
-    def _reorder_cache(self, past_key_values: EncoderDecoderCache, beam_idx: torch.LongTensor) -> EncoderDecoderCache:
-        # Beam search moves a beam only within its own input's group, and every row of a group attends to the
-        # same encoder output (its one shared row, or its repeats): the cross-attention keys and values are
-        # unchanged by the reordering.
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
 
     def forward(
         self,
@@ -1277,10 +1282,31 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
 # ---------------------------------------------------------------------------------------------------
 
 
+@dataclass
+class EncoderSequenceClassifierOutput(SequenceClassifierOutput):
+    r"""Output of [`TransformerForSequenceClassification`] when it pools the encoder (``classifier_pooling`` "mean",
+    "max" or "first"), with the fields of an encoder classifier's output:
+
+    loss: (), with ``labels``. logits: (B, num_labels). hidden_states: with ``output_hidden_states``, the
+    embeddings and each encoder layer's output, (B, S, D) each (the last one after the final LayerNorm, if any).
+    attentions: with ``output_attentions``, each encoder layer's attention probabilities, (B, H, S, S).
+    last_hidden_state: (B, S, D), the encoder output that was pooled; always given (``Trainer`` leaves it out of
+    its predictions through ``config.keys_to_ignore_at_inference``).
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+
+
 class TransformerForSequenceClassification(TransformerPreTrainedModel):
     """A linear classifier over a pooled representation (``config.classifier_pooling``):
     "mean" / "max" over the encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder
-    reads one start token over the encoder output, as in the seed tutorial's sentiment model."""
+    reads one start token over the encoder output, as in the seed tutorial's sentiment model.
+
+    Encoder pooling returns [`EncoderSequenceClassifierOutput`] (``hidden_states``, ``attentions`` and
+    ``last_hidden_state`` of the encoder). The decoder read-out returns ``Seq2SeqSequenceClassifierOutput``: the
+    decoder's and the encoder's states and attentions under their seq2seq names, ``encoder_last_hidden_state``
+    always.
+    """
 
     # The loss is a mean over the model's own batch; Trainer must not pass `num_items_in_batch` and must
     # divide by the accumulation steps itself (it would otherwise scale the loss by the world size).
@@ -1313,7 +1339,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
-    ) -> Seq2SeqSequenceClassifierOutput | tuple:
+    ) -> EncoderSequenceClassifierOutput | Seq2SeqSequenceClassifierOutput | tuple:
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)
@@ -1356,17 +1382,25 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
 
         loss = self._classification_loss(logits, labels) if labels is not None else None
-        output = Seq2SeqSequenceClassifierOutput(
-            loss=loss,
-            logits=logits,
-            decoder_hidden_states=decoder_outputs.hidden_states if decoder_outputs is not None else None,
-            decoder_attentions=decoder_outputs.attentions if decoder_outputs is not None else None,
-            cross_attentions=decoder_outputs.cross_attentions if decoder_outputs is not None else None,
-            # Only on request: Trainer would otherwise collect every encoder state as a "prediction".
-            encoder_last_hidden_state=encoder_states if output_hidden_states else None,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
+        if decoder_outputs is None:
+            output = EncoderSequenceClassifierOutput(
+                loss=loss,
+                logits=logits,
+                hidden_states=encoder_outputs.hidden_states,
+                attentions=encoder_outputs.attentions,
+                last_hidden_state=encoder_states,
+            )
+        else:
+            output = Seq2SeqSequenceClassifierOutput(
+                loss=loss,
+                logits=logits,
+                decoder_hidden_states=decoder_outputs.hidden_states,
+                decoder_attentions=decoder_outputs.attentions,
+                cross_attentions=decoder_outputs.cross_attentions,
+                encoder_last_hidden_state=encoder_states,
+                encoder_hidden_states=encoder_outputs.hidden_states,
+                encoder_attentions=encoder_outputs.attentions,
+            )
         return output if return_dict else output.to_tuple()
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -1415,6 +1449,7 @@ __all__ = [
     "TransformerModel",
     "TransformerForConditionalGeneration",
     "TransformerForSequenceClassification",
+    "EncoderSequenceClassifierOutput",
     "TransformerEncoder",
     "TransformerDecoder",
     "sinusoid_table",
