@@ -17,6 +17,7 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
@@ -134,6 +135,11 @@ def read_lines(stream: Iterable[str]) -> list[str]:
     return [line.strip() for line in stream if line.strip()]
 
 
+def _looks_like_a_path(name: str) -> bool:
+    """A Hub id is `name` or `owner/name`; anything else (`./runs/x`, `runs/a/b`, `~/x`) can only be a folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="a saved model folder (with its tokenizer) or a Hub id")
@@ -143,16 +149,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps ...")
     parser.add_argument("--json", action="store_true", help="one JSON object per input")
-    args = parser.parse_args(argv)
+    # Intermixed: options may come after or between the texts (`predict.py runs/x "a text" --json`).
+    args = parser.parse_intermixed_args(argv)
 
+    if not Path(args.model_dir).is_dir() and _looks_like_a_path(args.model_dir):
+        parser.error(f"{args.model_dir}: no such model folder")
     texts = args.texts or read_lines(sys.stdin)
-    predictor = Predictor.from_pretrained(
-        args.model_dir,
-        device=args.device,
-        num_beams=args.num_beams,
-        max_new_tokens=args.max_new_tokens,
-        batch_size=args.batch_size,
-    )
+    try:
+        predictor = Predictor.from_pretrained(
+            args.model_dir,
+            device=args.device,
+            num_beams=args.num_beams,
+            max_new_tokens=args.max_new_tokens,
+            batch_size=args.batch_size,
+        )
+    except (OSError, ValueError) as error:
+        if Path(args.model_dir).is_dir():
+            raise  # a folder that exists but does not load: the full error is the useful one
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        parser.error(f"{args.model_dir}: no such model folder, and not a Hub model that loads here ({first_line})")
     results = predictor(texts)
     for result in results:
         print(format_result(result, as_json=args.json))

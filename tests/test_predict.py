@@ -134,3 +134,20 @@ def test_task_of_rejects_an_unknown_head():
     config.architectures, config.is_encoder_decoder = ["SomethingElse"], False
     with pytest.raises(ValueError, match="architectures"):
         module.task_of(config)
+
+
+@pytest.mark.parametrize("folder", ["runs/no-such-model", "/no/such/folder", "./missing"])
+def test_a_folder_that_does_not_exist_is_named_in_one_line(folder, capsys):
+    with pytest.raises(SystemExit) as raised:
+        load_script("predict").main([folder, "some text"])
+    assert raised.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert f"error: {folder}: no such model folder" in error[-1], error
+    assert "Traceback" not in "\n".join(error)
+
+
+def test_json_may_follow_the_texts(classifier_dir, capsys):
+    results = load_script("predict").main([str(classifier_dir), "two dogs play .", "--json", "a man rides ."])
+    assert [r["text"] for r in results] == ["two dogs play .", "a man rides ."]
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["text"] for row in rows] == ["two dogs play .", "a man rides ."]
