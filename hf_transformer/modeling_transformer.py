@@ -989,6 +989,23 @@ class TransformerModel(TransformerPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
+def _reordering_keeps_rows(layer, beam_idx: torch.Tensor) -> bool:
+    """Whether ``layer.reorder_cache(beam_idx)`` would leave the layer's keys and values as they are: every row
+    is sent to a row of its own run of consecutive equal rows. The runs are found once, by comparing the rows, and
+    kept with the tensors they were found in; new or edited tensors are compared again."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not torch.is_tensor(keys) or not torch.is_tensor(values) or keys.shape[0] != beam_idx.shape[0]:
+        return False
+    found = getattr(layer, "_equal_row_runs", None)
+    if found is None or found[0] is not keys or found[1] is not values or found[2] != (keys._version, values._version):
+        new_run = torch.ones(keys.shape[0], dtype=torch.bool, device=keys.device)  # (R,): a row that starts a run
+        new_run[1:] = ~((keys[1:] == keys[:-1]).flatten(1).all(1) & (values[1:] == values[:-1]).flatten(1).all(1))
+        found = (keys, values, (keys._version, values._version), new_run.cumsum(0))
+        layer._equal_row_runs = found
+    runs = found[3]
+    return bool(torch.equal(runs[beam_idx.to(runs.device)], runs))
+
+
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher forcing: the decoder reads [start, y1, ..., y_{n-1}] to predict [y1, ..., yn]; -100 becomes pad."""
     shifted = labels.new_empty(labels.shape)
@@ -1152,6 +1169,20 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
             past_key_values=past_key_values, **kwargs,
         )  # fmt: skip
+
+    def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
+        # Beam search reorders both caches after every step. A cross-attention row holds the keys and values of
+        # its input's encoder output, repeated for each of its beams, so a reordering that moves every row within
+        # its run of equal rows changes nothing there and is skipped; any other reordering is applied. The cache
+        # has transformers' shapes and contents either way.
+        if not isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.reorder_cache(beam_idx)
+            return past_key_values
+        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        for layer in past_key_values.cross_attention_cache.layers:
+            if not _reordering_keeps_rows(layer, beam_idx):
+                layer.reorder_cache(beam_idx)
+        return past_key_values
 
     def forward(
         self,

@@ -312,3 +312,45 @@ def test_malformed_embeddings_are_named():
         model(inputs_embeds=torch.zeros(3, 32), decoder_input_ids=torch.tensor([[2]]))
     with pytest.raises(ValueError, match=r"`inputs_embeds` must hold .* got dtype torch.int64"):
         model(inputs_embeds=torch.zeros(1, 3, 32, dtype=torch.long), decoder_input_ids=torch.tensor([[2]]))
+
+
+def test_skipped_cross_attention_reordering_gives_transformers_results(monkeypatch):
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, _ = batch_with_padding()
+    arguments = dict(
+        attention_mask=source.ne(0), num_beams=3, num_return_sequences=2, max_new_tokens=6,
+        return_dict_in_generate=True, output_scores=True, do_sample=False,
+    )  # fmt: skip
+    skipping = model.generate(source, **arguments)
+    monkeypatch.delattr(TransformerForConditionalGeneration, "_reorder_cache")  # transformers reorders both caches
+    reordering = model.generate(source, **arguments)
+    assert torch.equal(skipping.sequences, reordering.sequences)
+    torch.testing.assert_close(skipping.sequences_scores, reordering.sequences_scores, rtol=0, atol=0)
+    for got, expected in zip(skipping.past_key_values.cross_attention_cache.layers,
+                             reordering.past_key_values.cross_attention_cache.layers):  # fmt: skip
+        assert torch.equal(got.keys, expected.keys) and torch.equal(got.values, expected.values)
+
+
+def test_a_reordering_across_inputs_is_applied_to_the_cross_attention_cache():
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, target = batch_with_padding()
+    rows = torch.tensor([0, 0, 1, 1, 2, 2])  # two beams per input
+    with torch.no_grad():
+        out = model(input_ids=source[rows], attention_mask=source.ne(0)[rows], decoder_input_ids=target[rows, :1])
+    cache = out.past_key_values
+    before = [layer.keys.clone() for layer in cache.cross_attention_cache.layers]
+    within = torch.tensor([1, 0, 3, 2, 4, 5])  # beams swap inside their inputs: nothing changes
+    model._reorder_cache(cache, within)
+    for layer, keys in zip(cache.cross_attention_cache.layers, before):
+        assert torch.equal(layer.keys, keys)
+    across = torch.tensor([4, 4, 0, 1, 2, 3])  # rows move to other inputs: they must follow
+    model._reorder_cache(cache, across)
+    for layer, keys in zip(cache.cross_attention_cache.layers, before):
+        assert torch.equal(layer.keys, keys[across])
+    assert torch.equal(cache.self_attention_cache.layers[0].keys.shape[0] * torch.ones(1), torch.tensor([6.0]))
+    # An in-place edit of the cached tensors is seen: the equal-row runs are found again.
+    layer = cache.cross_attention_cache.layers[0]
+    layer.keys[1] += 1.0
+    edited = layer.keys.clone()
+    model._reorder_cache(cache, within)
+    assert torch.equal(layer.keys, edited[within])
