@@ -208,7 +208,9 @@ class TransformerConfig(PretrainedConfig):
         known = sorted(set(self.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
         hints = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
         described = [f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else "") for key, close in hints.items()]
-        if not _READING_SAVED_CONFIG.get():
+        # `model_type` is written by `to_dict()` into every saved config and is never a setting one types:
+        # `TransformerConfig(**config.to_dict())` and `AutoConfig.for_model(...)` read a saved config too.
+        if not _READING_SAVED_CONFIG.get() and "model_type" not in kwargs:
             raise ValueError(f"TransformerConfig got unknown argument(s): {', '.join(described)}.")
         # Read back from a saved config: kept as attributes (the base class sets them in `__post_init__`). One
         # that looks like a misspelled setting is worth a warning; another tool's own attribute is not.

@@ -1327,6 +1327,20 @@ class EncoderSequenceClassifierOutput(SequenceClassifierOutput):
 
     last_hidden_state: torch.FloatTensor | None = None
 
+    # The config says encoder-decoder, so generic code reads the encoder's fields under their seq2seq names:
+    # the same tensors, not extra fields (``to_tuple()`` and Trainer do not see them twice).
+    @property
+    def encoder_last_hidden_state(self) -> torch.FloatTensor | None:
+        return self.last_hidden_state
+
+    @property
+    def encoder_hidden_states(self) -> tuple[torch.FloatTensor, ...] | None:
+        return self.hidden_states
+
+    @property
+    def encoder_attentions(self) -> tuple[torch.FloatTensor, ...] | None:
+        return self.attentions
+
 
 class TransformerForSequenceClassification(TransformerPreTrainedModel):
     """A linear classifier over a pooled representation (``config.classifier_pooling``):

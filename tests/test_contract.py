@@ -354,3 +354,19 @@ def test_a_reordering_across_inputs_is_applied_to_the_cross_attention_cache():
     edited = layer.keys.clone()
     model._reorder_cache(cache, within)
     assert torch.equal(layer.keys, edited[within])
+
+
+def test_encoder_classifier_output_answers_to_the_seq2seq_names_of_its_config():
+    model = TransformerForSequenceClassification(tiny_config()).eval()
+    source, _ = batch_with_padding()
+    out = model(input_ids=source, output_hidden_states=True, output_attentions=True)
+    assert model.config.is_encoder_decoder
+    assert out.encoder_last_hidden_state is out.last_hidden_state
+    assert out.encoder_hidden_states is out.hidden_states and out.encoder_attentions is out.attentions
+    assert len(out.to_tuple()) == 4  # logits, hidden states, attentions, last hidden state: nothing twice
+
+
+def test_a_config_rebuilt_from_its_dictionary_keeps_extra_attributes():
+    config = tiny_config()
+    config.my_note = "x"
+    assert TransformerConfig(**config.to_dict()).my_note == "x"
