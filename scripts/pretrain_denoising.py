@@ -210,8 +210,10 @@ def main(argv: list[str] | None = None) -> dict:
     )
 
     output_dir = Path(training_args.output_dir)
+    # Every process calls save_model (it writes from process 0 only): under FSDP it first gathers the shards,
+    # a collective call that would wait forever for processes that had already finished.
+    trainer.save_model(str(output_dir))  # weights, config and tokenizer
     if trainer.is_world_process_zero():
-        trainer.save_model(str(output_dir))  # weights, config and tokenizer
         (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
         (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
         logger.info(
