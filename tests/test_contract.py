@@ -132,7 +132,16 @@ def test_a_folder_missing_weights_of_its_own_architecture_is_still_refused(tmp_p
         AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
 
 
-def test_mismatched_sizes_are_reinitialised_with_transformers_report(tmp_path):
+@pytest.fixture
+def transformers_warnings():
+    """Another test (or a script it runs in this process) may have quietened transformers' logging."""
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_warning()
+    yield
+    logging.set_verbosity(verbosity)
+
+
+def test_mismatched_sizes_are_reinitialised_with_transformers_report(tmp_path, transformers_warnings):
     # transformers' own `test_load_with_mismatched_shapes`, on this model.
     config = tiny_config()
     TransformerForSequenceClassification(config).save_pretrained(tmp_path)
