@@ -46,7 +46,15 @@ def test_compiled_model_with_dropout_drops_and_stays_in_one_graph():
     first, second = compiled(**inputs).loss, compiled(**inputs).loss
     assert torch.isfinite(first) and not torch.equal(first, second)  # fresh masks at each call
     with torch.no_grad():
-        assert torch.equal(compiled.eval()(**inputs).loss, model.eval()(**inputs).loss)  # no dropout in eval
+        compiled_loss, eager_loss = compiled.eval()(**inputs).loss, model.eval()(**inputs).loss
+        dropped_loss = model.train()(**inputs).loss
+    # No dropout in eval. The traced graph and the eager model may run different kernels (AVX2 vs AVX-512 builds
+    # of the same op), so the two losses agree to rounding, not bit for bit: a tolerance of a few 1e-5. Dropout at
+    # 0.5 left on moves this loss by about 0.3 on average and by more than 1e-3 in all but the rarest draws, so the
+    # tolerance is far below what a dropout left on in eval would change (checked on one draw below).
+    tolerance = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(compiled_loss, eager_loss, **tolerance)
+    assert not torch.allclose(dropped_loss, eager_loss, **tolerance)
 
 
 def test_device_check_passes_on_the_cpu(capsys):

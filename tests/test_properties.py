@@ -8,6 +8,7 @@ import tempfile
 import torch
 import torch.nn.functional as F
 from conftest import tiny_config
+from generation_checks import SCORED, assert_generations_agree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -181,14 +182,19 @@ def test_save_and_load_are_bit_identical(config, data, attn):
     attn=st.sampled_from(["eager", "sdpa"]),
 )
 def test_generation_is_identical_with_and_without_cache(config, data, beams, attn):
+    # Cached steps attend over the cache, uncached ones recompute every position: other products, so logits equal
+    # to rounding. Random models this small often score two tokens within rounding of each other: the tokens must
+    # be the same up to the first step where a row parts, and that step must be such a near-tie.
     source, mask, _ = data
     model = build(config, attn)
-    settings_ = dict(max_new_tokens=8, do_sample=False, num_beams=beams)
+    settings_ = dict(max_new_tokens=8, do_sample=False, num_beams=beams, attention_mask=mask, **SCORED)
     with torch.no_grad():
-        cached = model.generate(source, attention_mask=mask, use_cache=True, **settings_)
-        uncached = model.generate(source, attention_mask=mask, use_cache=False, **settings_)
-    assert torch.equal(cached, uncached)
-    assert (cached[:, 0] == config.decoder_start_token_id).all()
+        cached, _ = assert_generations_agree(
+            model,
+            lambda: model.generate(source, use_cache=True, **settings_),
+            lambda: model.generate(source, use_cache=False, **settings_),
+        )
+    assert (cached.sequences[:, 0] == config.decoder_start_token_id).all()
 
 
 def test_bfloat16_autocast_with_empty_rows_and_full_length():
