@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin, PreTrainedModel
 from transformers import initialization as init
+from transformers.dynamic_module_utils import custom_object_save
 from transformers.integrations import is_deepspeed_zero3_enabled
 from transformers.masking_utils import create_masks_for_generate
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -676,9 +677,29 @@ class TransformerPreTrainedModel(PreTrainedModel):
     def save_pretrained(self, save_directory, *args, **kwargs):
         # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto
         # class load the folder through the copied code (trust_remote_code) where this package is not installed.
-        if self.is_remote_code():
-            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **remote_code_auto_map()}
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        if not self.is_remote_code():
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **remote_code_auto_map()}
+        package_class = self._package_class()
+        if type(self) is package_class:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        # A wrapper made the instance's class (FSDP 2's `fully_shard` swaps it for a subclass defined in torch):
+        # transformers would name that class in `auto_map` and copy torch's file beside the weights. The copy is
+        # made here from the package's class instead; the `auto_map` above already names its heads.
+        self.is_remote_code = lambda: False  # shadows the classmethod for this one call
+        try:
+            result = super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            del self.is_remote_code
+        is_main_process = args[0] if args else kwargs.get("is_main_process", True)
+        if self.should_save_on_this_rank(is_main_process):
+            custom_object_save(object.__new__(package_class), save_directory)
+        return result
+
+    @classmethod
+    def _package_class(cls) -> type:
+        """The first class of the package in `cls`'s hierarchy (`cls` itself unless a wrapper subclassed it)."""
+        return next(klass for klass in cls.__mro__ if klass.__module__ == TransformerPreTrainedModel.__module__)
 
     @property
     def dummy_inputs(self) -> dict[str, torch.Tensor]:

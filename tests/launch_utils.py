@@ -11,6 +11,7 @@ import re
 import socket
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,3 +130,23 @@ def process_reports(output: str) -> dict[int, tuple[int, int, str]]:
 def logged_losses(output_dir: Path) -> list[float]:
     history = json.loads((output_dir / "log_history.json").read_text())
     return [entry["loss"] for entry in history if "loss" in entry]
+
+
+def isolated_python(script: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` with -I -S (no user site, no .pth files such as an editable install's) and only the
+    site-packages folders that do not hold hf_transformer on sys.path."""
+    site_dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    site_dirs = [d for d in sorted(site_dirs) if not (Path(d) / "hf_transformer").exists()]
+    bootstrap = f"import sys; sys.path[:0] = {site_dirs!r}\n"
+    script.write_text(bootstrap + script.read_text())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_"))}
+    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf_home"), HF_MODULES_CACHE=str(tmp / "modules"))
+    return subprocess.run(
+        [sys.executable, "-I", "-S", str(script), *args],
+        cwd=tmp,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )

@@ -16,7 +16,7 @@ Each WORKAROUND flag lifts one obstacle (docs/distributed.md, "FSDP 2 on CPU", s
 - `--load-once-per-module`: resuming from a full state dict fails in torch for a module registered under
   two names, which the shared encoder/decoder token table is.
 
-An xfail test shows that the saved folder's `auto_map` and copied code name torch's FSDP class.
+The saved folder names and carries the package's own code, not torch's FSDP subclass.
 """
 
 from __future__ import annotations
@@ -37,7 +37,16 @@ import torch.distributed as dist
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedType, fsdp_utils
-from launch_utils import REPO, SCRIPTS, accelerate_launch, logged_losses, run, script_env, write_multi30k
+from launch_utils import (
+    REPO,
+    SCRIPTS,
+    accelerate_launch,
+    isolated_python,
+    logged_losses,
+    run,
+    script_env,
+    write_multi30k,
+)
 from safetensors import safe_open
 from torch.distributed.tensor import DTensor
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, Trainer
@@ -321,24 +330,45 @@ def test_stock_launch_on_cpu_is_ddp(fsdp_run, data_dir, tmp_path):
     assert ddp_losses == pytest.approx(fsdp_losses, abs=2e-4)
 
 
-# Known problems (docs/distributed.md, "FSDP 2 on CPU"), each shown as it is: the test checks the failure
-# and reports xfail. Once a problem is fixed its test fails instead; then drop the test and, where there
-# is one, the workaround flag from ALL_WORKAROUNDS and WORKAROUNDS.
-
-
 def test_saved_folder_names_the_package_code(fsdp_run):
+    # fully_shard swaps the model's class for a subclass defined in torch; the saved folder must still name and
+    # carry the package's own code, so that trust_remote_code loads it where the package is not installed.
     output_dir, _ = fsdp_run
-    auto_map = json.loads((output_dir / "config.json").read_text())["auto_map"]
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["architectures"] == ["TransformerForConditionalGeneration"]
+    assert config["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_transformer.TransformerForConditionalGeneration"
+    assert config["auto_map"]["AutoModel"] == "modeling_transformer.TransformerModel"
     copied = sorted(p.name for p in output_dir.glob("*.py"))
-    if auto_map["AutoModelForSeq2SeqLM"] == "modeling_transformer.TransformerForConditionalGeneration" and (
-        "modeling_transformer.py" in copied and not any(name.startswith("_fsdp") for name in copied)
-    ):
-        pytest.fail("the saved folder names the package's own code now: drop this test")
-    # fully_shard swaps the model's class for torch's FSDPTransformerForConditionalGeneration, and
-    # save_pretrained copies the file that defines the class it finds.
-    assert auto_map["AutoModelForSeq2SeqLM"] == "_fsdp_init.FSDPTransformerForConditionalGeneration", auto_map
-    assert "_fsdp_init.py" in copied and "modeling_transformer.py" not in copied, copied
-    pytest.xfail(f"trust_remote_code folder points at torch's FSDP module: auto_map {auto_map}, copied {copied}")
+    assert "modeling_transformer.py" in copied and "configuration_transformer.py" in copied, copied
+    assert not any(name.startswith("_fsdp") for name in copied), copied
+
+    # Where hf_transformer cannot be imported, the copied code loads it and it decodes as the package does.
+    tmp = output_dir.parent / "isolated"
+    tmp.mkdir(exist_ok=True)
+    script = tmp / "load.py"
+    script.write_text(REMOTE_CODE_SCRIPT)
+    run = isolated_python(script, str(output_dir), str(tmp / "generated.pt"), tmp=tmp)
+    assert run.returncode == 0, run.stderr[-4000:]
+    model = AutoModelForSeq2SeqLM.from_pretrained(output_dir).eval()
+    source = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    with torch.no_grad():
+        expected = model.generate(source, attention_mask=source.ne(0), num_beams=2, max_new_tokens=5)
+    assert torch.equal(torch.load(tmp / "generated.pt"), expected)
+
+
+REMOTE_CODE_SCRIPT = """
+import importlib.util, sys
+assert importlib.util.find_spec("hf_transformer") is None, "hf_transformer is importable"
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+torch.set_num_threads(1)
+model = AutoModelForSeq2SeqLM.from_pretrained(sys.argv[1], trust_remote_code=True).eval()
+assert type(model).__module__.startswith("transformers_modules."), type(model).__module__
+source = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+with torch.no_grad():
+    torch.save(model.generate(source, attention_mask=source.ne(0), num_beams=2, max_new_tokens=5), sys.argv[2])
+"""
 
 
 if __name__ == "__main__":

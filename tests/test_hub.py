@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import re
-import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -17,7 +14,7 @@ import pytest
 import torch
 from conftest import tiny_config
 from huggingface_hub import ModelCard
-from launch_utils import load_script
+from launch_utils import isolated_python, load_script
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoConfig,
@@ -245,26 +242,6 @@ torch.save(outputs, out + "/outputs.pt")
 json.dump({"ids": tokenizer([EXAMPLE])["input_ids"], "modules": modules}, open(out + "/info.json", "w"))
 exec(compile(open(snippet_file).read(), "README.md", "exec"), {})
 """
-
-
-def isolated_python(script: Path, *args: str, tmp: Path) -> subprocess.CompletedProcess:
-    """Run ``script`` with -I -S (no user site, no .pth files such as an editable install's) and only the
-    site-packages folders that do not hold hf_transformer on sys.path."""
-    site_dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
-    site_dirs = [d for d in sorted(site_dirs) if not (Path(d) / "hf_transformer").exists()]
-    bootstrap = f"import sys; sys.path[:0] = {site_dirs!r}\n"
-    script.write_text(bootstrap + script.read_text())
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "HF_"))}
-    env.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp / "hf_home"), HF_MODULES_CACHE=str(tmp / "modules"))
-    return subprocess.run(
-        [sys.executable, "-I", "-S", str(script), *args],
-        cwd=tmp,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 def test_loads_without_the_package_through_trust_remote_code(saved):
