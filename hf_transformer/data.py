@@ -39,6 +39,10 @@ _MULTI30K_URL = (
     "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/"
     "data/task1/raw/{name}.gz"
 )
+_MULTI30K_TOK_URL = (
+    "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/"
+    "data/task1/tok/{name}"
+)
 
 
 class DataFileNotFoundError(FileNotFoundError):
@@ -92,6 +96,24 @@ MULTI30K_FILES: dict[str, CorpusFile] = {
         gzipped=True,
     )
     for name, sha256 in _MULTI30K_SHA256.items()
+}
+# The official lowercased, punctuation-normalised, Moses-tokenised references most Multi30k papers score
+# against (hf_transformer.metrics.bleu_lc_tok), for the validation and test2016 splits.
+_MULTI30K_TOK_SHA256 = {
+    "val.lc.norm.tok.en": "46573ce391ae227f1c72f873392436a20ef18e0a6d518098cfbd70b77c8572ec",
+    "val.lc.norm.tok.de": "97232bd273eceb7207f689527386a97e4be2616b18ada47576bdaf96c8ae1f00",
+    "test_2016_flickr.lc.norm.tok.en": "5b7f32627cf99eced828311b955dae9800bb52bc8b91cf8b6526829e605b29d2",
+    "test_2016_flickr.lc.norm.tok.de": "c6a33d39d48f9f510de147651316cd9d918e09ad0219df734a2f16b6baccacc4",
+}
+MULTI30K_TOK_FILES: dict[str, CorpusFile] = {
+    name: CorpusFile(
+        f"multi30k/tok/{name}",
+        f"Multi30k task 1 {_LANGUAGE_NAMES[name.rsplit('.', 1)[1]]} references, lowercased, normalised and "
+        "Moses-tokenised, one per line (from github.com/multi30k/dataset, data/task1/tok)",
+        _MULTI30K_TOK_URL.format(name=name),
+        sha256,
+    )
+    for name, sha256 in _MULTI30K_TOK_SHA256.items()
 }
 
 
@@ -299,6 +321,22 @@ def load_multi30k(
     return _pair_line_files(
         paths[source_lang], paths[target_lang], source_lang, target_lang, cache_dir=cache_dir
     )
+
+
+def load_multi30k_tok_references(
+    split: str, lang: str, data_dir: str | os.PathLike | None = None, *, download: bool | None = None
+) -> list[str]:
+    """The official lowercased, normalised, Moses-tokenised reference lines of a Multi30k split.
+
+    `split` is `validation` or `test` (test_2016_flickr); the lines are in the split's order.
+    """
+    if split not in ("validation", "test"):
+        raise ValueError(f"Multi30k has tokenised references for 'validation' and 'test', not {split!r}")
+    if lang not in _LANGUAGE_NAMES:
+        raise ValueError(f"Multi30k has 'en' and 'de', not {lang!r}")
+    spec = MULTI30K_TOK_FILES[f"{MULTI30K_SPLITS[split]}.lc.norm.tok.{lang}"]
+    path = ensure_corpus_file(spec, data_dir, download=download)
+    return path.read_text(encoding="utf-8").splitlines()
 
 
 def load_parallel_text(
@@ -675,12 +713,14 @@ __all__ = [
     "CorpusFile",
     "NSMC_FILES",
     "MULTI30K_FILES",
+    "MULTI30K_TOK_FILES",
     "resolve_data_dir",
     "downloads_allowed",
     "download_file",
     "ensure_corpus_file",
     "load_nsmc",
     "load_multi30k",
+    "load_multi30k_tok_references",
     "load_parallel_text",
     "load_local_dataset",
     "first_rows",

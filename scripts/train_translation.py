@@ -15,8 +15,12 @@ warmup^-0.5 is that peak). Validation BLEU is computed each epoch with greedy de
 search (`--num_beams`, default 4) and once more greedily.
 
 The tokenizer is trained on both sides of the training text (or loaded with `--tokenizer`) and the
-model shares one token table between encoder, decoder and output projection. BLEU is sacreBLEU's
-default (detokenized, cased, 13a tokenization) on the decoded output against the raw reference lines.
+model shares one token table between encoder, decoder and output projection. BLEU is scored two ways
+(hf_transformer.metrics): `bleu`, sacreBLEU's default (detokenized, cased, 13a tokenization) against the
+raw reference lines, and `bleu_lc_tok`, BLEU on lowercased Moses-tokenised text against the official
+`multi30k/tok/*.lc.norm.tok.*` references, the convention of most Multi30k papers. With several
+`--length_penalty` values, each is tried with beam search on the validation set and the best is used for
+test2016 and saved in the generation config.
 The output folder holds the model (safetensors, config, generation config, tokenizer),
 `results.json`, `log_history.json`, `test_predictions.txt` (beam search, in test-file order) and a
 model card (README.md).
@@ -38,7 +42,15 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArgume
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
-from hf_transformer.data import IGNORE_INDEX, first_rows, load_multi30k, seq2seq_collator, tokenize_translation
+from hf_transformer.data import (
+    IGNORE_INDEX,
+    first_rows,
+    load_multi30k,
+    load_multi30k_tok_references,
+    seq2seq_collator,
+    tokenize_translation,
+)
+from hf_transformer.metrics import bleu, bleu_lc_tok, chrf
 from hf_transformer.training import (
     SplitLimits,
     average_checkpoints,
@@ -80,6 +92,14 @@ class ModelArguments:
     label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the training loss (paper 0.1)"})
     num_beams: int = field(
         default=4, metadata={"help": "beam size of the final scoring; saved as the model's generation default"}
+    )
+    length_penalty: list[float] = field(
+        default_factory=lambda: [1.0],
+        metadata={
+            "help": "beam search length penalty of the final scoring (scores divided by length**penalty); with "
+            "several values each is tried on the validation set and the best validation BLEU is used for test "
+            "and saved as the model's default"
+        },
     )
 
 
@@ -154,6 +174,23 @@ class ReferenceIndex:
         return positions
 
 
+def lc_tok_references(splits, data_args: DataArguments) -> dict[str, list[str]]:
+    """The official lowercased Moses-tokenised references of validation and test, where they apply.
+
+    They exist for the full Multi30k splits only: with rows limited (`--max_eval_samples`, ...) the first
+    rows are taken from them too; a data folder without `multi30k/tok/` scores cased BLEU alone, with a warning.
+    """
+    found = {}
+    for split in ("validation", "test"):
+        try:
+            lines = load_multi30k_tok_references(split, data_args.target_lang, data_args.data_dir)
+        except FileNotFoundError as error:
+            logger.warning("no lowercased tokenised references, bleu_lc_tok is not computed: %s", error)
+            return {}
+        found[split] = lines[: len(splits[split])]
+    return found
+
+
 def decode_generated(tokenizer, token_ids: np.ndarray) -> list[str]:
     """Generated ids (padded with -100 across batches by the Trainer) as detokenized text."""
     token_ids = np.where(np.asarray(token_ids) == IGNORE_INDEX, tokenizer.pad_token_id, token_ids)
@@ -182,17 +219,31 @@ class BleuMetric:
 
     With a `ReferenceIndex` the references are the split's own lines (matched through `label_ids`);
     without one they are the decoded labels (tokenizer-normalised text, for data without raw lines).
+    `tokenized_references` (the split's official lowercased Moses-tokenised lines, in the split's order, in
+    language `target_lang`) add `bleu_lc_tok`, the literature's Multi30k metric (hf_transformer.metrics).
     """
 
-    def __init__(self, tokenizer, references: ReferenceIndex | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        references: ReferenceIndex | None = None,
+        tokenized_references: Sequence[str] | None = None,
+        target_lang: str | None = None,
+    ):
+        if tokenized_references is not None and (references is None or target_lang is None):
+            raise ValueError("tokenized_references need the split's ReferenceIndex and the target_lang")
+        if tokenized_references is not None and len(tokenized_references) != len(references.references):
+            raise ValueError(
+                f"{len(tokenized_references)} tokenised references for {len(references.references)} raw ones"
+            )
         self.tokenizer = tokenizer
         self.index = references
+        self.tokenized_references = tokenized_references
+        self.target_lang = target_lang
         self.last_hypotheses: list[str] = []
         self.last_positions: list[int] = []
 
     def __call__(self, prediction) -> dict[str, float]:
-        import sacrebleu
-
         hypotheses = decode_generated(self.tokenizer, prediction.predictions)
         if self.index is not None:
             positions = self.index.positions(prediction.label_ids, self.tokenizer.pad_token_id)
@@ -202,11 +253,12 @@ class BleuMetric:
             references = decode_generated(self.tokenizer, prediction.label_ids)
         self.last_hypotheses, self.last_positions = hypotheses, positions
         lengths = generated_lengths(prediction.predictions, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
-        return {
-            "bleu": sacrebleu.corpus_bleu(hypotheses, [references]).score,
-            "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score,
-            "gen_len": float(np.mean(lengths)) if len(lengths) else 0.0,
-        }
+        scores = {"bleu": bleu(hypotheses, references), "chrf": chrf(hypotheses, references)}
+        if self.tokenized_references is not None:
+            tokenized = [self.tokenized_references[i] for i in positions]
+            scores["bleu_lc_tok"] = bleu_lc_tok(hypotheses, tokenized, self.target_lang)
+        scores["gen_len"] = float(np.mean(lengths)) if len(lengths) else 0.0
+        return scores
 
     def in_dataset_order(self) -> list[str]:
         """The hypotheses of the last call, reordered to the split's row order."""
@@ -227,7 +279,7 @@ def model_card(model_args: ModelArguments, data_args: DataArguments, results: di
         return f"{results[key]:.2f}" if key in results else "n/a"
 
     def row(name: str, prefix: str) -> str:
-        scores = " | ".join(score(f"{prefix}_{metric}") for metric in ("bleu", "greedy_bleu", "chrf"))
+        scores = " | ".join(score(f"{prefix}_{metric}") for metric in ("bleu", "greedy_bleu", "bleu_lc_tok", "chrf"))
         return f"| {name} ({results.get(f'{prefix}_samples', '?')} pairs) | {scores} |"
 
     example = {"en": "A man is riding a bicycle.", "de": "Ein Mann fährt Fahrrad."}[source]
@@ -242,16 +294,18 @@ library_name: transformers
 pipeline_tag: translation
 tags: [hf_transformer, translation, multi30k]
 datasets: [multi30k]
-metrics: [bleu, chrf]
+metrics: [bleu, bleu_lc_tok, chrf]
 ---
 # Transformer {LANGUAGE_NAMES[source]} -> {LANGUAGE_NAMES[target]} on Multi30k
 
 The encoder-decoder Transformer of "Attention Is All You Need" (hf_transformer), {parameters:,} parameters,
 trained from scratch on the Multi30k task 1 training pairs ({source} -> {target}) with a shared
-vocabulary and tied embeddings.{averaged} BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references.
+vocabulary and tied embeddings.{averaged} BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references;
+lc-tok BLEU is computed on lowercased Moses-tokenised text against the official `lc.norm.tok` references, as
+most Multi30k papers report it. Beam search uses length penalty {results.get("length_penalty", 1.0)}.
 
-| split | BLEU (beam {model_args.num_beams}) | BLEU (greedy) | chrF (beam) |
-|---|---|---|---|
+| split | BLEU (beam {model_args.num_beams}) | BLEU (greedy) | lc-tok BLEU (beam) | chrF (beam) |
+|---|---|---|---|---|
 {row("validation", "eval")}
 {row("test2016", "test")}
 
@@ -264,7 +318,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 tokenizer = AutoTokenizer.from_pretrained("PATH")
 model = AutoModelForSeq2SeqLM.from_pretrained("PATH")
 batch = tokenizer([{example!r}], return_tensors="pt")
-output = model.generate(**batch, num_beams={model_args.num_beams}, max_new_tokens=64)
+output = model.generate(**batch, max_new_tokens=64)  # beam {model_args.num_beams}, the saved default
 print(tokenizer.batch_decode(output, skip_special_tokens=True)[0])
 ```
 """
@@ -357,6 +411,10 @@ def main(argv: list[str] | None = None) -> dict:
         split: ReferenceIndex(tokenized[split]["labels"], [pair[target] for pair in splits[split]["translation"]])
         for split in ("validation", "test")
     }
+    tokenized_references = lc_tok_references(splits, data_args)
+
+    def metric(split: str) -> BleuMetric:
+        return BleuMetric(tokenizer, references[split], tokenized_references.get(split), target)
 
     config = build_config(model_args, tokenizer)
     model = TransformerForConditionalGeneration(config)
@@ -372,7 +430,7 @@ def main(argv: list[str] | None = None) -> dict:
         eval_dataset=tokenized["validation"],
         data_collator=seq2seq_collator(tokenizer, model),
         processing_class=tokenizer,
-        compute_metrics=BleuMetric(tokenizer, references["validation"]),
+        compute_metrics=metric("validation"),
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
@@ -390,17 +448,38 @@ def main(argv: list[str] | None = None) -> dict:
         results["averaged_checkpoints"] = [folder.name for folder in folders]
         logger.info("evaluating the mean of the weights of %s", ", ".join(results["averaged_checkpoints"]))
 
-    test_metric = BleuMetric(tokenizer, references["test"])
+    # Beam search settings are chosen on the validation set only; test2016 is decoded once with the choice.
+    penalties = list(dict.fromkeys(model_args.length_penalty))
+    trainer.compute_metrics = metric("validation")
+    by_penalty = {}
+    for penalty in penalties:
+        by_penalty[penalty] = trainer.evaluate(
+            metric_key_prefix="eval", num_beams=model_args.num_beams, length_penalty=penalty
+        )
+        logger.info("length penalty %s: validation BLEU %.2f", penalty, by_penalty[penalty]["eval_bleu"])
+    length_penalty = max(penalties, key=lambda penalty: by_penalty[penalty]["eval_bleu"])
+    results.update(by_penalty[length_penalty])
+    if len(penalties) > 1:
+        results["eval_bleu_by_length_penalty"] = {str(k): v["eval_bleu"] for k, v in by_penalty.items()}
+    results["length_penalty"] = length_penalty
+    model.generation_config.length_penalty = length_penalty
+
+    test_metric = metric("test")
     for prefix, beams in (("", model_args.num_beams), ("greedy_", 1)):
-        trainer.compute_metrics = BleuMetric(tokenizer, references["validation"])
-        results.update(trainer.evaluate(metric_key_prefix=f"eval_{prefix}".rstrip("_"), num_beams=beams))
+        if beams == 1:
+            trainer.compute_metrics = metric("validation")
+            results.update(trainer.evaluate(metric_key_prefix="eval_greedy", num_beams=1))
         trainer.compute_metrics = test_metric
-        test = trainer.predict(tokenized["test"], metric_key_prefix=f"test_{prefix}".rstrip("_"), num_beams=beams)
+        extra = {"length_penalty": length_penalty} if beams > 1 else {}
+        test = trainer.predict(
+            tokenized["test"], metric_key_prefix=f"test_{prefix}".rstrip("_"), num_beams=beams, **extra
+        )
         results.update(test.metrics)
         if beams == model_args.num_beams:
             test_hypotheses = test_metric.in_dataset_order()
     results.update(
         bleu=results["test_bleu"],
+        **({"bleu_lc_tok": results["test_bleu_lc_tok"]} if "test_bleu_lc_tok" in results else {}),
         num_beams=model_args.num_beams,
         eval_samples=len(tokenized["validation"]),
         test_samples=len(tokenized["test"]),

@@ -69,13 +69,22 @@ TINY_MODEL = [
 def test_train_translation_end_to_end(tmp_path):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
     written = write_multi30k(data_dir)
+    # Official-style lowercased tokenised references: the toy text is lowercase, so only its final period is split
+    # off. Test's have their words reversed, which only a score read from these files can see.
+    tok = data_dir / "multi30k" / "tok"
+    tok.mkdir()
+    for stem in ("val", "test_2016_flickr"):
+        lines = [target.replace(".", " .") for _, target in written[stem]]
+        if stem == "test_2016_flickr":
+            lines = [" ".join(line.split()[::-1]) for line in lines]
+        (tok / f"{stem}.lc.norm.tok.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
     results = load_script("train_translation").main(
         [
             "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de",
             *TINY_MODEL,
             "--num_train_epochs", "9", "--per_device_train_batch_size", "16", "--learning_rate", "3e-3",
             "--warmup_steps", "40", "--eval_strategy", "steps", "--eval_steps", "250", "--logging_steps", "25",
-            "--num_beams", "3", "--seed", "2",
+            "--num_beams", "3", "--length_penalty", "0.5", "1.0", "--seed", "2",
             # Evaluation batches grouped by length come back out of dataset order: the scores must not care.
             "--train_sampling_strategy", "group_by_length", "--per_device_eval_batch_size", "8",
         ]
@@ -83,6 +92,14 @@ def test_train_translation_end_to_end(tmp_path):
     # The same model after one step scores BLEU 0 here (it generates nothing), after half the steps 0-30.
     assert results["test_bleu"] > 50 and results["test_greedy_bleu"] > 50 and results["eval_bleu"] > 50
     assert results["bleu"] == results["test_bleu"] and results["num_beams"] == 3
+    # lc-tok BLEU is scored against the tok/ files, each row against its own line.
+    assert results["eval_bleu_lc_tok"] == pytest.approx(results["eval_bleu"], abs=1e-6)
+    assert results["bleu_lc_tok"] == results["test_bleu_lc_tok"] < results["test_bleu"] - 30
+    # Each length penalty was tried on validation; the best one was used for test and saved.
+    assert set(results["eval_bleu_by_length_penalty"]) == {"0.5", "1.0"}
+    best = max(results["eval_bleu_by_length_penalty"].values())
+    assert results["eval_bleu"] == best
+    assert results["eval_bleu_by_length_penalty"][str(results["length_penalty"])] == best
     assert results["task"] == "translation_en_to_de" and results["split"] == "test2016"
     assert results["test_samples"] == 80 and results["eval_samples"] == 60
     assert results["parameters"] > 0 and results["wall_seconds"] > 0
@@ -106,6 +123,7 @@ def test_train_translation_end_to_end(tmp_path):
     assert model.config.label_smoothing == 0.1 and model.config.share_embeddings
     assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
     assert model.generation_config.num_beams == 3
+    assert model.generation_config.length_penalty == results["length_penalty"]
     sources = [source for source, _ in written["test_2016_flickr"][:4]]
     batch = tokenizer(sources, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -201,6 +219,7 @@ def test_real_multi30k_de_en_smoke(tmp_path):
     )  # fmt: skip
     assert results["task"] == "translation_de_to_en" and results["test_samples"] == 16
     assert 0.0 <= results["test_bleu"] <= 100.0
+    assert 0.0 <= results["test_bleu_lc_tok"] <= 100.0  # against the first 16 official tokenised references
     # Checkpoints at steps 2, 4 and 5, two kept: the saved model is the mean of the last two.
     assert results["averaged_checkpoints"] == ["checkpoint-4", "checkpoint-5"]
     from safetensors.torch import load_file

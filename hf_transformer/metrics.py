@@ -1,0 +1,74 @@
+"""Translation scores as the field reports them.
+
+Two conventions are in use for Multi30k, and a figure means little without its convention:
+
+- `bleu`: sacreBLEU's default, cased and detokenised (13a tokenisation inside BLEU), against the raw
+  reference lines. The stricter, modern convention; comparable across papers that use sacreBLEU.
+- `bleu_lc_tok`: BLEU on lowercased, punctuation-normalised, Moses-tokenised text against the official
+  `data/task1/tok/*.lc.norm.tok.*` references of the Multi30k release, the way most Multi30k papers
+  (multeval, `multi-bleu.perl`) score. The output is brought to that form with `sacremoses` exactly as the
+  references were made: lowercase, `MosesPunctNormalizer`, then `MosesTokenizer` with its default escaping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+__all__ = ["moses_lc_tok", "bleu", "bleu_lc_tok", "chrf"]
+
+
+@lru_cache(maxsize=4)
+def _moses(lang: str):
+    try:
+        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+    except ImportError as error:  # an optional dependency: the `train` extra installs it
+        raise ImportError(
+            "lowercased tokenised BLEU needs sacremoses: pip install 'hf_transformer[train]' (or sacremoses)"
+        ) from error
+    return MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+
+
+def moses_lc_tok(lines: Sequence[str], lang: str) -> list[str]:
+    """Lines lowercased, punctuation-normalised and Moses-tokenised (the Multi30k `lc.norm.tok` form)."""
+    normalizer, tokenizer = _moses(lang)
+    # Moses' normaliser ran on lines that still ended in a newline: its rule moving a period before a closing
+    # quote (`tea."` -> `tea".`, not English) needs a character after the quote, so the newline is kept here too.
+    return [
+        tokenizer.tokenize(normalizer.normalize(line.lower() + "\n").strip(), return_str=True, escape=True)
+        for line in lines
+    ]
+
+
+def _check_lengths(hypotheses: Sequence[str], references: Sequence[str]) -> None:
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    """sacreBLEU's default: cased, detokenised text, 13a tokenisation."""
+    import sacrebleu
+
+    _check_lengths(hypotheses, references)
+    return sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score
+
+
+def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+    import sacrebleu
+
+    _check_lengths(hypotheses, references)
+    return sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score
+
+
+def bleu_lc_tok(hypotheses: Sequence[str], tokenized_references: Sequence[str], lang: str) -> float:
+    """BLEU of detokenised `hypotheses` against references already in the `lc.norm.tok` form.
+
+    The hypotheses go through `moses_lc_tok`; BLEU is then computed on the tokens as they are
+    (`tokenize="none"`), as `multi-bleu.perl` and multeval do.
+    """
+    import sacrebleu
+
+    _check_lengths(hypotheses, tokenized_references)
+    return sacrebleu.corpus_bleu(
+        moses_lc_tok(hypotheses, lang), [list(tokenized_references)], tokenize="none", force=True
+    ).score
