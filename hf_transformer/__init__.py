@@ -11,6 +11,7 @@ from transformers import (
 )
 
 from .configuration_transformer import TransformerConfig
+from .inference import PIPELINE_TASK, Predictor, register_pipeline
 from .modeling_transformer import (
     TransformerForConditionalGeneration,
     TransformerForSequenceClassification,
@@ -32,10 +33,15 @@ TransformerModel.register_for_auto_class("AutoModel")
 TransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 TransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
+# transformers.pipeline(PIPELINE_TASK, model=folder) translates (hf_transformer.inference.TranslationPipeline).
+register_pipeline()
+
 __all__ = [
     "TransformerConfig",
     "TransformerPreTrainedModel",
     "TransformerModel",
     "TransformerForConditionalGeneration",
     "TransformerForSequenceClassification",
+    "Predictor",
+    "PIPELINE_TASK",
 ]

@@ -2,7 +2,7 @@
 
 Read top to bottom, this file follows the paper:
   5.4  residual dropout ................ ``inverted_dropout``, ``Dropout``
-       decoding on CPU ................. ``PackableLinear``, ``packed_linear_weights``
+       decoding on CPU ................. ``packed_linear_weights``
   3.5  positional encodings ............ ``sinusoid_table``, ``TransformerEmbeddings``
   3.2  scaled dot-product and multi-head attention ... ``eager_attention_forward``, ``TransformerAttention``
   3.3  position-wise feed-forward ...... ``TransformerFeedForward``
@@ -108,54 +108,71 @@ def _packable(weight: torch.Tensor) -> bool:
     )
 
 
-class PackableLinear(nn.Linear):
-    """``nn.Linear`` that, inside :func:`packed_linear_weights`, multiplies up to ``PACKED_MAX_ROWS`` rows by a
-    oneDNN-packed copy of its weight (inference only, fp32 on CPU). Same parameters; the same results up to
-    float rounding (another summation order)."""
+class _PackedLinearForward:
+    """The forward of one ``nn.Linear`` inside :func:`packed_linear_weights`: up to ``PACKED_MAX_ROWS`` rows are
+    multiplied by a oneDNN-packed copy of the weight (inference only, fp32 on CPU), other products are the
+    plain ``F.linear``. Same parameters; the same results up to float rounding (another summation order)."""
 
-    packing: bool = False
-    packed_weight: torch.Tensor | None = None
+    def __init__(self, linear: nn.Linear):
+        self.linear = linear
+        self.packed_weight: torch.Tensor | None = None
 
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        linear = self.linear
         if (
-            self.packing
-            and hidden_states.numel() <= PACKED_MAX_ROWS * self.in_features
+            hidden_states.numel() <= PACKED_MAX_ROWS * linear.in_features
             and hidden_states.dtype == torch.float32
             and not torch.is_grad_enabled()
             and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling()  # a compiled step's matmuls are the compiler's to choose
         ):
             if self.packed_weight is None:  # packed at the first few-row product: the encoder never needs it
-                self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(self.weight.detach(), None)
-            rows = hidden_states.reshape(-1, self.in_features).contiguous()
-            output = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, self.bias, "none", [], "")
-            return output.view(*hidden_states.shape[:-1], self.out_features)
-        return F.linear(hidden_states, self.weight, self.bias)
+                self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+            rows = hidden_states.reshape(-1, linear.in_features).contiguous()
+            output = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, linear.bias, "none", [], "")
+            return output.view(*hidden_states.shape[:-1], linear.out_features)
+        return F.linear(hidden_states, linear.weight, linear.bias)
 
-    def stop_packing(self) -> None:
-        """Back to the plain product; the packed copy, if any, is dropped."""
-        self.packing = False
-        self.packed_weight = None
+
+def packed_weight(linear: nn.Module) -> torch.Tensor | None:
+    """The packed copy of ``linear``'s weight inside :func:`packed_linear_weights`, once made; else None."""
+    forward = linear.__dict__.get("forward")
+    return forward.packed_weight if isinstance(forward, _PackedLinearForward) else None
+
+
+def is_packing(linear: nn.Module) -> bool:
+    """Whether ``linear`` multiplies through :class:`_PackedLinearForward` now."""
+    return isinstance(linear.__dict__.get("forward"), _PackedLinearForward)
+
+
+def stop_packing(linear: nn.Module) -> None:
+    """Back to the plain product; the packed copy, if any, is dropped."""
+    if is_packing(linear):
+        del linear.forward
 
 
 @contextlib.contextmanager
 def packed_linear_weights(model: nn.Module):
-    """Inside the block, ``model``'s large :class:`PackableLinear` weights on CPU are packed when first used
-    for a few-row product, and the copies are dropped on exit: a weight changed between two blocks (training,
+    """Inside the block, ``model``'s large ``nn.Linear`` weights on CPU are packed when first used for a few-row
+    product, and the copies are dropped on exit: a weight changed between two blocks (training,
     ``load_state_dict``, an in-place edit through ``.data``) is always packed anew. Nested blocks share the
-    outer copies."""
+    outer copies.
+
+    The layers stay plain ``nn.Linear`` modules (so that ``torch.ao.quantization.quantize_dynamic``, which
+    matches the exact type, quantizes them); inside the block each one's ``forward`` is an instance attribute.
+    Only exact ``nn.Linear`` modules are taken: a subclass or a quantized layer keeps its own forward."""
     modules = [
         module
         for module in model.modules()
-        if isinstance(module, PackableLinear) and not module.packing and _packable(module.weight)
+        if type(module) is nn.Linear and not is_packing(module) and _packable(module.weight)
     ]
     for module in modules:
-        module.packing = True
+        module.forward = _PackedLinearForward(module)
     try:
         yield
     finally:
         for module in modules:
-            module.stop_packing()
+            stop_packing(module)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -435,10 +452,10 @@ class TransformerAttention(nn.Module):
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         inner_dim = self.num_heads * self.head_dim
-        self.q_proj = PackableLinear(config.d_model, inner_dim)
-        self.k_proj = PackableLinear(config.d_model, inner_dim)
-        self.v_proj = PackableLinear(config.d_model, inner_dim)
-        self.out_proj = PackableLinear(inner_dim, config.d_model)
+        self.q_proj = nn.Linear(config.d_model, inner_dim)
+        self.k_proj = nn.Linear(config.d_model, inner_dim)
+        self.v_proj = nn.Linear(config.d_model, inner_dim)
+        self.out_proj = nn.Linear(inner_dim, config.d_model)
 
     def _cpu_dropout(self, query: torch.Tensor) -> bool:
         return self.training and self.dropout > 0.0 and query.device.type == "cpu"
@@ -515,8 +532,8 @@ class TransformerFeedForward(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.fc1 = PackableLinear(config.d_model, config.intermediate_size)
-        self.fc2 = PackableLinear(config.intermediate_size, config.d_model)
+        self.fc1 = nn.Linear(config.d_model, config.intermediate_size)
+        self.fc2 = nn.Linear(config.intermediate_size, config.d_model)
         self.activation = nn.ReLU() if config.activation_function == "relu" else nn.GELU()
         self.activation_dropout = Dropout(config.activation_dropout)
 
@@ -1125,7 +1142,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.model = TransformerModel(config)
-        self.lm_head = PackableLinear(config.d_model, config.decoder_vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
         self._tied_weights_keys = _tied_embedding_keys(config, prefix="model.", lm_head=True)
         self.post_init()
 
@@ -1175,8 +1192,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
         compiles = super()._valid_auto_compile_criteria(model_kwargs, generation_config)
         if compiles:
             for module in self.modules():
-                if isinstance(module, PackableLinear):
-                    module.stop_packing()
+                stop_packing(module)
         return compiles
 
     def create_masks_for_generate(self, config, inputs_embeds, attention_mask, past_key_values, **kwargs):
@@ -1281,6 +1297,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             and self.training
             and torch.is_grad_enabled()
             and not torch.is_autocast_enabled(hidden_states.device.type)
+            and isinstance(self.lm_head, nn.Linear)  # a quantized output layer has no float weight to read
             and hidden_states.dtype == self.lm_head.weight.dtype
             and self.lm_head.bias is None
             and not is_deepspeed_zero3_enabled()

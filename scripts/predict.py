@@ -6,133 +6,26 @@
 
 The head comes from `config.architectures`: a sequence classifier prints `label<TAB>probability<TAB>text`
 per input, a seq2seq model prints one translation per line. Without TEXT arguments every non-empty line
-of stdin is an input. `--json` prints one JSON object per input instead (classifiers: every label's
-probability). Inputs longer than the model's position table are truncated.
+of stdin (or of `--input FILE`) is an input; `--output FILE` writes the results there, with a progress bar.
+`--json` prints one JSON object per input instead (classifiers: every label's probability). Inputs longer than
+the model's position table (or the tokenizer's `model_max_length`, if smaller) are truncated.
+`--engine ctranslate2` decodes with CTranslate2. The work is done by `hf_transformer.Predictor`.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
-
-import hf_transformer  # noqa: F401  (registers the Auto classes)
-
-CLASSIFICATION, SEQ2SEQ = "classification", "seq2seq"
-
-
-def task_of(config) -> str:
-    """`classification` or `seq2seq`, from `config.architectures` (an encoder-decoder config without one is seq2seq)."""
-    names = config.architectures or []
-    if any(name.endswith("ForSequenceClassification") for name in names):
-        return CLASSIFICATION
-    if any(name.endswith(("ForConditionalGeneration", "ForSeq2SeqLM")) for name in names) or getattr(
-        config, "is_encoder_decoder", False
-    ):
-        return SEQ2SEQ
-    raise ValueError(f"cannot tell a classifier from a translator: config.architectures is {names}")
-
-
-@dataclass
-class Predictor:
-    """A loaded model folder: `predictor(texts)` gives one result dict per text."""
-
-    model: torch.nn.Module
-    tokenizer: object
-    task: str
-    num_beams: int | None = None
-    max_new_tokens: int | None = None
-    batch_size: int = 32
-
-    @classmethod
-    def from_pretrained(cls, model_dir: str, *, device: str = "cpu", **options) -> Predictor:
-        config = AutoConfig.from_pretrained(model_dir)
-        task = task_of(config)
-        auto = AutoModelForSequenceClassification if task == CLASSIFICATION else AutoModelForSeq2SeqLM
-        model = auto.from_pretrained(model_dir, config=config).to(device).eval()
-        return cls(model=model, tokenizer=AutoTokenizer.from_pretrained(model_dir), task=task, **options)
-
-    def _max_input_length(self) -> int:
-        limits = [self.model.config.max_position_embeddings, getattr(self.tokenizer, "model_max_length", None)]
-        return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
-
-    def _generation_length(self) -> int:
-        """`--max_new_tokens`, else the folder's generation config, else the decoder's position table."""
-        config = self.model.config
-        table = config.decoder_max_position_embeddings or config.max_position_embeddings
-        saved = self.model.generation_config.to_diff_dict()
-        if self.max_new_tokens is not None:
-            wanted = self.max_new_tokens
-        elif saved.get("max_new_tokens"):
-            wanted = saved["max_new_tokens"]
-        elif saved.get("max_length"):
-            wanted = saved["max_length"] - 1  # max_length counts the start token
-        else:
-            wanted = table
-        return max(1, min(wanted, table))
-
-    @torch.no_grad()
-    def __call__(self, texts: Sequence[str]) -> list[dict]:
-        results = []
-        for start in range(0, len(texts), self.batch_size):
-            chunk = list(texts[start : start + self.batch_size])
-            batch = self.tokenizer(
-                chunk, return_tensors="pt", padding=True, truncation=True, max_length=self._max_input_length()
-            ).to(self.model.device)
-            batch.pop("token_type_ids", None)
-            if self.task == CLASSIFICATION:
-                results.extend(self._classify(chunk, batch))
-            else:
-                results.extend(self._translate(chunk, batch))
-        return results
-
-    def _classify(self, texts: list[str], batch) -> list[dict]:
-        probabilities = self.model(**batch).logits.float().softmax(-1)
-        id2label = self.model.config.id2label
-        results = []
-        for text, row in zip(texts, probabilities.tolist()):
-            best = max(range(len(row)), key=row.__getitem__)
-            results.append(
-                {
-                    "text": text,
-                    "label": id2label[best],
-                    "score": row[best],
-                    "scores": {id2label[i]: p for i, p in enumerate(row)},
-                }
-            )
-        return results
-
-    def _translate(self, texts: list[str], batch) -> list[dict]:
-        length = self._generation_length()
-        # The limit goes in the field the saved generation config uses; setting the other one as well
-        # makes generate() warn that both are set.
-        if self.model.generation_config.to_diff_dict().get("max_new_tokens"):
-            options = {"max_new_tokens": length}
-        else:
-            options = {"max_length": length + 1}  # an encoder-decoder's max_length counts the start token
-        if self.num_beams is not None:
-            options["num_beams"] = self.num_beams
-        generated = self.model.generate(**batch, **options)
-        decoded = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
-        return [{"text": text, "translation": output.strip()} for text, output in zip(texts, decoded)]
-
-
-def format_result(result: dict, as_json: bool = False) -> str:
-    if as_json:
-        return json.dumps(result, ensure_ascii=False)
-    if "translation" in result:
-        return result["translation"]
-    return f"{result['label']}\t{result['score']:.4f}\t{result['text']}"
-
-
-def read_lines(stream: Iterable[str]) -> list[str]:
-    return [line.strip() for line in stream if line.strip()]
+from hf_transformer.inference import (  # noqa: F401  (task_of and Predictor: also this script's API)
+    CLASSIFICATION,
+    SEQ2SEQ,
+    Predictor,
+    format_result,
+    read_lines,
+    task_of,
+)
 
 
 def _looks_like_a_path(name: str) -> bool:
@@ -146,21 +39,38 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("texts", nargs="*", help="inputs; without any, lines are read from stdin")
     parser.add_argument("--num_beams", type=int, default=None, help="beam size (default: the model's own)")
     parser.add_argument("--max_new_tokens", type=int, default=None, help="longest translation in tokens")
-    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--length_penalty", type=float, default=None, help="beam length penalty (default: the model's)")
+    parser.add_argument("--batch_size", type=int, default=32, help="inputs per batch (batches are grouped by length)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps ...")
+    parser.add_argument(
+        "--engine", choices=("torch", "ctranslate2"), default="torch",
+        help="ctranslate2: decode with CTranslate2 (a folder from hf_transformer.export, or a saved folder converted "
+        "on the fly); needs the export extra",
+    )  # fmt: skip
+    parser.add_argument("--quantization", default=None, help="with --engine ctranslate2 on a saved folder: int8, ...")
+    parser.add_argument("--input", default=None, help="a text file, one input per line (instead of TEXT or stdin)")
+    parser.add_argument("--output", default=None, help="write the results to this file (a progress bar shows)")
     parser.add_argument("--json", action="store_true", help="one JSON object per input")
     # Intermixed: options may come after or between the texts (`predict.py runs/x "a text" --json`).
     args = parser.parse_intermixed_args(argv)
 
     if not Path(args.model_dir).is_dir() and _looks_like_a_path(args.model_dir):
         parser.error(f"{args.model_dir}: no such model folder")
-    texts = args.texts or read_lines(sys.stdin)
+    if args.input and args.texts:
+        parser.error("give TEXT arguments or --input, not both")
+    if args.input:
+        texts = read_lines(Path(args.input).read_text(encoding="utf-8").splitlines())
+    else:
+        texts = args.texts or read_lines(sys.stdin)
     try:
         predictor = Predictor.from_pretrained(
             args.model_dir,
             device=args.device,
+            engine=args.engine,
+            quantization=args.quantization,
             num_beams=args.num_beams,
             max_new_tokens=args.max_new_tokens,
+            length_penalty=args.length_penalty,
             batch_size=args.batch_size,
         )
     except (OSError, ValueError) as error:
@@ -168,9 +78,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
             raise  # a folder that exists but does not load: the full error is the useful one
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         parser.error(f"{args.model_dir}: no such model folder, and not a Hub model that loads here ({first_line})")
-    results = predictor(texts)
-    for result in results:
-        print(format_result(result, as_json=args.json))
+    try:
+        results = predictor(texts, progress=args.output is not None)
+    finally:
+        predictor.close()
+    lines = "".join(format_result(result, as_json=args.json) + "\n" for result in results)
+    if args.output:
+        Path(args.output).write_text(lines, encoding="utf-8")
+    else:
+        sys.stdout.write(lines)
     return results
 
 

@@ -12,7 +12,7 @@ from transformers import GenerationMixin
 
 from hf_transformer import TransformerForConditionalGeneration
 from hf_transformer import modeling_transformer as modeling
-from hf_transformer.modeling_transformer import PackableLinear, packed_linear_weights
+from hf_transformer.modeling_transformer import is_packing, packed_linear_weights, packed_weight
 
 
 @pytest.fixture
@@ -27,34 +27,45 @@ def test_the_cpu_build_can_pack_weights():
 
 @pytest.mark.parametrize("bias", [True, False])
 def test_packed_linear_matches_linear_for_few_rows_and_falls_back_otherwise(pack_every_weight, bias):
-    layer = PackableLinear(48, 40, bias=bias)
+    layer = torch.nn.Linear(48, 40, bias=bias)
     few = torch.randn(2, 3, 48)  # 6 rows
     many = torch.randn(modeling.PACKED_MAX_ROWS + 1, 48)
     with packed_linear_weights(layer):
+        assert type(layer) is torch.nn.Linear and is_packing(layer)
         with torch.no_grad():
-            assert layer.packed_weight is None  # packed at the first few-row product only
+            assert packed_weight(layer) is None  # packed at the first few-row product only
             assert torch.equal(layer(many), F.linear(many, layer.weight, layer.bias))
-            assert layer.packed_weight is None
+            assert packed_weight(layer) is None
             packed = layer(few)
-            assert layer.packed_weight is not None
+            assert packed_weight(layer) is not None
         torch.testing.assert_close(packed, F.linear(few, layer.weight, layer.bias), rtol=1e-5, atol=1e-6)
         assert packed.shape == (2, 3, 40)
         with_grad = layer(few)  # training or any gradient: always the plain product
         assert with_grad.requires_grad
         assert torch.equal(with_grad, F.linear(few, layer.weight, layer.bias))
-    assert layer.packed_weight is None and not layer.packing
+    assert packed_weight(layer) is None and not is_packing(layer) and "forward" not in vars(layer)
 
 
 def test_nested_blocks_share_the_outer_packing(pack_every_weight):
-    layer = PackableLinear(16, 16)
+    layer = torch.nn.Linear(16, 16)
     with packed_linear_weights(layer), torch.no_grad():
         layer(torch.randn(2, 16))
-        outer = layer.packed_weight
+        outer = packed_weight(layer)
         with packed_linear_weights(layer):
             layer(torch.randn(2, 16))
-            assert layer.packed_weight is outer
-        assert layer.packing and layer.packed_weight is outer
-    assert layer.packed_weight is None
+            assert packed_weight(layer) is outer
+        assert is_packing(layer) and packed_weight(layer) is outer
+    assert packed_weight(layer) is None
+
+
+def test_only_exact_linear_layers_are_packed(pack_every_weight):
+    class Scaled(torch.nn.Linear):
+        def forward(self, hidden_states):
+            return 2 * super().forward(hidden_states)
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), Scaled(16, 16))
+    with packed_linear_weights(model):
+        assert is_packing(model[0]) and not is_packing(model[1])
 
 
 def plain_generate(model, *args, **kwargs):
@@ -73,7 +84,7 @@ def test_generate_with_packed_weights_equals_plain_generate(pack_every_weight, m
     def recording(module):
         with original(module):
             yield
-            packed_modules.extend(m for m in module.modules() if getattr(m, "packed_weight", None) is not None)
+            packed_modules.extend(m for m in module.modules() if packed_weight(m) is not None)
 
     monkeypatch.setattr(modeling, "packed_linear_weights", recording)
     arguments = dict(max_new_tokens=8, do_sample=False, **SCORED, **settings)
@@ -83,7 +94,7 @@ def test_generate_with_packed_weights_equals_plain_generate(pack_every_weight, m
         model, lambda: model.generate(source, **arguments), lambda: plain_generate(model, source, **arguments)
     )
     assert model.lm_head in packed_modules and len(packed_modules) > 1  # (the plain run packs nothing)
-    assert all(m.packed_weight is None for m in model.modules() if isinstance(m, PackableLinear))
+    assert not any(is_packing(m) for m in model.modules())
 
 
 def test_weights_edited_in_place_between_generate_calls_are_used(pack_every_weight):
@@ -93,7 +104,7 @@ def test_weights_edited_in_place_between_generate_calls_are_used(pack_every_weig
     before = model.generate(source, **arguments)
     with torch.no_grad():
         for module in model.modules():
-            if isinstance(module, PackableLinear):
+            if isinstance(module, torch.nn.Linear):
                 module.weight.data.mul_(-1.5)  # `.data` edits leave the version counter alone
     # Packed products of the edited weights: the plain path's logits to rounding (stale packed weights would give
     # the logits of `before`).

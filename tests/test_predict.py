@@ -85,7 +85,7 @@ def test_translator_matches_generate(translator_dir, tokenizer):
     predictor = module.Predictor.from_pretrained(str(translator_dir))
     assert predictor.task == module.SEQ2SEQ
     # The saved generation config (max_length 9, counting the start token) bounds the output.
-    assert predictor._generation_length() == 8
+    assert predictor.generation_length() == 8
 
     texts = SENTENCES[:3]
     model = TransformerForConditionalGeneration.from_pretrained(translator_dir).eval()

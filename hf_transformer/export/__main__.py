@@ -1,0 +1,33 @@
+"""`python -m hf_transformer.export {onnx,ctranslate2} MODEL_DIR OUTPUT_DIR`: see hf_transformer.export."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import to_ctranslate2, to_onnx
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hf_transformer.export", description=__doc__)
+    engines = parser.add_subparsers(dest="engine", required=True)
+    onnx = engines.add_parser("onnx", help="ONNX graphs for ONNX Runtime (encoder, decoder with past, classifier)")
+    ct2 = engines.add_parser("ctranslate2", help="a CTranslate2 model folder (seq2seq folders)")
+    for sub in (onnx, ct2):
+        sub.add_argument("model_dir", help="a folder written by save_pretrained (with its tokenizer)")
+        sub.add_argument("output_dir", help="where the exported model goes")
+    ct2.add_argument(
+        "--quantization", default=None, help="CTranslate2 weight type: int8, int8_float32, int16, float16, ..."
+    )
+    ct2.add_argument("--force", action="store_true", help="overwrite an existing output folder")
+    args = parser.parse_args(argv)
+    if args.engine == "onnx":
+        output = to_onnx(args.model_dir, args.output_dir)
+    else:
+        output = to_ctranslate2(args.model_dir, args.output_dir, quantization=args.quantization, force=args.force)
+    print(output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,448 @@
+"""Conversion of a saved seq2seq folder to a CTranslate2 model folder, and decoding with it.
+
+:func:`to_ctranslate2` runs CTranslate2's own Hugging Face converter (``TransformersConverter``) with a model
+loader registered here for ``TransformerConfig``: the loader reuses ``BartLoader``'s helpers (fused attention
+projections, linear and LayerNorm weights) and describes this architecture with a
+``ctranslate2.specs.TransformerSpec``:
+
+=================================  ==========================================================================
+config setting                     CTranslate2 spec
+=================================  ==========================================================================
+layer_norm_position "post"/"pre"   ``pre_norm`` False / True on both stacks
+final_layer_norm                   an output ``layer_norm`` on each stack (CTranslate2 applies one whenever it
+                                   is present, also after post-LN layers), else ``no_final_norm``
+position_embedding_type            ``position_encodings.encodings``: "learned": the trained table (numbered
+                                   from 0); "sinusoidal": rows 1.. of the model's own table (interleaved
+                                   sin/cos, row 0 is the padding position), never CTranslate2's built-in
+                                   sinusoids, whose sines and cosines lie in two halves
+scale_embedding                    ``scale_embeddings`` = ``config.embed_scale`` (sqrt(d_model) or 1)
+embedding_layer_norm               ``layernorm_embedding``
+activation_function relu / gelu    ``Activation.RELU`` / ``Activation.GELU`` (exact erf GELU, as ``nn.GELU()``)
+head_dim                           ``head_dim`` of every attention layer
+layer_norm_epsilon                 the model config's ``layer_norm_epsilon`` (one value for every LayerNorm)
+share_embeddings / vocabularies    one ``shared_vocabulary.json``, or source and target vocabularies when the
+                                   encoder and decoder vocabularies differ in size
+decoder_start / eos / bos ids      ``decoder_start_token`` / ``eos_token`` / ``bos_token`` (token strings)
+=================================  ==========================================================================
+
+Vocabulary entry ``i`` is the tokenizer's token for id ``i``; ids the tokenizer does not cover (a model
+vocabulary larger than the tokenizer's) get placeholder strings ``<ct2_unused_ID>``, so that CTranslate2's token
+strings map one to one to the model's ids. The tokenizer files and ``generation_config.json`` are copied into the
+output folder, and the model's own config is saved there as ``transformer_config.json``.
+
+:class:`CTranslate2Generator` decodes with the converted folder and returns token ids as ``model.generate`` does
+(without the start token). Differences in decoding semantics from ``model.generate``, and how they are matched:
+
+* Length: HF ``max_new_tokens`` = CTranslate2 ``max_decoding_length`` (both count the end token);
+  ``min_new_tokens`` = ``min_decoding_length`` (CTranslate2's default is 1, HF's 0: 0 is passed).
+* End token: CTranslate2 drops it from its results unless ``return_end_token=True``, which is passed: HF keeps
+  it, and CTranslate2 then also counts it in the length used by the length penalty.
+* Length penalty: both rank finished beams by ``sum of log-probabilities / length ** length_penalty``, the length
+  counting the generated tokens with the end token and without the start token (the same with
+  ``return_end_token=True``).
+* Stopping of beam search: with ``length_penalty != 0`` CTranslate2 stops an input once ``num_beams``
+  hypotheses have finished: HF's ``early_stopping=True``. HF's default ``early_stopping=False`` goes on while its
+  heuristic says a running beam might still beat the worst finished one, so when the end token is generated the
+  two may return different beams. With ``length_penalty == 0`` CTranslate2 stops when the best beam finishes,
+  which gives the same best hypothesis as HF. At the length limit both keep the best ``num_beams`` running beams.
+* Padding: CTranslate2 removes the padding of each input: the result equals ``model.generate`` on right-padded
+  inputs (left padding shifts the sinusoidal positions of the HF model's real tokens).
+* A generated pad token: the HF model gives any pad token in the decoder input the padding position (row 0 of
+  the sinusoid table), CTranslate2 its real position; the outputs may part after a generated pad token.
+* Processors applied to scores (``min_new_tokens``): HF's beam search applies them after the log-softmax,
+  CTranslate2 before it (renormalised): beam scores then differ slightly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from ..configuration_transformer import TransformerConfig
+
+__all__ = ["to_ctranslate2", "CTranslate2Generator", "ctranslate2_generate", "check_convertible"]
+
+SEQ2SEQ_ARCHITECTURE = "TransformerForConditionalGeneration"
+# Copied beside the converted model when the saved folder has them: the tokenizer, and HF's generation defaults.
+COPIED_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "generation_config.json",
+)
+PLACEHOLDER = "<ct2_unused_{}>"
+MODEL_CONFIG_FILE = "transformer_config.json"
+
+
+def _ctranslate2():
+    try:
+        import ctranslate2
+        import ctranslate2.converters.transformers  # noqa: F401  (the converter and its loaders)
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError('CTranslate2 export needs the `ctranslate2` package: pip install -e ".[export]"') from error
+    _register_loader()
+    return ctranslate2
+
+
+# ---------------------------------------------------------------------------------------------------
+# What CTranslate2 can represent
+# ---------------------------------------------------------------------------------------------------
+
+
+def check_convertible(config: TransformerConfig) -> None:
+    """Raises ``ValueError`` naming the setting if ``config`` describes a model CTranslate2 cannot run as it is;
+    returns None otherwise. Dropout settings are ignored: they do nothing at inference."""
+    architectures = list(getattr(config, "architectures", None) or [])
+    if architectures and SEQ2SEQ_ARCHITECTURE not in architectures:
+        raise ValueError(
+            f"CTranslate2 export converts seq2seq models ({SEQ2SEQ_ARCHITECTURE}) only; this folder holds "
+            f"{', '.join(architectures)} (`architectures` in config.json)."
+        )
+    if config.layer_norm_position not in ("post", "pre"):
+        raise ValueError(
+            f"CTranslate2 export: `layer_norm_position`={config.layer_norm_position!r} is not supported "
+            "(only 'post' and 'pre')."
+        )
+    if config.position_embedding_type not in ("sinusoidal", "learned"):
+        raise ValueError(
+            f"CTranslate2 export: `position_embedding_type`={config.position_embedding_type!r} is not supported "
+            "(only 'sinusoidal' and 'learned')."
+        )
+    if config.activation_function not in _activations():
+        raise ValueError(
+            f"CTranslate2 export: `activation_function`={config.activation_function!r} has no CTranslate2 "
+            f"equivalent here (supported: {sorted(_activations())})."
+        )
+    if config.embedding_layer_norm and config.embedding_layer_norm_epsilon != config.layer_norm_epsilon:
+        raise ValueError(
+            "CTranslate2 export: `embedding_layer_norm_epsilon` "
+            f"({config.embedding_layer_norm_epsilon}) differs from `layer_norm_epsilon` "
+            f"({config.layer_norm_epsilon}); CTranslate2 uses one epsilon for every LayerNorm."
+        )
+    if config.eos_token_id is None:
+        raise ValueError(
+            "CTranslate2 export: `eos_token_id` is None; CTranslate2 needs an end token to stop decoding on."
+        )
+    if config.decoder_start_token_id is None:
+        raise ValueError("CTranslate2 export: `decoder_start_token_id` is None; the decoder needs a start token.")
+
+
+def _activations() -> dict:
+    from ctranslate2.specs import common_spec
+
+    # nn.GELU() (the model's "gelu") is the exact, erf-based GELU: CTranslate2's GELU, not GELUTanh.
+    return {"relu": common_spec.Activation.RELU, "gelu": common_spec.Activation.GELU}
+
+
+# ---------------------------------------------------------------------------------------------------
+# The loader registered with CTranslate2's Transformers converter
+# ---------------------------------------------------------------------------------------------------
+
+_LOADER_REGISTERED = False
+
+
+def _register_loader() -> None:
+    """Registers :class:`TransformerLoader` for ``TransformerConfig`` with ``TransformersConverter`` (once)."""
+    global _LOADER_REGISTERED
+    if _LOADER_REGISTERED:
+        return
+    from ctranslate2.converters import transformers as ct2_transformers
+    from ctranslate2.specs import transformer_spec
+
+    class TransformerLoader(ct2_transformers.BartLoader):
+        """``BartLoader`` with this package's module names, head size, positions and vocabularies."""
+
+        @property
+        def architecture_name(self):
+            # The converter looks the name up in `transformers`; `get_model_class` then gives this package's class.
+            return "AutoModelForSeq2SeqLM"
+
+        def get_model_class(self, config, model_class):
+            from ..modeling_transformer import TransformerForConditionalGeneration
+
+            return TransformerForConditionalGeneration
+
+        def get_model_spec(self, model):
+            config = model.config
+            check_convertible(config)
+            activation = _activations()[config.activation_function]
+            stack_options = dict(
+                pre_norm=True,  # builds the optional final LayerNorm; the real setting is written below
+                no_final_norm=not config.final_layer_norm,
+                activation=activation,
+                layernorm_embedding=config.embedding_layer_norm,
+                head_dim=config.head_dim,
+            )
+            encoder = transformer_spec.TransformerEncoderSpec(
+                config.encoder_layers, config.num_attention_heads, **stack_options
+            )
+            decoder = transformer_spec.TransformerDecoderSpec(
+                config.decoder_layers, config.num_attention_heads, **stack_options
+            )
+            # Post-LN: LayerNorm after each residual sum. CTranslate2 applies a stack's `layer_norm` whenever it is
+            # present, so a final LayerNorm after post-LN layers is represented too.
+            encoder.pre_norm = decoder.pre_norm = config.layer_norm_position == "pre"
+            spec = transformer_spec.TransformerSpec(encoder, decoder)
+
+            self.set_encoder(spec.encoder, model.model.encoder)
+            self.set_decoder(spec.decoder, model.model.decoder)
+            self.set_linear(spec.decoder.projection, model.lm_head)
+            return spec
+
+        def set_config(self, config, model, tokenizer):
+            tokens = _id_to_token(tokenizer, _vocabulary_size(model.config))
+            model_config = model.config
+            # The BOS token is only read for `add_source_bos`, which is off; it must still name a token.
+            bos_id = model_config.bos_token_id
+            config.bos_token = tokens[bos_id if bos_id is not None else model_config.decoder_start_token_id]
+            config.eos_token = tokens[model_config.eos_token_id]
+            config.decoder_start_token = tokens[model_config.decoder_start_token_id]
+            # The unknown token must be in both vocabularies, or CTranslate2 appends it (one row too many).
+            smallest = min(model_config.vocab_size, model_config.decoder_vocab_size)
+            unk_id = tokenizer.unk_token_id
+            config.unk_token = tokens[unk_id if unk_id is not None and unk_id < smallest else model_config.pad_token_id]
+            config.layer_norm_epsilon = float(model_config.layer_norm_epsilon)
+            config.add_source_bos = False
+            config.add_source_eos = False
+
+        def get_vocabulary(self, model, tokenizer):
+            return _id_to_token(tokenizer, _vocabulary_size(model.config))
+
+        def set_vocabulary(self, spec, tokens):
+            (source_size,) = spec.get_source_vocabulary_size()
+            spec.register_source_vocabulary(tokens[:source_size])
+            spec.register_target_vocabulary(tokens[: spec.get_target_vocabulary_size()])
+
+        def set_encoder(self, spec, encoder):
+            self.set_common_layers(spec, encoder)
+            for layer_spec, layer in zip(spec.layer, encoder.layers):
+                self.set_attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+                self.set_layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_sublayer.layer_norm)
+                self.set_feed_forward(layer_spec.ffn, layer)
+
+        def set_decoder(self, spec, decoder):
+            self.set_common_layers(spec, decoder)
+            for layer_spec, layer in zip(spec.layer, decoder.layers):
+                self.set_attention(layer_spec.self_attention, layer.self_attn, self_attention=True)
+                self.set_layer_norm(layer_spec.self_attention.layer_norm, layer.self_attn_sublayer.layer_norm)
+                self.set_attention(layer_spec.attention, layer.cross_attn, self_attention=False)
+                self.set_layer_norm(layer_spec.attention.layer_norm, layer.cross_attn_sublayer.layer_norm)
+                self.set_feed_forward(layer_spec.ffn, layer)
+
+        def set_feed_forward(self, spec, layer):
+            self.set_linear(spec.linear_0, layer.feed_forward.fc1)
+            self.set_linear(spec.linear_1, layer.feed_forward.fc2)
+            self.set_layer_norm(spec.layer_norm, layer.feed_forward_sublayer.layer_norm)
+
+        def set_common_layers(self, spec, stack):
+            embeddings = stack.embeddings
+            spec.scale_embeddings = float(embeddings.embed_scale)
+            self.set_embeddings(
+                spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings, embeddings.embed_tokens
+            )
+            if embeddings.position_embedding_type == "sinusoidal":
+                # The model's own table: tokens are numbered from 1, row 0 is the padding position.
+                spec.position_encodings.encodings = embeddings.position_table[1:].detach().float().contiguous()
+            else:
+                self.set_position_encodings(spec.position_encodings, embeddings.position_embeddings)
+            if embeddings.layer_norm is not None:
+                self.set_layer_norm(spec.layernorm_embedding, embeddings.layer_norm)
+            if stack.layer_norm is not None:
+                self.set_layer_norm(spec.layer_norm, stack.layer_norm)
+
+    ct2_transformers.register_loader(TransformerConfig.__name__)(TransformerLoader)
+    _LOADER_REGISTERED = True
+
+
+def _vocabulary_size(config: TransformerConfig) -> int:
+    return max(config.vocab_size, config.decoder_vocab_size)
+
+
+def _id_to_token(tokenizer, size: int) -> list[str]:
+    """Token strings for ids 0..size-1: the tokenizer's, or a unique placeholder where it has none."""
+    tokens = [PLACEHOLDER.format(i) for i in range(size)]
+    for token, index in tokenizer.get_vocab().items():
+        if 0 <= index < size:
+            tokens[index] = token
+    if len(set(tokens)) != size:
+        duplicated = sorted({token for token in tokens if tokens.count(token) > 1})
+        raise ValueError(f"CTranslate2 export: token strings used for more than one id: {duplicated[:5]}")
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------------------
+# Conversion
+# ---------------------------------------------------------------------------------------------------
+
+
+def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force: bool = False) -> Path:
+    """Converts ``model_dir`` (written by ``TransformerForConditionalGeneration.save_pretrained``, with its
+    tokenizer) to a CTranslate2 model folder ``output_dir`` and returns its path.
+
+    ``quantization`` is CTranslate2's weight type (None keeps float32; "int8", "int8_float32", "int16",
+    "float16", "bfloat16", ...). ``force`` replaces an existing ``output_dir``. Raises ``ValueError`` for a folder
+    that is not a seq2seq model or a setting CTranslate2 cannot represent (see :func:`check_convertible`).
+    """
+    _ctranslate2()
+    from ctranslate2.converters.transformers import TransformersConverter
+
+    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
+    config = TransformerConfig.from_pretrained(model_dir)
+    check_convertible(config)
+    if output_dir.exists() and not force:
+        raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
+    if output_dir.resolve() == model_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
+        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}.")
+    if not (model_dir / "tokenizer_config.json").is_file() and not (model_dir / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"{model_dir} holds no tokenizer; save it with the model (tokenizer.save_pretrained).")
+
+    copied = [name for name in COPIED_FILES if (model_dir / name).is_file()]
+    converter = TransformersConverter(str(model_dir), copy_files=copied)
+    converter.convert(str(output_dir), quantization=quantization, force=force)
+    # CTranslate2 writes its own config.json; the model's (position tables, ids, labels) goes beside it.
+    config.to_json_file(output_dir / MODEL_CONFIG_FILE)
+    return output_dir
+
+
+# ---------------------------------------------------------------------------------------------------
+# Decoding with the converted folder
+# ---------------------------------------------------------------------------------------------------
+
+
+def _read_json(path: Path):
+    with open(path, encoding="utf-8") as file:
+        return json.load(file)
+
+
+class CTranslate2Generator:
+    """A ``ctranslate2.Translator`` over a folder written by :func:`to_ctranslate2`, speaking token ids.
+
+    ``generate`` returns, per input, the generated ids as ``model.generate`` does, without the start token and
+    without padding (the end token included when it was generated). Defaults for ``num_beams``,
+    ``max_new_tokens``, ``min_new_tokens`` and ``length_penalty`` come from the copied ``generation_config.json``.
+    """
+
+    def __init__(self, model_dir, device: str = "cpu", compute_type: str = "default", intra_threads: int = 1):
+        ctranslate2 = _ctranslate2()
+        self.model_dir = Path(model_dir)
+        self.translator = ctranslate2.Translator(
+            str(self.model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=intra_threads
+        )
+        if (self.model_dir / "shared_vocabulary.json").is_file():
+            self.source_tokens = self.target_tokens = _read_json(self.model_dir / "shared_vocabulary.json")
+        else:
+            self.source_tokens = _read_json(self.model_dir / "source_vocabulary.json")
+            self.target_tokens = _read_json(self.model_dir / "target_vocabulary.json")
+        self.target_ids = {token: index for index, token in enumerate(self.target_tokens)}
+        ct2_config = _read_json(self.model_dir / "config.json")
+        self.eos_token = ct2_config["eos_token"]
+        self.eos_token_id = self.target_ids[self.eos_token]
+        generation = self.model_dir / "generation_config.json"
+        self.generation_config = _read_json(generation) if generation.is_file() else {}
+        pad = self.generation_config.get("pad_token_id")
+        self.pad_token_id = 0 if pad is None else pad
+        self._tokenizer = None
+
+    @property
+    def tokenizer(self):
+        """The tokenizer copied into the folder."""
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
+        return self._tokenizer
+
+    def _defaults(self, num_beams, max_new_tokens, min_new_tokens, length_penalty):
+        gen = self.generation_config
+        if num_beams is None:
+            num_beams = gen.get("num_beams") or 1
+        if max_new_tokens is None:
+            max_new_tokens = gen.get("max_new_tokens")
+            if max_new_tokens is None:
+                max_new_tokens = gen.get("max_length", 20) - 1  # HF's max_length counts the start token
+        if min_new_tokens is None:
+            min_new_tokens = gen.get("min_new_tokens")
+            if min_new_tokens is None:
+                min_new_tokens = max(gen.get("min_length", 0) - 1, 0)
+        if length_penalty is None:
+            length_penalty = gen.get("length_penalty", 1.0)
+        return int(num_beams), int(max_new_tokens), int(min_new_tokens), float(length_penalty)
+
+    def _source_tokens(self, input_ids, attention_mask) -> list[list[str]]:
+        if torch.is_tensor(input_ids):
+            input_ids = input_ids.tolist()
+        if torch.is_tensor(attention_mask):
+            attention_mask = attention_mask.tolist()
+        if attention_mask is None:  # as generate does: padding from the pad id
+            attention_mask = [[int(i != self.pad_token_id) for i in row] for row in input_ids]
+        return [
+            [self.source_tokens[i] for i, real in zip(row, mask) if real]
+            for row, mask in zip(input_ids, attention_mask)
+        ]
+
+    def generate(
+        self,
+        input_ids: torch.Tensor | Sequence[Sequence[int]] | None = None,
+        attention_mask: torch.Tensor | Sequence[Sequence[int]] | None = None,
+        *,
+        texts: Sequence[str] | None = None,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        min_new_tokens: int | None = None,
+        length_penalty: float | None = None,
+        num_return_sequences: int = 1,
+        return_scores: bool = False,
+        max_batch_size: int = 0,
+    ):
+        """Generated ids per input (``num_return_sequences`` lists per input, one after the other, as
+        ``model.generate`` orders them). With ``return_scores``, also the scores: the sum of the token
+        log-probabilities divided by ``length ** length_penalty`` (HF's ``sequences_scores`` in beam search)."""
+        if texts is not None:
+            if input_ids is not None:
+                raise ValueError("Give `input_ids` or `texts`, not both.")
+            input_ids = self.tokenizer(list(texts))["input_ids"]
+            attention_mask = [[1] * len(row) for row in input_ids]
+        if input_ids is None:
+            raise ValueError("Give `input_ids` or `texts`.")
+        num_beams, max_new_tokens, min_new_tokens, length_penalty = self._defaults(
+            num_beams, max_new_tokens, min_new_tokens, length_penalty
+        )
+        results = self.translator.translate_batch(
+            self._source_tokens(input_ids, attention_mask),
+            beam_size=num_beams,
+            num_hypotheses=num_return_sequences,
+            length_penalty=length_penalty,
+            max_decoding_length=max_new_tokens,
+            min_decoding_length=min_new_tokens,
+            max_input_length=0,
+            return_end_token=True,
+            return_scores=return_scores,
+            max_batch_size=max_batch_size,
+        )
+        sequences, scores = [], []
+        for result in results:
+            for index, hypothesis in enumerate(result.hypotheses):
+                sequences.append([self.target_ids[token] for token in hypothesis])
+                if return_scores:
+                    scores.append(result.scores[index])
+        return (sequences, scores) if return_scores else sequences
+
+    def translate(self, texts: Sequence[str], **kwargs) -> list[str]:
+        """Texts in, decoded texts out (special tokens skipped)."""
+        sequences = self.generate(texts=texts, **kwargs)
+        return [text.strip() for text in self.tokenizer.batch_decode(sequences, skip_special_tokens=True)]
+
+
+def ctranslate2_generate(model_dir, input_ids=None, attention_mask=None, *, intra_threads: int = 1, **kwargs):
+    """One-off :meth:`CTranslate2Generator.generate` over the folder ``model_dir``."""
+    generator = CTranslate2Generator(model_dir, intra_threads=intra_threads)
+    return generator.generate(input_ids, attention_mask, **kwargs)

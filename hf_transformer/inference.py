@@ -1,0 +1,333 @@
+"""Text in, text out: translate or classify with a saved folder.
+
+    from hf_transformer import Predictor
+
+    translator = Predictor.from_pretrained("runs/m30k-en-de", num_beams=5)
+    translator.translate(["A man is riding a bicycle."])            # -> ["Ein Mann fährt Fahrrad."]
+    classifier = Predictor.from_pretrained("runs/nsmc")
+    classifier(["정말 재미있는 영화였어요"])                              # -> [{"label": "positive", ...}]
+    translator.predict_file("sentences.txt", "translations.txt")    # batched by length, with a progress bar
+
+The head comes from `config.architectures`. Inputs are sorted by length into batches (little padding, so
+fewer wasted products) and the results come back in input order. Inputs longer than the smaller of the
+tokenizer's `model_max_length` and the model's position table are truncated to it. Generation options
+(`num_beams`, `max_new_tokens`, `length_penalty`, `do_sample`, ...) go to `generate` as given; without them the
+folder's generation config applies.
+
+`engine="ctranslate2"` decodes a seq2seq model with CTranslate2 (`pip install -e ".[export]"`): the folder is
+either one written by `hf_transformer.export.to_ctranslate2` or a saved model folder, which is then converted
+into a temporary folder first (`quantization` as for `to_ctranslate2`).
+
+On `import hf_transformer`, `transformers.pipeline("hf-transformer-translation", model=folder)` is registered
+too (:class:`TranslationPipeline`): transformers 5 removed its `translation` and `text2text-generation` tasks and
+refuses those names before looking at registered pipelines, so the task has a name of its own. Classifier
+folders work with transformers' own `pipeline("text-classification", model=folder)`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoModelForSequenceClassification,
+    AutoTokenizer,
+    GenerationConfig,
+    Pipeline,
+)
+
+CLASSIFICATION, SEQ2SEQ = "classification", "seq2seq"
+PIPELINE_TASK = "hf-transformer-translation"
+
+__all__ = ["Predictor", "TranslationPipeline", "task_of", "input_length_limit", "PIPELINE_TASK"]
+
+
+def task_of(config) -> str:
+    """`classification` or `seq2seq`, from `config.architectures` (an encoder-decoder config without one is seq2seq)."""
+    names = config.architectures or []
+    if any(name.endswith("ForSequenceClassification") for name in names):
+        return CLASSIFICATION
+    if any(name.endswith(("ForConditionalGeneration", "ForSeq2SeqLM")) for name in names) or getattr(
+        config, "is_encoder_decoder", False
+    ):
+        return SEQ2SEQ
+    raise ValueError(f"cannot tell a classifier from a translator: config.architectures is {names}")
+
+
+def input_length_limit(config, tokenizer) -> int:
+    """The longest input in tokens: the smaller of the encoder's position table and the tokenizer's
+    `model_max_length` (a tokenizer trained by hand may keep a default longer than the model's table)."""
+    limits = [config.max_position_embeddings, getattr(tokenizer, "model_max_length", None)]
+    return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
+
+
+def _generation_length(config, generation_config, max_new_tokens: int | None) -> int:
+    """`max_new_tokens`, else the folder's generation config, else the decoder's position table; never more
+    than the table holds."""
+    table = config.decoder_max_position_embeddings or config.max_position_embeddings
+    saved = generation_config.to_diff_dict()
+    if max_new_tokens is not None:
+        wanted = max_new_tokens
+    elif saved.get("max_new_tokens"):
+        wanted = saved["max_new_tokens"]
+    elif saved.get("max_length"):
+        wanted = saved["max_length"] - 1  # an encoder-decoder's max_length counts the start token
+    else:
+        wanted = table
+    return max(1, min(wanted, table))
+
+
+def _progress(iterable, total: int, enabled: bool, desc: str):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit="batch")
+
+
+class Predictor:
+    """A loaded folder: `predictor(texts)` gives one result dict per text (`translation`, or `label`, `score`
+    and every label's `scores`); `translate(texts)` and `classify(texts)` say which they expect."""
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        task: str,
+        *,
+        batch_size: int = 32,
+        engine: str = "torch",
+        ctranslate2_generator=None,
+        **generate_options,
+    ):
+        if engine not in ("torch", "ctranslate2"):
+            raise ValueError(f"engine must be 'torch' or 'ctranslate2', got {engine!r}")
+        if engine == "ctranslate2" and task != SEQ2SEQ:
+            raise ValueError("engine='ctranslate2' decodes seq2seq folders; this folder is a classifier")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.task = task
+        self.batch_size = batch_size
+        self.engine = engine
+        self.ctranslate2_generator = ctranslate2_generator
+        self.generate_options = {k: v for k, v in generate_options.items() if v is not None}
+        self._cleanup = contextlib.ExitStack()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str | Path,
+        *,
+        device: str = "cpu",
+        engine: str = "torch",
+        quantization: str | None = None,
+        threads: int | None = None,
+        **options,
+    ) -> Predictor:
+        """Load `model_dir` (a saved folder or Hub id; for `engine="ctranslate2"` also a CTranslate2 folder)."""
+        model_dir = str(model_dir)
+        if engine == "ctranslate2":
+            return cls._from_ctranslate2(
+                model_dir, device=device, quantization=quantization, threads=threads, **options
+            )
+        if quantization is not None:
+            raise ValueError("quantization applies to engine='ctranslate2'; for torch use torch's quantize_dynamic")
+        config = AutoConfig.from_pretrained(model_dir)
+        task = task_of(config)
+        auto = AutoModelForSequenceClassification if task == CLASSIFICATION else AutoModelForSeq2SeqLM
+        model = auto.from_pretrained(model_dir, config=config).to(device).eval()
+        return cls(model, AutoTokenizer.from_pretrained(model_dir), task, engine=engine, **options)
+
+    @classmethod
+    def _from_ctranslate2(cls, model_dir: str, *, device, quantization, threads, **options) -> Predictor:
+        from .configuration_transformer import TransformerConfig
+        from .export.ctranslate2_export import MODEL_CONFIG_FILE, CTranslate2Generator, to_ctranslate2
+
+        cleanup = contextlib.ExitStack()
+        folder = Path(model_dir)
+        if not (folder / "model.bin").is_file():  # a saved model folder: converted first
+            if not folder.is_dir():
+                raise ValueError(f"{model_dir}: engine='ctranslate2' needs a local folder")
+            converted = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="ctranslate2-")))
+            folder = to_ctranslate2(model_dir, converted / "model", quantization=quantization)
+        elif quantization is not None:
+            raise ValueError(f"{model_dir} is already a CTranslate2 model; quantization is chosen when converting")
+        generator = CTranslate2Generator(folder, device=device, intra_threads=threads or torch.get_num_threads())
+        predictor = cls(
+            None,
+            AutoTokenizer.from_pretrained(folder),
+            SEQ2SEQ,
+            engine="ctranslate2",
+            ctranslate2_generator=generator,
+            **options,
+        )
+        predictor._config = TransformerConfig.from_json_file(folder / MODEL_CONFIG_FILE)
+        saved = folder / "generation_config.json"
+        predictor._generation_config = (
+            GenerationConfig.from_pretrained(folder) if saved.is_file() else GenerationConfig()
+        )
+        predictor._cleanup = cleanup
+        return predictor
+
+    # ------------------------------------------------------------------------------------------------
+
+    @property
+    def config(self):
+        return self.model.config if self.model is not None else self._config
+
+    @property
+    def generation_config(self) -> GenerationConfig:
+        return self.model.generation_config if self.model is not None else self._generation_config
+
+    def input_length_limit(self) -> int:
+        return input_length_limit(self.config, self.tokenizer)
+
+    def generation_length(self, max_new_tokens: int | None = None) -> int:
+        """The most new tokens a translation gets: `max_new_tokens` (else the predictor's, else the folder's
+        generation config, else the decoder's position table), never more than the table holds."""
+        wanted = max_new_tokens if max_new_tokens is not None else self.generate_options.get("max_new_tokens")
+        return _generation_length(self.config, self.generation_config, wanted)
+
+    def __call__(self, texts: Sequence[str], *, progress: bool = False, **generate_options) -> list[dict]:
+        if isinstance(texts, str):
+            raise TypeError("texts must be a list of strings; wrap a single text in a list")
+        texts = list(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # characters: a cheap proxy for tokens
+        results: list[dict | None] = [None] * len(texts)
+        batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
+        for indices in _progress(
+            batches, len(batches), progress, "translating" if self.task == SEQ2SEQ else "classifying"
+        ):
+            chunk = [texts[i] for i in indices]
+            if self.task == CLASSIFICATION:
+                outputs = self._classify(chunk)
+            else:
+                outputs = self._translate(chunk, **generate_options)
+            for index, output in zip(indices, outputs):
+                results[index] = output
+        return results
+
+    def translate(self, texts: Sequence[str], **generate_options) -> list[str]:
+        if self.task != SEQ2SEQ:
+            raise ValueError("this folder holds a classifier; use classify() or call the predictor")
+        return [result["translation"] for result in self(texts, **generate_options)]
+
+    def classify(self, texts: Sequence[str]) -> list[dict]:
+        if self.task != CLASSIFICATION:
+            raise ValueError("this folder holds a seq2seq model; use translate() or call the predictor")
+        return self(texts)
+
+    def predict_file(self, source: str | Path, target: str | Path, *, progress: bool = True, **options) -> int:
+        """One result per non-empty line of `source`, written to `target` (translations, or label TAB score);
+        the number of lines written."""
+        lines = read_lines(Path(source).read_text(encoding="utf-8").splitlines())
+        results = self(lines, progress=progress, **options)
+        Path(target).write_text("".join(format_result(r) + "\n" for r in results), encoding="utf-8")
+        return len(results)
+
+    def close(self) -> None:
+        """Drop a temporary CTranslate2 conversion, if one was made."""
+        self._cleanup.close()
+
+    # ------------------------------------------------------------------------------------------------
+
+    def _encode(self, texts: list[str]):
+        batch = self.tokenizer(
+            texts, return_tensors="pt", padding=True, truncation=True, max_length=self.input_length_limit()
+        )
+        batch.pop("token_type_ids", None)
+        return batch
+
+    @torch.no_grad()
+    def _classify(self, texts: list[str]) -> list[dict]:
+        batch = self._encode(texts).to(self.model.device)
+        probabilities = self.model(**batch).logits.float().softmax(-1)
+        id2label = self.model.config.id2label
+        results = []
+        for text, row in zip(texts, probabilities.tolist()):
+            best = max(range(len(row)), key=row.__getitem__)
+            scores = {id2label[i]: p for i, p in enumerate(row)}
+            results.append({"text": text, "label": id2label[best], "score": row[best], "scores": scores})
+        return results
+
+    @torch.no_grad()
+    def _translate(self, texts: list[str], **generate_options) -> list[dict]:
+        options = {**self.generate_options, **{k: v for k, v in generate_options.items() if v is not None}}
+        length = self.generation_length(options.pop("max_new_tokens", None))
+        options.pop("max_length", None)
+        batch = self._encode(texts)
+        if self.engine == "ctranslate2":
+            generated = self.ctranslate2_generator.generate(
+                batch["input_ids"], batch["attention_mask"], max_new_tokens=length, **options
+            )
+        else:
+            # The limit goes in the field the saved generation config uses; setting the other one as well makes
+            # generate() warn that both are set.
+            if self.generation_config.to_diff_dict().get("max_new_tokens"):
+                options["max_new_tokens"] = length
+            else:
+                options["max_length"] = length + 1  # counts the start token
+            generated = self.model.generate(**batch.to(self.model.device), **options)
+        decoded = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+        return [{"text": text, "translation": output.strip()} for text, output in zip(texts, decoded)]
+
+
+def format_result(result: dict, as_json: bool = False) -> str:
+    """A result as one output line: the translation, or `label<TAB>score<TAB>text`; JSON with `as_json`."""
+    if as_json:
+        import json
+
+        return json.dumps(result, ensure_ascii=False)
+    if "translation" in result:
+        return result["translation"]
+    return f"{result['label']}\t{result['score']:.4f}\t{result['text']}"
+
+
+def read_lines(stream: Iterable[str]) -> list[str]:
+    """The non-empty lines, stripped."""
+    return [line.strip() for line in stream if line.strip()]
+
+
+class TranslationPipeline(Pipeline):
+    """`transformers.pipeline("hf-transformer-translation", model=folder)`: text in, `[{"translation_text": ...}]`
+    out, as transformers 4's translation pipeline answered. Generation options go to `generate`."""
+
+    def _sanitize_parameters(self, truncation=True, **generate_kwargs):
+        return {"truncation": truncation}, generate_kwargs, {}
+
+    def preprocess(self, text: str, truncation: bool = True):
+        if not isinstance(text, str):
+            raise TypeError(f"{PIPELINE_TASK} takes text (a string, or a list of strings), got {type(text).__name__}")
+        batch = self.tokenizer(
+            [text],
+            return_tensors="pt",
+            truncation=truncation,
+            max_length=input_length_limit(self.model.config, self.tokenizer) if truncation else None,
+        )
+        batch.pop("token_type_ids", None)
+        return batch
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        length = _generation_length(
+            self.model.config, self.model.generation_config, generate_kwargs.pop("max_new_tokens", None)
+        )
+        return {"output_ids": self.model.generate(**model_inputs, max_new_tokens=length, **generate_kwargs)}
+
+    def postprocess(self, model_outputs):
+        texts = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True)
+        return [{"translation_text": text.strip()} for text in texts]
+
+
+def register_pipeline() -> None:
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    PIPELINE_REGISTRY.register_pipeline(
+        PIPELINE_TASK, pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )

@@ -1,0 +1,271 @@
+"""hf_transformer.export.ctranslate2_export: tiny random seq2seq folders converted to CTranslate2 decode the tokens
+that ``model.generate`` decodes, with the same log-probabilities."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import tiny_config
+
+from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+
+ctranslate2 = pytest.importorskip("ctranslate2")
+
+from hf_transformer.export.ctranslate2_export import (  # noqa: E402
+    CTranslate2Generator,
+    check_convertible,
+    ctranslate2_generate,
+    to_ctranslate2,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
+# Inputs of different lengths, right-padded in one batch.
+INPUTS = ["a man rides a red bike .", "two dogs", "ein mann fährt ein rotes fahrrad .", "a dog in the snow"]
+MAX_NEW_TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizer import train_tokenizer
+
+    return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=48, show_progress=False)
+
+
+def random_model(tokenizer, seed: int = 0, **overrides) -> TransformerForConditionalGeneration:
+    """A tiny model with weights larger than its initialisation gives, so that its outputs depend on the input."""
+    torch.manual_seed(seed)
+    settings = dict(vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=48)
+    settings.update(overrides)
+    model = TransformerForConditionalGeneration(tiny_config(**settings)).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "embed" in name:
+                parameter.normal_(0.0, 1.0)
+            elif parameter.dim() == 2:
+                parameter.normal_(0.0, 1.5 / parameter.shape[1] ** 0.5)
+            elif "layer_norm" in name and name.endswith("weight"):
+                parameter.normal_(1.0, 0.2)
+            else:
+                parameter.normal_(0.0, 0.2)
+    return model
+
+
+def save(model, tokenizer, folder: Path) -> Path:
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def hf_tokens(model, batch, **kwargs) -> tuple[list[list[int]], torch.Tensor | None]:
+    """``model.generate``'s tokens without the start token, each row cut after its first end token; and the
+    beam scores (``sequences_scores``) in beam search."""
+    with torch.no_grad():
+        output = model.generate(
+            **batch, max_new_tokens=MAX_NEW_TOKENS, return_dict_in_generate=True, output_scores=True, **kwargs
+        )
+    eos = model.config.eos_token_id
+    rows = []
+    for row in output.sequences[:, 1:].tolist():
+        rows.append(row[: row.index(eos) + 1] if eos in row else row)
+    return rows, getattr(output, "sequences_scores", None)
+
+
+def teacher_forced_log_probs(model, batch, rows: list[list[int]]) -> list[torch.Tensor]:
+    """Per input, the HF model's log-probabilities of its tokens ``rows`` followed by the end token."""
+    start, eos = model.config.decoder_start_token_id, model.config.eos_token_id
+    scores = []
+    for index, row in enumerate(rows):
+        target = row if row and row[-1] == eos else row + [eos]
+        real = batch["attention_mask"][index].bool()
+        with torch.no_grad():
+            logits = model(
+                input_ids=batch["input_ids"][index : index + 1, real],
+                decoder_input_ids=torch.tensor([[start] + target[:-1]]),
+            ).logits[0]
+        scores.append(logits.log_softmax(-1).gather(-1, torch.tensor(target)[:, None])[:, 0])
+    return scores
+
+
+CASES = {
+    "post_ln_sinusoidal_gelu": {},
+    "post_ln_final_layer_norm": dict(final_layer_norm=True),
+    "pre_ln_learned_relu": dict(
+        layer_norm_position="pre", position_embedding_type="learned", activation_function="relu"
+    ),
+    "pre_ln_without_final_norm": dict(layer_norm_position="pre", final_layer_norm=False),
+    "embedding_layer_norm_scaled": dict(embedding_layer_norm=True, scale_embedding=True, layer_norm_epsilon=1e-5),
+    "head_dim_not_d_model_over_heads": dict(head_dim=12, n_layer=1),
+    "separate_vocabularies": dict(share_embeddings=False, decoder_vocab_size=90, encoder_layers=1),
+    "larger_vocabulary_untied_output": dict(vocab_size=84, tie_word_embeddings=False, layer_norm_epsilon=0.3),
+}
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory, tokenizer):
+    """case name -> (model, CTranslate2 folder), converted once per case."""
+    cache = {}
+
+    def get(case: str):
+        if case not in cache:
+            model = random_model(tokenizer, **CASES[case])
+            folder = save(model, tokenizer, tmp_path_factory.mktemp(case))
+            cache[case] = (model, to_ctranslate2(folder, folder.parent / f"{case}-ct2"))
+        return cache[case]
+
+    return get
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("case", list(CASES))
+def test_ctranslate2_decodes_what_generate_decodes(converted, tokenizer, case, num_beams):
+    model, output_dir = converted(case)
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    assert not batch["attention_mask"].all(), "the batch should hold padding"
+    # CTranslate2 stops beam search once num_beams hypotheses have finished: HF's early_stopping=True.
+    expected, expected_scores = hf_tokens(model, batch, num_beams=num_beams, early_stopping=True)
+    assert len({tuple(row) for row in expected}) > 1, "a degenerate model: every input gives the same output"
+
+    generator = CTranslate2Generator(output_dir)
+    tokens, scores = generator.generate(
+        batch["input_ids"],
+        batch["attention_mask"],
+        num_beams=num_beams,
+        max_new_tokens=MAX_NEW_TOKENS,
+        return_scores=True,
+    )
+    assert tokens == expected
+    if num_beams > 1:
+        torch.testing.assert_close(torch.tensor(scores), expected_scores, rtol=1e-4, atol=1e-4)
+
+    # The log-probabilities of those tokens (and of the end token after them), step by step.
+    sources = generator._source_tokens(batch["input_ids"], batch["attention_mask"])
+    targets = [[generator.target_tokens[i] for i in row if i != model.config.eos_token_id] for row in tokens]
+    results = generator.translator.score_batch(sources, targets, max_input_length=0)
+    for result, reference in zip(results, teacher_forced_log_probs(model, batch, tokens)):
+        torch.testing.assert_close(torch.tensor(result.log_probs), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_vocabularies_map_token_strings_to_model_ids(converted, tokenizer):
+    _, shared = converted("post_ln_sinusoidal_gelu")
+    vocabulary = json.loads((shared / "shared_vocabulary.json").read_text())
+    assert vocabulary[: len(tokenizer)] == tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    assert (shared / "tokenizer.json").is_file() and (shared / "generation_config.json").is_file()
+
+    _, separate = converted("separate_vocabularies")
+    source = json.loads((separate / "source_vocabulary.json").read_text())
+    target = json.loads((separate / "target_vocabulary.json").read_text())
+    assert len(source) == len(tokenizer) and len(target) == 90
+    assert target[: len(source)] == source and target[-1] == "<ct2_unused_89>"
+
+
+def test_beam_search_with_end_tokens_and_length_penalties(tmp_path, tokenizer):
+    model = random_model(
+        tokenizer,
+        **CASES["pre_ln_learned_relu"],
+        n_layer=1,
+        head_dim=12,
+        scale_embedding=True,
+        embedding_layer_norm=True,
+        tie_word_embeddings=False,
+    )
+    output_dir = to_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "ct2")
+    generator = CTranslate2Generator(output_dir)
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    eos = model.config.eos_token_id
+    for length_penalty in (0.0, 1.0, 2.0):
+        expected, expected_scores = hf_tokens(
+            model, batch, num_beams=4, early_stopping=True, length_penalty=length_penalty
+        )
+        tokens, scores = generator.generate(
+            batch["input_ids"],
+            batch["attention_mask"],
+            num_beams=4,
+            max_new_tokens=MAX_NEW_TOKENS,
+            length_penalty=length_penalty,
+            return_scores=True,
+        )
+        assert any(row[-1] == eos for row in expected), "this model should finish some beams"
+        assert tokens == expected, length_penalty
+        torch.testing.assert_close(torch.tensor(scores), expected_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_texts_and_the_one_off_helper(converted, tokenizer):
+    model, output_dir = converted("pre_ln_learned_relu")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    expected, _ = hf_tokens(model, batch, num_beams=1)
+    assert ctranslate2_generate(output_dir, batch["input_ids"], num_beams=1, max_new_tokens=MAX_NEW_TOKENS) == expected
+    generator = CTranslate2Generator(output_dir)
+    texts = generator.translate(INPUTS, num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
+    assert texts == [text.strip() for text in tokenizer.batch_decode(expected, skip_special_tokens=True)]
+
+
+def test_int8_conversion_decodes(tmp_path, tokenizer):
+    model = random_model(tokenizer, n_layer=1)
+    output_dir = to_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "int8", quantization="int8")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    tokens = CTranslate2Generator(output_dir).generate(
+        batch["input_ids"], batch["attention_mask"], num_beams=2, max_new_tokens=MAX_NEW_TOKENS
+    )
+    assert len(tokens) == len(INPUTS)
+    assert all(1 <= len(row) <= MAX_NEW_TOKENS and all(0 <= i < len(tokenizer) for i in row) for row in tokens)
+    assert (tmp_path / "int8" / "model.bin").stat().st_size < (tmp_path / "model" / "model.safetensors").stat().st_size
+
+
+def test_unrepresentable_settings_raise_naming_them(tmp_path, tokenizer):
+    config = tiny_config(embedding_layer_norm=True, embedding_layer_norm_epsilon=1e-3, layer_norm_epsilon=1e-5)
+    with pytest.raises(ValueError, match="embedding_layer_norm_epsilon"):
+        check_convertible(config)
+    folder = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
+    settings = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**settings, "activation_function": "silu"}))
+    with pytest.raises(ValueError, match="activation_function"):
+        to_ctranslate2(folder, tmp_path / "out")
+    (folder / "config.json").write_text(
+        json.dumps({**settings, "embedding_layer_norm": True, "embedding_layer_norm_epsilon": 0.5})
+    )
+    with pytest.raises(ValueError, match="embedding_layer_norm_epsilon"):
+        to_ctranslate2(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_classifier_folder_is_refused(tmp_path, tokenizer):
+    model = TransformerForSequenceClassification(tiny_config(vocab_size=len(tokenizer), n_layer=1, num_labels=2))
+    folder = save(model, tokenizer, tmp_path / "classifier")
+    with pytest.raises(ValueError, match="seq2seq"):
+        to_ctranslate2(folder, tmp_path / "out")
+
+
+def test_an_existing_output_folder_needs_force(tmp_path, tokenizer):
+    folder = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(FileExistsError, match="force"):
+        to_ctranslate2(folder, tmp_path / "out")
+    assert to_ctranslate2(folder, tmp_path / "out", force=True) == tmp_path / "out"
+    assert (tmp_path / "out" / "model.bin").is_file()
+    with pytest.raises(ValueError, match="replace the model folder"):
+        to_ctranslate2(folder, folder, force=True)
+
+
+def test_command_line(tmp_path, tokenizer):
+    folder = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+    )
+    command = [sys.executable, "-m", "hf_transformer.export", "ctranslate2", str(folder), str(tmp_path / "out")]
+    completed = subprocess.run(
+        [*command, "--quantization", "int8"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=300
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.strip().splitlines()[-1] == str(tmp_path / "out")
+    assert (tmp_path / "out" / "model.bin").is_file()
+    batch = tokenizer(INPUTS[:2], return_tensors="pt", padding=True)
+    assert len(CTranslate2Generator(tmp_path / "out").generate(batch["input_ids"], max_new_tokens=3)) == 2

@@ -1,0 +1,178 @@
+"""hf_transformer.Predictor (text in, text out), the registered translation pipeline, and int8 through torch's own
+quantize_dynamic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import tiny_config
+from transformers import pipeline
+
+from hf_transformer import (
+    PIPELINE_TASK,
+    Predictor,
+    TransformerForConditionalGeneration,
+    TransformerForSequenceClassification,
+)
+
+WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
+SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizer import train_tokenizer
+
+    # model_max_length as train_tokenizer leaves it by default: longer than the models' position tables here.
+    return train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=256, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=12, init_std=0.3)
+    model = TransformerForConditionalGeneration(config).eval()
+    model.generation_config.num_beams = 3
+    model.generation_config.max_new_tokens = 7
+    folder = tmp_path_factory.mktemp("translator")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder, model
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), num_labels=2, id2label={0: "neg", 1: "pos"}, n_layer=1)
+    config.label2id = {"neg": 0, "pos": 1}
+    model = TransformerForSequenceClassification(config).eval()
+    folder = tmp_path_factory.mktemp("classifier")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder, model
+
+
+def one_by_one(model, tokenizer, texts, **options):
+    """Each text alone (no padding), truncated to the model's 12 positions."""
+    outputs = []
+    for text in texts:
+        ids = tokenizer([text], return_tensors="pt", truncation=True, max_length=12)["input_ids"]
+        with torch.no_grad():
+            generated = model.generate(ids, **options)
+        outputs.append(tokenizer.decode(generated[0], skip_special_tokens=True).strip())
+    return outputs
+
+
+def test_translations_come_back_in_input_order_whatever_the_batching(translator, tokenizer):
+    folder, model = translator
+    texts = SENTENCES[::-1]
+    expected = one_by_one(model, tokenizer, texts)  # the saved generation config: beam 3, 7 new tokens
+    assert len(set(expected)) > 5  # the texts are told apart
+    for batch_size in (1, 5, 64):
+        predictor = Predictor.from_pretrained(folder, batch_size=batch_size)
+        assert predictor.translate(texts) == expected
+    # Generation options go to generate: per predictor, or per call.
+    greedy = one_by_one(model, tokenizer, texts, num_beams=1, max_new_tokens=3)
+    assert Predictor.from_pretrained(folder, num_beams=1, max_new_tokens=3).translate(texts) == greedy
+    assert predictor.translate(texts, num_beams=1, max_new_tokens=3) == greedy
+
+
+def test_inputs_are_truncated_at_the_smaller_of_tokenizer_and_position_table(translator, tokenizer):
+    folder, model = translator
+    long_text = " ".join(SENTENCES[:4])
+    assert len(tokenizer(long_text)["input_ids"]) > 12 and tokenizer.model_max_length == 256
+    with pytest.raises(ValueError, match="exceeds the position table"):  # what truncation=True alone gives
+        model.generate(**tokenizer([long_text], return_tensors="pt", truncation=True))
+    predictor = Predictor.from_pretrained(folder)
+    assert predictor.input_length_limit() == 12
+    assert predictor.translate([long_text]) == one_by_one(model, tokenizer, [long_text])
+
+
+def test_predict_file_writes_one_line_per_input_in_order(translator, tokenizer, tmp_path, capsys):
+    folder, model = translator
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(SENTENCES[:6]) + "\n\n", encoding="utf-8")
+    predictor = Predictor.from_pretrained(folder, batch_size=4)
+    assert predictor.predict_file(source, tmp_path / "out.txt") == 6
+    written = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
+    assert written == one_by_one(model, tokenizer, SENTENCES[:6])
+    assert "translating" in capsys.readouterr().err  # the progress bar
+
+
+def test_classifier_folder(classifier, tokenizer):
+    folder, model = classifier
+    predictor = Predictor.from_pretrained(folder, batch_size=3)
+    results = predictor.classify(SENTENCES[:7])
+    with torch.no_grad():
+        batch = tokenizer(SENTENCES[:7], return_tensors="pt", padding=True)
+        probabilities = model(batch["input_ids"], attention_mask=batch["attention_mask"]).logits.softmax(-1)
+    for result, row in zip(results, probabilities):
+        assert result["label"] == ("pos" if row[1] > row[0] else "neg")
+        assert result["scores"]["pos"] == pytest.approx(row[1].item(), abs=1e-5)
+    with pytest.raises(ValueError, match="classifier"):
+        predictor.translate(["a dog ."])
+    with pytest.raises(TypeError, match="list of strings"):
+        predictor("a dog .")
+    with pytest.raises(ValueError, match="seq2seq"):
+        Predictor.from_pretrained(folder, engine="ctranslate2")
+
+
+def test_transformers_pipeline_translates_and_classifies(translator, classifier, tokenizer):
+    folder, model = translator
+    translate = pipeline(PIPELINE_TASK, model=str(folder))
+    texts = SENTENCES[:3]
+    assert [row[0]["translation_text"] for row in translate(texts)] == one_by_one(model, tokenizer, texts)
+    assert (
+        translate(texts[0], num_beams=1, max_new_tokens=3)[0]["translation_text"]
+        == one_by_one(model, tokenizer, texts[:1], num_beams=1, max_new_tokens=3)[0]
+    )
+    with pytest.raises(KeyError, match="removed"):  # why the task has a name of its own
+        pipeline("translation", model=str(folder))
+
+    classifier_folder, _ = classifier
+    classify = pipeline("text-classification", model=str(classifier_folder))
+    expected = Predictor.from_pretrained(classifier_folder).classify(texts)
+    assert [row["label"] for row in classify(texts)] == [row["label"] for row in expected]
+
+
+def test_quantize_dynamic_quantizes_every_projection_and_generate_runs(translator, tokenizer):
+    _, model = translator
+    linear_layers = [name for name, module in model.named_modules() if type(module) is torch.nn.Linear]
+    assert len(linear_layers) == 2 * 6 + 2 * 10 + 1  # 2 encoder and 2 decoder layers, the output projection
+    quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    modules = dict(quantized.named_modules())
+    assert all(type(modules[name]) is torch.ao.nn.quantized.dynamic.Linear for name in linear_layers)
+    assert not any(type(m) is torch.nn.Linear for m in quantized.modules())
+
+    batch = tokenizer(SENTENCES[:6], return_tensors="pt", padding=True, truncation=True, max_length=12)
+    decoder_input_ids = torch.full((6, 4), model.config.decoder_start_token_id)
+    with torch.no_grad():
+        exact = model(**batch, decoder_input_ids=decoder_input_ids).logits
+        approximate = quantized(**batch, decoder_input_ids=decoder_input_ids).logits
+        generated = quantized.generate(**batch, num_beams=2, max_new_tokens=5)
+    error = (approximate - exact).abs().max() / exact.abs().max()
+    assert 0 < error < 0.05, error  # int8 weights: close, not equal
+    assert generated.shape[0] == 6 and generated.shape[1] > 1
+    # The quantized copy trains no fused loss from a weight it does not have, but computes the plain one.
+    quantized.train()
+    loss = quantized(**batch, labels=batch["input_ids"]).loss
+    assert torch.isfinite(loss)
+
+
+def test_ctranslate2_engine_gives_the_torch_translations(translator, tokenizer, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from hf_transformer.export import to_ctranslate2
+
+    folder, model = translator
+    texts = SENTENCES[:8]
+    torch_translations = Predictor.from_pretrained(folder, num_beams=1).translate(texts)
+    converted = Predictor.from_pretrained(folder, engine="ctranslate2", num_beams=1)  # converted on the fly
+    try:
+        assert converted.translate(texts) == torch_translations
+    finally:
+        converted.close()
+    exported = to_ctranslate2(folder, tmp_path / "ct2")
+    predictor = Predictor.from_pretrained(exported, engine="ctranslate2", batch_size=3)
+    assert predictor.translate(texts, num_beams=1) == torch_translations
+    with pytest.raises(ValueError, match="already a CTranslate2 model"):
+        Predictor.from_pretrained(exported, engine="ctranslate2", quantization="int8")
