@@ -1,0 +1,453 @@
+"""ONNX export of a saved folder (torch's dynamo exporter) and a small numpy decoder over ONNX Runtime.
+
+Graphs written by :func:`to_onnx` (all batch and sequence dimensions dynamic; ids and masks int64, states fp32):
+
+seq2seq (``TransformerForConditionalGeneration``), cross-attention keys and values computed once, by the encoder graph:
+  ``encoder.onnx``  input_ids (B, S), attention_mask (B, S)
+                    -> encoder_hidden_states (B, S, D), cross_key_{i} / cross_value_{i} (B, H, S, Dh) per decoder layer
+  ``decoder.onnx``  input_ids (B, T): the new target token(s), encoder_attention_mask (B, S),
+                    past_key_{i} / past_value_{i} (B, H, P, Dh): the self-attention cache, P = 0 at the first step,
+                    cross_key_{i} / cross_value_{i} (B, H, S, Dh): the encoder graph's outputs
+                    -> logits (B, T, V), present_key_{i} / present_value_{i} (B, H, P + T, Dh)
+classifier (``TransformerForSequenceClassification``):
+  ``classifier.onnx`` input_ids (B, S), attention_mask (B, S) -> logits (B, num_labels)
+
+The decoder graph reads the cross-attention keys and values instead of the encoder output: they are the same at every
+step, so they are projected once (in the encoder graph) rather than at each step. Beam search repeats them for the
+beams of each input and never reorders them; only the self-attention cache follows the beams.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["to_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
+
+ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE = "encoder.onnx", "decoder.onnx", "classifier.onnx"
+TOLERANCE = 1e-4
+_COPIED = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab*",
+    "merges.txt",
+    "*.model",
+    "chat_template*",
+)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Export
+# ---------------------------------------------------------------------------------------------------
+
+
+def _wrappers():
+    """The modules that are exported: plain tensors in and out (defined here so that torch loads only on export)."""
+    import torch
+    from transformers import DynamicCache, EncoderDecoderCache
+    from transformers.cache_utils import DynamicLayer
+
+    def cache_of(tensors):
+        cache = DynamicCache()
+        for key, value in zip(tensors[0::2], tensors[1::2]):
+            layer = DynamicLayer()
+            layer.dtype, layer.device, layer.keys, layer.values = key.dtype, key.device, key, value
+            layer.is_initialized = True
+            cache.layers.append(layer)
+        return cache
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+    class Encoder(Wrapper):
+        def forward(self, input_ids, attention_mask):
+            states = self.model.model.encoder(
+                input_ids=input_ids, attention_mask=attention_mask.bool()
+            ).last_hidden_state
+            outputs = [states]
+            for layer in self.model.model.decoder.layers:
+                attention = layer.cross_attn
+                outputs += [
+                    attention._split_heads(attention.k_proj(states)),
+                    attention._split_heads(attention.v_proj(states)),
+                ]
+            return tuple(outputs)
+
+    class Decoder(Wrapper):
+        def forward(self, input_ids, encoder_attention_mask, *caches):
+            half = len(caches) // 2
+            self_cache, cross_cache = cache_of(caches[:half]), cache_of(caches[half:])
+            cache = EncoderDecoderCache(self_cache, cross_cache)
+            cache.is_updated = dict.fromkeys(range(half // 2), True)  # cross-attention reads the given keys and values
+            hidden = self.model.model.decoder(
+                input_ids=input_ids,
+                encoder_hidden_states=caches[half],  # only its batch size is read: the cross cache is complete
+                encoder_attention_mask=encoder_attention_mask.bool(),
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state
+            present = [tensor for layer in self_cache.layers for tensor in (layer.keys, layer.values)]
+            return (self.model.lm_head(hidden), *present)
+
+    class Classifier(Wrapper):
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).logits
+
+    return Encoder, Decoder, Classifier
+
+
+def _example_ids(generator, vocab_size: int, shape, pad: int | None, lengths=()):
+    """Random (ids, mask) of ``shape`` without the pad id; row i is padded after ``lengths[i]`` tokens."""
+    import torch
+
+    ids = torch.randint(0, vocab_size, shape, generator=generator)
+    if pad is not None:
+        ids = torch.where(ids == pad, (pad + 1) % vocab_size, ids)
+    mask = torch.ones(shape, dtype=torch.int64)
+    for row, length in enumerate(lengths):
+        mask[row, length:] = 0
+        if pad is not None:
+            ids[row, length:] = pad
+    return ids, mask
+
+
+@contextlib.contextmanager
+def _quiet_exporter():
+    """Silences the exporter's notes that concern no graph written here: torchvision's ops it cannot register, axis
+    names shared by several inputs (one name is kept), and a deprecation inside torch's pytree code."""
+    registration = logging.getLogger("torch.onnx._internal.exporter._registration")
+    level = registration.level
+    registration.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"# The axis name: .* will not be used")
+            warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
+            yield
+    finally:
+        registration.setLevel(level)
+
+
+def _export(module, args, path: Path, input_names, output_names, dynamic_shapes, opset, checks) -> None:
+    """Exports ``module`` and runs the graph with onnxruntime on ``args`` and on each of ``checks`` (tuples of
+    inputs): every output must agree with torch's within :data:`TOLERANCE`."""
+    import onnxruntime
+    import torch
+
+    module.eval()
+    external = sum(p.numel() * p.element_size() for p in module.parameters()) > 1 << 30  # protobuf stops at 2 GiB
+    with torch.no_grad(), _quiet_exporter():
+        program = torch.onnx.export(
+            module,
+            args,
+            dynamo=True,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_shapes=dynamic_shapes,
+            opset_version=opset,
+            external_data=external,
+            verbose=False,
+        )
+    program.save(str(path), external_data=external)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for inputs in (args, *checks):
+        with torch.no_grad():
+            expected = module(*inputs)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = session.run(list(output_names), {name: t.numpy() for name, t in zip(input_names, inputs)})
+        for name, want, have in zip(output_names, expected, got):
+            if tuple(want.shape) != have.shape:
+                raise RuntimeError(f"{path.name}: output {name} has shape {have.shape}, torch {tuple(want.shape)}")
+            difference = float(np.abs(want.numpy() - have).max()) if have.size else 0.0
+            if not difference <= TOLERANCE:
+                raise RuntimeError(
+                    f"{path.name}: output {name} differs from torch by {difference:.3g} (> {TOLERANCE}) "
+                    f"on inputs of shapes {[tuple(t.shape) for t in inputs]}"
+                )
+
+
+def to_onnx(model_dir, output_dir, opset: int | None = None) -> Path:
+    """Exports the folder ``model_dir`` (written by ``save_pretrained``: a seq2seq model or a classifier, as its
+    config's ``architectures`` says) to the ONNX graphs of the module's docstring in ``output_dir``, beside a copy of
+    its config, generation config and tokenizer files. ``opset``: the ONNX opset (None: the exporter's default).
+
+    The graphs are traced from unpadded examples; each is then run with onnxruntime on its example and on padded
+    inputs of other shapes (a first decoding step with an empty cache among them), and must agree with torch within
+    :data:`TOLERANCE`, else ``RuntimeError``. Returns ``output_dir``."""
+    import torch
+    from torch.export import Dim
+    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
+
+    import hf_transformer  # noqa: F401  (registers the Auto classes)
+
+    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    config = AutoConfig.from_pretrained(model_dir)
+    seq2seq = not any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
+    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForSequenceClassification
+    model = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    Encoder, Decoder, Classifier = _wrappers()
+
+    generator = torch.Generator().manual_seed(0)
+    length = min(8, config.max_position_embeddings)
+    example = _example_ids(generator, config.vocab_size, (3, length), config.pad_token_id)
+    checks = [_example_ids(generator, config.vocab_size, (2, max(1, length - 3)), config.pad_token_id, [1])]
+    batch, source = Dim("batch"), Dim("source_length", max=config.max_position_embeddings)
+    text_names, text_shapes = ["input_ids", "attention_mask"], ({0: batch, 1: source}, {0: batch, 1: source})
+    if not seq2seq:
+        _export(
+            Classifier(model), example, output_dir / CLASSIFIER_FILE, text_names, ["logits"], text_shapes, opset, checks
+        )
+    else:
+        layers = config.decoder_layers
+        cross_names = [f"cross_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+        past_names = [f"past_{kind}_{i}" for i in range(layers) for kind in ("key", "value")]
+        encoder = Encoder(model)
+        _export(
+            encoder,
+            example,
+            output_dir / ENCODER_FILE,
+            text_names,
+            ["encoder_hidden_states", *cross_names],
+            text_shapes,
+            opset,
+            checks,
+        )
+
+        def decoder_inputs(source_ids, source_mask, past_length: int, new_length: int) -> tuple:
+            with torch.no_grad():
+                cross = encoder(source_ids, source_mask)[1:]
+            shape = (source_ids.shape[0], config.num_attention_heads, past_length, config.head_dim)
+            past = [torch.randn(shape, generator=generator) for _ in past_names]
+            ids = torch.randint(0, config.decoder_vocab_size, (source_ids.shape[0], new_length), generator=generator)
+            return (ids, source_mask, *past, *cross)
+
+        positions = config.decoder_max_position_embeddings
+        new, past = Dim("new_length", max=positions), Dim("past_length", max=positions)
+        # The wrapper takes the caches as one `*caches` argument: their shapes go in one tuple.
+        cache_shapes = (*[{0: batch, 2: past}] * len(past_names), *[{0: batch, 2: source}] * len(cross_names))
+        _export(
+            Decoder(model),
+            decoder_inputs(*example, 3, 2),
+            output_dir / DECODER_FILE,
+            ["input_ids", "encoder_attention_mask", *past_names, *cross_names],
+            ["logits", *(name.replace("past_", "present_") for name in past_names)],
+            ({0: batch, 1: new}, {0: batch, 1: source}, cache_shapes),
+            opset,
+            [decoder_inputs(*checks[0], 0, 1), decoder_inputs(*checks[0], 0, 3), decoder_inputs(*checks[0], 4, 1)],
+        )
+
+    for pattern in _COPIED:
+        for file in model_dir.glob(pattern):
+            if file.is_file():
+                shutil.copy2(file, output_dir / file.name)
+    return output_dir
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inference with ONNX Runtime (numpy only)
+# ---------------------------------------------------------------------------------------------------
+
+# Generation settings that add logits processors to `model.generate`; the decoder below does not apply them.
+_UNSUPPORTED = {
+    "do_sample": False,
+    "no_repeat_ngram_size": 0,
+    "repetition_penalty": 1.0,
+    "min_length": 0,
+    "min_new_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "num_return_sequences": 1,
+}
+
+
+def _session(path: Path, intra_op_num_threads: int | None, providers):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    if intra_op_num_threads:
+        options.intra_op_num_threads = intra_op_num_threads
+    return onnxruntime.InferenceSession(str(path), options, providers=providers or ["CPUExecutionProvider"])
+
+
+def _read_json(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _log_softmax(logits: np.ndarray) -> np.ndarray:
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _top(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` largest entries of each row, largest first (``torch.topk``)."""
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+
+
+def _take(array: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """``array[b, indices[b, j], ...]`` for each row b (``GenerationMixin._gather_beams``)."""
+    return np.take_along_axis(array, indices.reshape(indices.shape + (1,) * (array.ndim - 2)), axis=1)
+
+
+class OnnxSeq2SeqGenerator:
+    """Greedy and beam-search decoding over the graphs of :func:`to_onnx`, returning the token ids that
+    ``model.generate`` returns: (B, L) int64, starting with the decoder start token; a finished greedy row is padded
+    with the pad token, a beam hypothesis with ``pad_token_id or eos_token_id`` (as transformers does)."""
+
+    def __init__(self, output_dir, intra_op_num_threads: int | None = None, providers=None):
+        output_dir = Path(output_dir)
+        self.encoder = _session(output_dir / ENCODER_FILE, intra_op_num_threads, providers)
+        self.decoder = _session(output_dir / DECODER_FILE, intra_op_num_threads, providers)
+        settings = {**_read_json(output_dir / "config.json"), **_read_json(output_dir / "generation_config.json")}
+        unsupported = sorted(k for k, v in _UNSUPPORTED.items() if settings.get(k, v) not in (v, [], {}))
+        if unsupported:
+            warnings.warn(f"OnnxSeq2SeqGenerator ignores the generation settings {unsupported}", stacklevel=2)
+        eos = settings.get("eos_token_id")
+        self.eos = [eos] if isinstance(eos, int) else list(eos or [])
+        self.pad = settings.get("pad_token_id")
+        self.start = settings.get("decoder_start_token_id", settings.get("bos_token_id"))
+        self.num_beams = settings.get("num_beams", 1)
+        self.length_penalty = settings.get("length_penalty", 1.0)
+        self.early_stopping = settings.get("early_stopping", False)
+        self.max_new_tokens = settings.get("max_new_tokens") or settings.get("max_length", 20) - 1
+        inputs = {node.name: node.shape for node in self.decoder.get_inputs()}
+        self.past_names = [name for name in inputs if name.startswith("past_")]
+        self.cross_names = [name for name in inputs if name.startswith("cross_")]
+        self.cache_shape = inputs[self.past_names[0]][1], inputs[self.past_names[0]][3]  # (H, Dh)
+        self.outputs = ["logits", *(name.replace("past_", "present_") for name in self.past_names)]
+
+    def generate(
+        self,
+        input_ids,
+        attention_mask=None,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
+    ) -> np.ndarray:
+        """Like ``model.generate(input_ids, attention_mask, num_beams=..., max_new_tokens=...)``; settings left None
+        come from the exported generation config. ``input_ids`` and ``attention_mask``: (B, S) arrays."""
+        input_ids = np.asarray(input_ids, dtype=np.int64)
+        attention_mask = (input_ids != self.pad if attention_mask is None else np.asarray(attention_mask)).astype(
+            np.int64
+        )
+        encoded = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+        cross = dict(zip(self.cross_names, encoded[1:]))
+        num_beams = num_beams or self.num_beams
+        max_new_tokens = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if num_beams == 1:
+            return self._greedy(attention_mask, cross, max_new_tokens)
+        length_penalty = self.length_penalty if length_penalty is None else length_penalty
+        early_stopping = self.early_stopping if early_stopping is None else early_stopping
+        return self._beam_search(attention_mask, cross, num_beams, max_new_tokens, length_penalty, early_stopping)
+
+    def _step(self, tokens: np.ndarray, mask: np.ndarray, past: list, cross: dict) -> tuple[np.ndarray, list]:
+        """One decoder step: (R,) tokens -> (R, V) float32 log-probabilities of the next token and the new cache."""
+        feed = {"input_ids": tokens[:, None], "encoder_attention_mask": mask, **dict(zip(self.past_names, past))}
+        logits, *present = self.decoder.run(self.outputs, {**feed, **cross})
+        return _log_softmax(logits[:, -1].astype(np.float32)), present
+
+    def _empty_cache(self, rows: int) -> list:
+        return [np.zeros((rows, self.cache_shape[0], 0, self.cache_shape[1]), np.float32)] * len(self.past_names)
+
+    def _greedy(self, mask: np.ndarray, cross: dict, max_new_tokens: int) -> np.ndarray:
+        pad = self.pad if self.pad is not None else self.eos[0]
+        sequences = np.full((mask.shape[0], 1), self.start, dtype=np.int64)
+        unfinished = np.ones(mask.shape[0], dtype=bool)
+        past = self._empty_cache(mask.shape[0])
+        for _ in range(max_new_tokens):
+            log_probs, past = self._step(sequences[:, -1], mask, past, cross)
+            tokens = np.where(unfinished, log_probs.argmax(-1), pad)
+            sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
+            unfinished &= ~np.isin(tokens, self.eos)
+            if not unfinished.any():
+                break
+        return sequences
+
+    def _beam_search(self, mask, cross, num_beams, max_new_tokens, length_penalty, early_stopping) -> np.ndarray:
+        """transformers' ``GenerationMixin._beam_search`` (one start token as the prompt), in float32 like it."""
+        batch, neg = mask.shape[0], np.float32(-1e9)
+        mask = np.repeat(mask, num_beams, axis=0)
+        cross = {name: np.repeat(value, num_beams, axis=0) for name, value in cross.items()}
+        max_length, keep = 1 + max_new_tokens, max(2, 1 + len(self.eos)) * num_beams
+        fill = self.pad or (self.eos[0] if self.eos else -1)  # transformers' `pad_token_id or eos_token_id[0]`
+        running = np.full((batch, num_beams, max_length), fill, dtype=np.int64)
+        running[:, :, 0] = self.start
+        sequences = running.copy()
+        running_scores = np.zeros((batch, num_beams), np.float32)
+        running_scores[:, 1:] = neg  # the first step extends the first beam only
+        scores = np.full((batch, num_beams), neg, np.float32)
+        lengths = np.zeros((batch, num_beams), np.int64)  # generated tokens of each finished hypothesis
+        finished = np.zeros((batch, num_beams), bool)
+        improvable = np.ones((batch, 1), bool)
+        in_top_beams = np.arange(keep) < num_beams
+        past, length = self._empty_cache(batch * num_beams), 1
+        while True:
+            log_probs, past = self._step(running[:, :, length - 1].reshape(-1), mask, past, cross)
+            vocab = log_probs.shape[-1]
+            log_probs = (log_probs.reshape(batch, num_beams, vocab) + running_scores[:, :, None]).reshape(batch, -1)
+            top = _top(log_probs, keep)
+            top_scores, top_beams, top_tokens = _take(log_probs, top), top // vocab, top % vocab
+            top_sequences = _take(running, top_beams)
+            top_sequences[:, :, length] = top_tokens
+            hits = np.isin(top_tokens, self.eos) | (length + 1 >= max_length)
+            # The best `num_beams` continuations that did not finish run on.
+            penalised = top_scores + hits.astype(np.float32) * neg
+            chosen = _top(penalised, num_beams)
+            running, running_scores = _take(top_sequences, chosen), _take(penalised, chosen)
+            rows = (np.arange(batch)[:, None] * num_beams + _take(top_beams, chosen)).reshape(-1)
+            past = [tensor[rows] for tensor in past]
+            # Those of the top `num_beams` that finished compete with the earlier hypotheses.
+            just_finished = hits & in_top_beams
+            candidates = top_scores / np.float32(length**length_penalty)
+            candidates += (finished.all(1, keepdims=True) & (early_stopping is True)).astype(np.float32) * neg
+            candidates += (~improvable).astype(np.float32) * neg
+            candidates += (~just_finished).astype(np.float32) * neg
+            merged = np.concatenate([scores, candidates], axis=1)
+            best = _top(merged, num_beams)
+            sequences = _take(np.concatenate([sequences, top_sequences], axis=1), best)
+            scores = _take(merged, best)
+            lengths = _take(np.concatenate([lengths, np.full(top.shape, length)], axis=1), best)
+            finished = _take(np.concatenate([finished, just_finished], axis=1), best)
+            length += 1
+            # Stop when no running beam can beat the worst kept hypothesis (transformers' heuristic).
+            best_length = max_length - 1 if early_stopping == "never" and length_penalty > 0 else length - 1
+            best_running = running_scores[:, :1] / np.float32(best_length**length_penalty)
+            worst = np.where(finished, scores.min(axis=1, keepdims=True), neg)
+            improvable &= (best_running > worst).any(axis=-1, keepdims=True)
+            if not improvable.any() or (finished.all() and early_stopping is True) or hits.all():
+                break
+        return sequences[:, 0, : 1 + lengths[:, 0].max()]
+
+
+class OnnxClassifier:
+    """``classifier.onnx`` of :func:`to_onnx`: ``classifier(input_ids, attention_mask)`` -> (B, num_labels) logits;
+    ``labels`` reads ``id2label`` from the exported config."""
+
+    def __init__(self, output_dir, intra_op_num_threads: int | None = None, providers=None):
+        output_dir = Path(output_dir)
+        self.session = _session(output_dir / CLASSIFIER_FILE, intra_op_num_threads, providers)
+        config = _read_json(output_dir / "config.json")
+        self.pad = config.get("pad_token_id")
+        self.id2label = {int(i): label for i, label in (config.get("id2label") or {}).items()}
+
+    def __call__(self, input_ids, attention_mask=None) -> np.ndarray:
+        input_ids = np.asarray(input_ids, dtype=np.int64)
+        mask = input_ids != self.pad if attention_mask is None else np.asarray(attention_mask)
+        return self.session.run(["logits"], {"input_ids": input_ids, "attention_mask": mask.astype(np.int64)})[0]
+
+    def labels(self, input_ids, attention_mask=None) -> list:
+        return [self.id2label.get(int(i), int(i)) for i in self(input_ids, attention_mask).argmax(-1)]

@@ -1,0 +1,189 @@
+"""ONNX export (hf_transformer.export.onnx_export) of tiny saved folders, and decoding over ONNX Runtime."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_config
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxscript")
+pytest.importorskip("onnxruntime")
+
+from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification  # noqa: E402
+from hf_transformer.export.onnx_export import OnnxClassifier, OnnxSeq2SeqGenerator, to_onnx  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SENTENCES = [
+    "a man rides a red bike .",
+    "two dogs play in the snow .",
+    "ein mann fährt ein rotes fahrrad .",
+    "a dog .",
+] * 4
+# Five inputs of five lengths: the graphs were traced on 3 unpadded rows, and checked on 2 rows.
+TEXTS = [
+    "a man rides a red bike in the snow .",
+    "a dog .",
+    "two dogs play .",
+    "ein mann fährt ein rotes fahrrad .",
+    "snow",
+]
+EOS = 3
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizer import train_tokenizer
+
+    return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=48, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def batch(tokenizer):
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    assert len(set(batch["attention_mask"].sum(1).tolist())) == len(TEXTS)
+    return batch
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory, tokenizer):
+    """(model, exported folder). Weights far from the default init: the argmax of each step is clear, the decoder
+    follows its input tokens (small sub-layers beside unit embeddings), and EOS takes over, by a margin, a token
+    that the model otherwise emits late: greedy and beam outputs stop at several lengths."""
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=48, tie_word_embeddings=False)
+    model = TransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 1.0 if "embed" in name else 0.5 if "lm_head" in name else 0.1)
+        model.lm_head.weight[EOS] = 1.3 * model.lm_head.weight[63]
+    folder = tmp_path_factory.mktemp("translator")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return model, to_onnx(folder, tmp_path_factory.mktemp("translator-onnx"))
+
+
+@pytest.fixture(scope="module")
+def classifier_dir(tmp_path_factory, tokenizer):
+    torch.manual_seed(0)
+    config = tiny_config(vocab_size=len(tokenizer), num_labels=3, n_layer=1, max_position_embeddings=48)
+    model = TransformerForSequenceClassification(config)
+    with torch.no_grad():
+        model.classifier.weight.normal_(0.0, 1.0)
+    folder = tmp_path_factory.mktemp("classifier")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory, classifier_dir):
+    return to_onnx(classifier_dir, tmp_path_factory.mktemp("classifier-onnx"))
+
+
+def _shapes(path: Path) -> dict:
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return {node.name: node.shape for node in [*session.get_inputs(), *session.get_outputs()]}
+
+
+def test_seq2seq_graphs_and_files(translator):
+    _, folder = translator
+    assert {"encoder.onnx", "decoder.onnx", "config.json", "generation_config.json", "tokenizer.json"} <= {
+        file.name for file in folder.iterdir()
+    }
+    encoder, decoder = _shapes(folder / "encoder.onnx"), _shapes(folder / "decoder.onnx")
+    assert list(encoder) == ["input_ids", "attention_mask", "encoder_hidden_states"] + [
+        f"cross_{kind}_{i}" for i in range(2) for kind in ("key", "value")
+    ]
+    past = [f"past_{kind}_{i}" for i in range(2) for kind in ("key", "value")]
+    assert list(decoder) == [
+        "input_ids",
+        "encoder_attention_mask",
+        *past,
+        *[f"cross_{n[5:]}" for n in past],
+        "logits",
+        *[f"present_{n[5:]}" for n in past],
+    ]
+    # Batch and lengths are named dimensions; heads (4), head size (8) and the vocabulary (79) are fixed.
+    rows, source = encoder["input_ids"]
+    assert isinstance(rows, str) and isinstance(source, str)
+    assert encoder["cross_key_0"] == encoder["cross_value_1"] == [rows, 4, source, 8]
+    rows, new = decoder["input_ids"]
+    past = decoder["past_key_0"][2]
+    assert all(isinstance(name, str) for name in (rows, new, past)) and len({rows, new, past}) == 3
+    assert decoder["past_value_1"] == [rows, 4, past, 8] and decoder["logits"] == [rows, new, 79]
+    assert decoder["cross_key_1"][:2] == [rows, 4] and decoder["present_key_0"][2] not in (past, new)
+
+
+@pytest.mark.parametrize(
+    "num_beams, settings",
+    [
+        (1, {}),
+        (4, {}),
+        (4, {"length_penalty": 0.5, "early_stopping": True}),
+        (3, {"length_penalty": 2.0, "early_stopping": "never"}),
+    ],
+)
+def test_generation_matches_generate(translator, batch, num_beams, settings):
+    model, folder = translator
+    with torch.no_grad():
+        expected = model.generate(**batch, num_beams=num_beams, max_new_tokens=12, **settings).numpy()
+    generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=1)
+    got = generator.generate(
+        batch["input_ids"].numpy(), batch["attention_mask"].numpy(), num_beams=num_beams, max_new_tokens=12, **settings
+    )
+    np.testing.assert_array_equal(got, expected)
+    if not settings:  # the outputs test something: rows stop at several lengths, the shorter ones are filled
+        stops = {row.tolist().index(EOS) if EOS in row else None for row in got}
+        assert len(stops) >= 3
+
+
+def test_generation_defaults_come_from_the_generation_config(translator, batch):
+    model, folder = translator
+    generator = OnnxSeq2SeqGenerator(folder)
+    generator.max_new_tokens, generator.num_beams = 5, 2
+    with torch.no_grad():
+        expected = model.generate(**batch, num_beams=2, max_new_tokens=5).numpy()
+    np.testing.assert_array_equal(
+        generator.generate(batch["input_ids"].numpy(), batch["attention_mask"].numpy()), expected
+    )
+
+
+def test_classifier_matches_torch_on_padded_rows(classifier_dir, classifier, batch):
+    assert {"classifier.onnx", "config.json", "tokenizer.json"} <= {file.name for file in classifier.iterdir()}
+    model = TransformerForSequenceClassification.from_pretrained(classifier_dir).eval()
+    with torch.no_grad():
+        expected = model(**batch).logits.numpy()
+    onnx_classifier = OnnxClassifier(classifier, intra_op_num_threads=1)
+    logits = onnx_classifier(batch["input_ids"].numpy(), batch["attention_mask"].numpy())
+    assert logits.shape == (len(TEXTS), 3)
+    assert np.abs(logits - expected).max() <= 1e-4
+    # The padding is masked: a padded row gives its unpadded logits.
+    length = int(batch["attention_mask"][1].sum())
+    alone = onnx_classifier(batch["input_ids"][1:2, :length].numpy())
+    assert np.abs(alone - logits[1:2]).max() <= 1e-4
+    assert onnx_classifier.labels(batch["input_ids"].numpy()) == [model.config.id2label[i] for i in expected.argmax(-1)]
+
+
+def test_command_line(classifier_dir, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    output = tmp_path / "exported"
+    completed = subprocess.run(
+        [sys.executable, "-m", "hf_transformer.export", "onnx", str(classifier_dir), str(output)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.strip().splitlines()[-1] == str(output)
+    assert (output / "classifier.onnx").is_file() and (output / "config.json").is_file()
