@@ -15,7 +15,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -25,11 +24,10 @@ import datasets
 import tokenizers
 import transformers
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from hf_transformer.data import load_nsmc, tokenize_classification
+from hf_transformer.tokenization import train_tokenizer
 
-from hf_transformer.data import load_nsmc, tokenize_classification  # noqa: E402
-from tokenizer import train_tokenizer  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 TRAIN_BUDGET_S = 60.0
 TOKENIZE_BUDGET_S = 15.0
@@ -133,8 +131,7 @@ def run(args: argparse.Namespace, cache: str) -> None:
             "seconds": round(map_s, 2),
         },
         "examples": {
-            sentence: tokenizer.convert_ids_to_tokens(tokenizer(sentence)["input_ids"])
-            for sentence in SEED_SENTENCES
+            sentence: tokenizer.convert_ids_to_tokens(tokenizer(sentence)["input_ids"]) for sentence in SEED_SENTENCES
         },
     }
     output = Path(args.output)

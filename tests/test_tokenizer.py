@@ -1,17 +1,24 @@
-"""The `tokenizer` package: training, special ids, round trips, reloading, SentencePiece import, CLI."""
+"""`hf_transformer.tokenization`: training, special ids, round trips, reloading, SentencePiece import, CLI,
+and the top-level name `tokenizer` left to the unrelated PyPI package."""
 
+import ast
+import configparser
+import importlib.metadata
 import io
 import json
 import logging
 import os
+import subprocess
 import sys
 import unicodedata
+from pathlib import Path
 
 import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from tokenizer import SPECIAL_TOKENS, import_sentencepiece, train_tokenizer
-from tokenizer.__main__ import main as cli_main
+import hf_transformer
+from hf_transformer.tokenization import SPECIAL_TOKENS, import_sentencepiece, train_tokenizer
+from hf_transformer.tokenization.cli import main as cli_main
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -203,7 +210,7 @@ def test_bpe_option():
 
 
 def test_fewer_pieces_than_asked_is_logged(caplog):
-    with caplog.at_level(logging.WARNING, logger="tokenizer.train"):
+    with caplog.at_level(logging.WARNING, logger="hf_transformer.tokenization.train"):
         small = train_tokenizer(KOREAN, vocab_size=5000, show_progress=False)
     assert len(small) < 5000
     assert "fewer than the 5000 asked for" in caplog.text
@@ -309,9 +316,7 @@ def test_cli_trains_saves_and_encodes(tmp_path, capsys):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
     output = tmp_path / "vocab"
-    assert (
-        cli_main(["-q", "train", str(corpus), "--vocab-size", str(VOCAB_SIZE), "--output", str(output)]) == 0
-    )
+    assert cli_main(["-q", "train", str(corpus), "--vocab-size", str(VOCAB_SIZE), "--output", str(output)]) == 0
     config = json.loads((output / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert config["pad_token"] == "[PAD]" and config["eos_token"] == "[EOS]"
     assert cli_main(["-q", "encode", str(output), "겨울은 추워요."]) == 0
@@ -324,10 +329,7 @@ def test_cli_trains_on_a_csv_column(tmp_path):
     table.write_text("review,label\n" + "".join(f'"{text}",1\n' for text in CORPUS), encoding="utf-8")
     output = tmp_path / "vocab"
     assert (
-        cli_main(
-            ["-q", "train", str(table), "--text-column", "review", "--vocab-size", "300", "-o", str(output)]
-        )
-        == 0
+        cli_main(["-q", "train", str(table), "--text-column", "review", "--vocab-size", "300", "-o", str(output)]) == 0
     )
     assert AutoTokenizer.from_pretrained(output).tokenize("겨울은 추워요.")[0] == "▁겨울"
 
@@ -339,3 +341,88 @@ def test_cli_reports_missing_input(tmp_path, capsys):
         table = tmp_path / "t.csv"
         table.write_text("a,b\nx,y\n", encoding="utf-8")
         cli_main(["-q", "train", str(table), "--output", str(tmp_path / "out")])
+
+
+# --------------------------------------------------------------------------------------------------
+# Packaging: `tokenizer` is also an unrelated PyPI package (tokenizer 3.x). The library lives in
+# hf_transformer.tokenization; the top-level tokenizer/ folder is a repository-only shim, never installed.
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _claims_tokenizer(names) -> list[str]:
+    return [name for name in names if name == "tokenizer" or name.startswith("tokenizer.")]
+
+
+def test_distribution_does_not_claim_the_top_level_name_tokenizer():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg", encoding="utf-8")
+    include = config["options.packages.find"]["include"].split()
+    assert include and not _claims_tokenizer(include), include
+    entry_point = config["options.entry_points"]["console_scripts"]
+    assert "hf-transformer-tokenizer = hf_transformer.tokenization.cli:main" in entry_point
+    assert not _claims_tokenizer(line.split("=")[-1].strip() for line in entry_point.splitlines())
+
+    # What the installed distribution says (stale after editing setup.cfg: `pip install -e .` again).
+    try:
+        distribution = importlib.metadata.distribution("hf_transformer")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("hf_transformer is not installed (pip install -e .): only setup.cfg was checked")
+    top_level = (distribution.read_text("top_level.txt") or "").split()
+    assert top_level == ["hf_transformer"], top_level
+    assert "hf_transformer" not in importlib.metadata.packages_distributions().get("tokenizer", [])
+    scripts = {entry.name: entry.value for entry in distribution.entry_points if entry.group == "console_scripts"}
+    assert scripts.get("hf-transformer-tokenizer") == "hf_transformer.tokenization.cli:main", scripts
+
+
+def test_no_code_imports_the_top_level_tokenizer_shim():
+    """Only the shim itself may import `tokenizer`: installed code would get the PyPI package instead."""
+    offenders = []
+    for folder in ("hf_transformer", "scripts", "tests", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                else:
+                    continue
+                offenders += [f"{path.relative_to(ROOT)}:{node.lineno}" for _ in _claims_tokenizer(names)]
+    assert not offenders, offenders
+
+
+def _python(*arguments: str, cwd: Path, pythonpath: list[str] | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join(pythonpath)
+    return subprocess.run([sys.executable, *arguments], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_python_m_tokenizer_from_the_repository_root_runs_the_shim():
+    result = _python("-m", "tokenizer", "--help", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m tokenizer ") and "import-sentencepiece" in result.stdout
+
+
+def test_works_beside_the_registry_tokenizer_package(tmp_path):
+    """A stand-in for PyPI's `tokenizer` comes first on sys.path, outside the repository: `import tokenizer`
+    gives it, and hf_transformer.tokenization and `python -m hf_transformer.tokenization` still work."""
+    fake = tmp_path / "site" / "tokenizer"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text('MARKER = "registry"\n', encoding="utf-8")
+    # runpy.run_module(..., run_name="__main__", alter_sys=True) is what `python -m hf_transformer.tokenization` does.
+    check = (
+        "import runpy, sys\n"
+        "import tokenizer\n"
+        "assert tokenizer.MARKER == 'registry', tokenizer.__file__\n"
+        "from hf_transformer.tokenization import SPECIAL_TOKENS, import_sentencepiece, train_tokenizer\n"
+        "import hf_transformer.tokenization.cli\n"
+        "assert sys.modules['tokenizer'] is tokenizer\n"
+        "sys.argv = ['-m', '--help']\n"
+        "runpy.run_module('hf_transformer.tokenization', run_name='__main__', alter_sys=True)\n"
+    )
+    # hf_transformer's folder goes last, for a checkout that is not pip-installed: the stand-in still comes first.
+    package_parent = str(Path(hf_transformer.__file__).resolve().parents[1])
+    result = _python("-c", check, cwd=tmp_path, pythonpath=[str(fake.parent), package_parent])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: python -m hf_transformer.tokenization ") and "train" in result.stdout

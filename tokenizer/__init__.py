@@ -1,12 +1,14 @@
-"""SentencePiece-style subword tokenizers, trained with `tokenizers` and used through `transformers`.
+"""Shim: the tokenizer library lives in `hf_transformer.tokenization`; this folder only re-exports it.
 
-from tokenizer import train_tokenizer
-tokenizer = train_tokenizer(["겨울은 추워요.", ...], vocab_size=8000)
-tokenizer.save_pretrained("my-model")          # AutoTokenizer.from_pretrained("my-model") reloads it
+Why a shim: `tokenizer` is also the name of an unrelated package on PyPI (`pip install tokenizer`), so the
+installed distribution must not claim that top-level name, or installing both would break one of them. The
+hf_transformer distribution therefore installs only `hf_transformer*` (setup.cfg, [options.packages.find]), and
+this folder is not installed: it keeps `from tokenizer import ...` and `python -m tokenizer ...` working when
+run from the repository root (the current directory is on sys.path). Installed code, scripts and tests import
+`hf_transformer.tokenization`; the installed command is `hf-transformer-tokenizer`.
 """
 
-from .sentencepiece_import import import_sentencepiece
-from .train import (
+from hf_transformer.tokenization import (
     BOS_TOKEN,
     CLS_TOKEN,
     EOS_TOKEN,
@@ -16,6 +18,7 @@ from .train import (
     SPECIAL_TOKEN_IDS,
     SPECIAL_TOKENS,
     UNK_TOKEN,
+    import_sentencepiece,
     train_tokenizer,
 )
 

@@ -59,9 +59,7 @@ def import_sentencepiece(
     """
     path = Path(model_file)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"SentencePiece model file not found: {str(path)!r} (a `.model` file is expected)"
-        )
+        raise FileNotFoundError(f"SentencePiece model file not found: {str(path)!r} (a `.model` file is expected)")
     converter_class = _converter_class()
     original = SimpleNamespace(vocab_file=str(path), add_prefix_space=True, legacy=True)
     try:
@@ -72,9 +70,7 @@ def import_sentencepiece(
     if spec.model_type != 1:
         # transformers 5.23's converter fails on SentencePiece BPE files; char and word models are rare.
         kind = {2: "bpe", 3: "word", 4: "char"}.get(spec.model_type, str(spec.model_type))
-        raise ValueError(
-            f"{str(path)!r} is a SentencePiece {kind} model; only unigram models can be imported"
-        )
+        raise ValueError(f"{str(path)!r} is a SentencePiece {kind} model; only unigram models can be imported")
     if spec.byte_fallback:
         logger.warning(
             "%s uses byte fallback, which the converted tokenizer lacks: unknown characters become unk", path

@@ -55,9 +55,7 @@ def sentencepiece_normalizer() -> normalizers.Normalizer:
     This is what SentencePiece's default `nmt_nfkc` rule with `remove_extra_whitespaces` does, so a
     decoded sentence is the NFKC form of the input with single spaces.
     """
-    return normalizers.Sequence(
-        [normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()]
-    )
+    return normalizers.Sequence([normalizers.NFKC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Strip()])
 
 
 def sentencepiece_pre_tokenizer() -> pre_tokenizers.PreTokenizer:
@@ -91,15 +89,11 @@ def eos_post_processor(token_to_id) -> processors.TemplateProcessing:
     )
 
 
-def wrap_tokenizer(
-    backend: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH
-) -> PreTrainedTokenizerFast:
+def wrap_tokenizer(backend: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH) -> PreTrainedTokenizerFast:
     """Give a `tokenizers.Tokenizer` that holds the special tokens the transformers interface."""
     missing = [token for token in SPECIAL_TOKENS if backend.token_to_id(token) is None]
     if missing:
-        raise ValueError(
-            f"the vocabulary has no {', '.join(missing)}; every one of {SPECIAL_TOKENS} is needed"
-        )
+        raise ValueError(f"the vocabulary has no {', '.join(missing)}; every one of {SPECIAL_TOKENS} is needed")
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
         model_max_length=model_max_length,
@@ -246,9 +240,7 @@ def train_tokenizer(
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     if vocab_size <= len(SPECIAL_TOKENS):
-        raise ValueError(
-            f"vocab_size must be above the {len(SPECIAL_TOKENS)} special tokens, not {vocab_size}"
-        )
+        raise ValueError(f"vocab_size must be above the {len(SPECIAL_TOKENS)} special tokens, not {vocab_size}")
     if not 0.0 < shrinking_factor < 1.0:
         raise ValueError(f"shrinking_factor must be between 0 and 1, not {shrinking_factor}")
 
@@ -266,9 +258,7 @@ def train_tokenizer(
         backend.train(files, trainer)
     else:
         length = len(texts_or_files) if hasattr(texts_or_files, "__len__") else None
-        logger.info(
-            "training a %s vocabulary of %d from %s texts", model_type, vocab_size, length or "streamed"
-        )
+        logger.info("training a %s vocabulary of %d from %s texts", model_type, vocab_size, length or "streamed")
         backend.train_from_iterator(_text_batches(texts_or_files, text_column), trainer, length=length)
 
     # Training on no text leaves only the special tokens: a tokenizer that maps everything to [UNK].
