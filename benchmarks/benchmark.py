@@ -5,6 +5,8 @@ plain code, measured side by side in one process.
     python benchmarks/benchmark.py                         # base-small and the seed tutorial's config
     python benchmarks/benchmark.py --device cuda --peak-tflops 989 --output docs/performance-gpu.md
                                       # a GPU (H100: 989 TFLOP/s dense bf16), bf16 autocast, also the big config
+    python benchmarks/benchmark.py --deployed --no-train --generation-batch-sizes 8 32
+                                      # ours, Marian and ours's deployed engines (CPU), generation at batch 8 and 32
 
 What is timed, for every model on the same random batch (token ids in [3, V): no padding; masks are still
 built and passed, as in a training loop):
@@ -12,7 +14,13 @@ built and passed, as in a training loop):
   greedy   ``generate`` with the KV cache, 32 new tokens for a batch of 8 (min_new_tokens=32), tokens per second;
   beam4    the same with ``num_beams=4``.
 The opt-in ``*_static`` entries generate over a static cache with the decoding step compiled by ``generate`` (the
-warm-up call compiles); the ``*_compiled`` ones train under ``torch.compile`` (for a GPU).
+warm-up call compiles); the ``*_compiled`` ones train under ``torch.compile`` (for a GPU). The opt-in deployed
+engines (``--deployed``, CPU, generation only) decode with ``ours``'s weights (the same seed): ``ours_ct2`` and
+``ours_ct2_int8`` converted to CTranslate2 (float32, int8 weights), ``ours_onnx`` exported to ONNX and decoded by
+``OnnxSeq2SeqGenerator`` over ONNX Runtime, ``ours_int8`` after torch's ``quantize_dynamic``; each exported once
+before the rounds (the export is not timed), each made to generate exactly 32 tokens per row as ``generate``
+(min = max new tokens), an engine that is not installed skipped with its reason. Their report adds the size of the
+weights as deployed (int8 against float32) and, with ``--generation-batch-sizes 8 32``, a table per batch size.
 The models are called in rounds, in an order rotated every round, after warm-up calls; the tables give the
 median over rounds and the speed relative to Marian as the median of per-round ratios (adjacent calls), so
 that a slow moment of the machine hits every model alike. MFU is the matmul FLOP/s of a training step over
@@ -35,13 +43,17 @@ import contextlib
 import datetime
 import functools
 import gc
+import importlib.util
+import io
 import json
 import math
 import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,8 +185,10 @@ class Entry:
     compile_mode: str | None = None  # training under torch.compile(mode=...), as Trainer's torch_compile_mode
     train: bool = True
     static_decoding: bool = False  # generate with a static cache, its decoding step compiled by generate
+    engine: str | None = None  # a deployed form of the model (a key of ENGINES): generation only
 
 
+# fmt: off
 ENTRIES = {
     "ours": Entry("ours", build_ours, True, note="hf_transformer TransformerForConditionalGeneration"),
     "marian": Entry("marian", build_marian, True, note="transformers MarianMTModel"),
@@ -202,10 +216,32 @@ ENTRIES = {
         "marian_static", build_marian, True, train=False, static_decoding=True,
         note="MarianMTModel generating over a static cache, greedy steps compiled (generation only)",
     ),
+    # Opt-in (--models or --deployed): `ours` (the same weights: the same seed) in the forms it is deployed in,
+    # generation only, CPU. Exporting and converting happen when the entry is built, outside the timed rounds.
+    "ours_ct2": Entry(
+        "ours_ct2", build_ours, True, train=False, engine="ctranslate2",
+        note="hf_transformer converted to CTranslate2 (float32), CTranslate2Generator (generation only)",
+    ),
+    "ours_ct2_int8": Entry(
+        "ours_ct2_int8", build_ours, True, train=False, engine="ctranslate2_int8",
+        note="hf_transformer converted to CTranslate2 with int8 weights, CTranslate2Generator (generation only)",
+    ),
+    "ours_onnx": Entry(
+        "ours_onnx", build_ours, True, train=False, engine="onnx",
+        note="hf_transformer exported to ONNX, OnnxSeq2SeqGenerator over ONNX Runtime (generation only)",
+    ),
+    "ours_int8": Entry(
+        "ours_int8", build_ours, True, train=False, engine="torch_int8",
+        note="hf_transformer after torch.ao.quantization.quantize_dynamic (int8 nn.Linear), generate (generation only)",
+    ),
 }
+# fmt: on
 DEFAULT_MODELS = ",".join(
-    name for name, entry in ENTRIES.items() if entry.compile_mode is None and not entry.static_decoding
+    name
+    for name, entry in ENTRIES.items()
+    if entry.compile_mode is None and not entry.static_decoding and entry.engine is None
 )
+DEPLOYED_MODELS = [name for name, entry in ENTRIES.items() if entry.engine]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -214,15 +250,40 @@ DEFAULT_MODELS = ",".join(
 
 
 class Runner:
-    def __init__(self, entry: Entry, c: dict, device: torch.device, dtype: torch.dtype):
-        torch.manual_seed(0)
+    def __init__(
+        self, entry: Entry, c: dict, device: torch.device, dtype: torch.dtype, deployment: Deployment | None = None
+    ):
+        torch.manual_seed(0)  # every model of a config starts from the same seed: the engines hold ours's weights
         self.entry, self.c, self.device, self.dtype = entry, c, device, dtype
         self.model = entry.build(c).to(device)
+        self.parameters = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
+        self.engine: Engine | None = None
+        if entry.engine:
+            if deployment is None:
+                raise ValueError(f"{entry.name} needs a Deployment (the folder its exports are written to)")
+            if dtype != torch.float32:
+                raise RuntimeError("the deployed engines are timed with float32 activations only (--dtype fp32)")
+            self.engine = ENGINES[entry.engine](self.model, deployment)
+            if self.engine.model is not None:
+                self.model = self.engine.model  # a torch model (quantized): generated by `generate` as the others
+            return
         # The fused (one-kernel) AdamW where torch has it, as a GPU user would run it; the same for every model.
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=1e-4, fused=device.type == "cuda")
-        self.parameters = sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values())
         if entry.compile_mode:
             self.model = torch.compile(self.model, mode=entry.compile_mode)
+
+    def weights(self) -> dict:
+        """``weights_mb``: the bytes of the model's weights as deployed (the engine's files, or the torch
+        ``state_dict`` as ``torch.save`` writes it), in MB; for an int8 form also ``weights_fp32_mb`` (the same
+        form in float32) and ``weights_vs_fp32``."""
+        if self.engine is not None:
+            size, fp32 = self.engine.weights_bytes, self.engine.fp32_weights_bytes
+        else:
+            size, fp32 = state_dict_bytes(self.model), None
+        row = dict(weights_mb=size / 2**20)
+        if fp32:
+            row.update(weights_fp32_mb=fp32 / 2**20, weights_vs_fp32=size / fp32)
+        return row
 
     def _autocast(self):
         if self.dtype == torch.float32:
@@ -262,7 +323,12 @@ class Runner:
         return dict(cache_implementation="static", compile_config=compile_config)
 
     @torch.no_grad()
-    def generate(self, batch: dict, num_beams: int) -> torch.Tensor:
+    def generate(self, batch: dict, num_beams: int):
+        if self.engine is not None and self.engine.model is None:
+            generated = self.engine.generate(batch, num_beams)
+            if any(count != NEW_TOKENS for count in generated):
+                raise RuntimeError(f"{self.entry.name} generated {sorted(set(generated))} tokens, not {NEW_TOKENS}")
+            return generated
         self.model.eval()
         with self._autocast():
             if self.entry.hf:
@@ -285,6 +351,166 @@ def make_batch(c: dict, batch_size: int, device: torch.device, seed: int = 0) ->
     decoder_input = torch.cat([torch.full((batch_size, 1), START), labels[:, :-1]], dim=1)
     batch = dict(source=source, source_mask=torch.ones_like(source), decoder_input=decoder_input, labels=labels)
     return {key: value.to(device) for key, value in batch.items()}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Deployed engines: ours exported, converted or quantized (generation only)
+# ---------------------------------------------------------------------------------------------------
+
+
+def state_dict_bytes(model: nn.Module) -> int:
+    """The bytes ``torch.save`` writes for the model's ``state_dict``: parameters, buffers and the packed weights of
+    quantized layers (a tied table once)."""
+    buffer = io.BytesIO()
+    torch.save(model.state_dict(), buffer)
+    return buffer.tell()
+
+
+def word_tokenizer(vocab_size: int):
+    """A word-level tokenizer whose tokens ``<pad> <s> </s> <unk> t4 ... t{V-1}`` cover the model's ids one to one,
+    its special tokens at the configs' ids: CTranslate2's converter maps ids to these strings."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    special = {PAD: "<pad>", START: "<s>", EOS: "</s>", 3: "<unk>"}
+    vocabulary = {special.get(i, f"t{i}"): i for i in range(vocab_size)}
+    backend = Tokenizer(models.WordLevel(vocabulary, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+    )
+
+
+class Deployment:
+    """One config's ``ours`` saved (``save_pretrained``, with :func:`word_tokenizer`) in a temporary folder, and its
+    exports there, each made once: before the timed rounds, which time decoding only."""
+
+    def __init__(self):
+        self._directory = tempfile.TemporaryDirectory(prefix="benchmark-deployed-")
+        self.root = Path(self._directory.name)
+        self._made: dict[str, Path] = {}
+
+    def _once(self, name: str, make: Callable[[Path], object]) -> Path:
+        if name not in self._made:
+            make(self.root / name)
+            self._made[name] = self.root / name
+        return self._made[name]
+
+    def saved(self, model: nn.Module) -> Path:
+        def save(folder: Path) -> None:
+            model.save_pretrained(folder)
+            word_tokenizer(model.config.vocab_size).save_pretrained(folder)
+
+        return self._once("model", save)
+
+    def ctranslate2(self, model: nn.Module, quantization: str | None) -> Path:
+        from hf_transformer.export import to_ctranslate2
+
+        folder = self.saved(model)
+        return self._once(f"ct2_{quantization or 'float32'}", lambda out: to_ctranslate2(folder, out, quantization))
+
+    def onnx(self, model: nn.Module) -> Path:
+        from hf_transformer.export import to_onnx
+
+        folder = self.saved(model)
+        return self._once("onnx", lambda out: to_onnx(folder, out))
+
+    def close(self) -> None:
+        self._directory.cleanup()
+
+
+def _require(module: str, extra: str = ' (pip install -e ".[export]")') -> None:
+    if importlib.util.find_spec(module) is None:
+        raise ImportError(f"{module} is not installed{extra}: skipped")
+
+
+class Engine:
+    """A deployed form of ``ours`` (its float32 model, as built for the config): ``generate(batch, num_beams)``
+    returns the number of tokens generated for each output row; or, for a torch form, ``model``, which the runner
+    generates with as with the others. ``weights_bytes``: its weights as deployed; ``fp32_weights_bytes``: those of
+    the same form in float32, for an int8 form (else None)."""
+
+    model: nn.Module | None = None
+    fp32_weights_bytes: int | None = None
+
+    def __init__(self, model: nn.Module, deployment: Deployment):
+        raise NotImplementedError
+
+    def generate(self, batch: dict, num_beams: int) -> list[int]:
+        raise NotImplementedError
+
+
+def _check_cpu(model: nn.Module, engine: str) -> None:
+    if next(model.parameters()).device.type != "cpu":
+        raise RuntimeError(f"{engine} is benchmarked on the CPU only")
+
+
+class CTranslate2Engine(Engine):
+    quantization: str | None = None
+
+    def __init__(self, model: nn.Module, deployment: Deployment):
+        _check_cpu(model, "CTranslate2")
+        _require("ctranslate2")
+        from hf_transformer.export.ctranslate2_export import CTranslate2Generator
+
+        folder = deployment.ctranslate2(model, self.quantization)
+        self.generator = CTranslate2Generator(folder, intra_threads=torch.get_num_threads())
+        self.weights_bytes = (folder / "model.bin").stat().st_size
+        if self.quantization:
+            self.fp32_weights_bytes = (deployment.ctranslate2(model, None) / "model.bin").stat().st_size
+
+    def generate(self, batch: dict, num_beams: int) -> list[int]:
+        sequences = self.generator.generate(
+            batch["source"], batch["source_mask"], num_beams=num_beams, max_new_tokens=NEW_TOKENS,
+            min_new_tokens=NEW_TOKENS, length_penalty=1.0,
+        )  # fmt: skip
+        return [len(row) for row in sequences]  # without the start token
+
+
+class CTranslate2Int8Engine(CTranslate2Engine):
+    quantization = "int8"
+
+
+class OnnxEngine(Engine):
+    def __init__(self, model: nn.Module, deployment: Deployment):
+        _check_cpu(model, "ONNX Runtime")
+        _require("onnxruntime")
+        _require("onnxscript", " (torch's ONNX exporter needs it)")
+        from hf_transformer.export.onnx_export import OnnxSeq2SeqGenerator
+
+        folder = deployment.onnx(model)
+        self.generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=torch.get_num_threads())
+        # The encoder and decoder graphs (each with the token table), and any external weights beside them.
+        self.weights_bytes = sum(file.stat().st_size for file in folder.glob("*.onnx*"))
+
+    def generate(self, batch: dict, num_beams: int) -> list[int]:
+        sequences = self.generator.generate(
+            batch["source"].numpy(), batch["source_mask"].numpy(), num_beams=num_beams,
+            max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, length_penalty=1.0,
+        )  # fmt: skip
+        return [sequences.shape[1] - 1] * sequences.shape[0]  # (B, 1 + new): the start token first
+
+
+class TorchInt8Engine(Engine):
+    """``torch.ao.quantization.quantize_dynamic`` of every ``nn.Linear`` (int8 weights, activations quantized per
+    call); generated with ``generate``."""
+
+    def __init__(self, model: nn.Module, deployment: Deployment):
+        _check_cpu(model, "quantize_dynamic")
+        self.fp32_weights_bytes = state_dict_bytes(model)
+        with warnings.catch_warnings():  # torch's notices that torch.ao.quantization moves to torchao
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message=r".*quantized tensor creation functions", category=UserWarning)
+            self.model = torch.ao.quantization.quantize_dynamic(model.eval(), {nn.Linear}, dtype=torch.qint8)
+        self.weights_bytes = state_dict_bytes(self.model)
+
+
+ENGINES: dict[str, type[Engine]] = {
+    "ctranslate2": CTranslate2Engine,
+    "ctranslate2_int8": CTranslate2Int8Engine,
+    "onnx": OnnxEngine,
+    "torch_int8": TorchInt8Engine,
+}
 
 
 def training_flops(c: dict) -> float:
@@ -419,6 +645,12 @@ class ConfigResult:
     rows: dict[str, dict] = field(default_factory=dict)
     matmul_probe_gflops: float | None = None  # median over the training rounds
     failed: dict[str, str] = field(default_factory=dict)  # model -> the error that stopped it
+    generation_batch_sizes: list[int] = field(default_factory=lambda: [GENERATION_BATCH])
+
+
+def generation_key(kind: str, batch_size: int) -> str:
+    """Row keys of a generation timing: ``greedy``/``beam4`` at the default batch (8), ``greedy_b32`` at another."""
+    return kind if batch_size == GENERATION_BATCH else f"{kind}_b{batch_size}"
 
 
 def _ratio_fields(kind: str, ratio: tuple[float, float, float] | None) -> dict:
@@ -432,59 +664,88 @@ def _ratio_fields(kind: str, ratio: tuple[float, float, float] | None) -> dict:
 def run_config(
     name: str, models: list[str], device: torch.device, dtype: torch.dtype, args: argparse.Namespace, log
 ) -> ConfigResult:
+    deployment = Deployment() if any(ENTRIES[model].engine for model in models) else None
+    try:
+        return _run_config(name, models, device, dtype, args, log, deployment)
+    finally:
+        if deployment is not None:
+            deployment.close()
+
+
+def _run_config(name, models, device, dtype, args, log, deployment: Deployment | None) -> ConfigResult:
     c = CONFIGS[name]
-    result = ConfigResult(name, dict(c))
+    result = ConfigResult(name, dict(c), generation_batch_sizes=list(args.generation_batch_sizes))
     runners = {}
     train_batch = make_batch(c, c["batch"], device)
     for model in models:
+        entry = ENTRIES[model]
         try:
-            runners[model] = Runner(ENTRIES[model], c, device, dtype)
-            if not ENTRIES[model].train:
+            began = time.perf_counter()
+            runners[model] = Runner(entry, c, device, dtype, deployment)
+            if entry.engine:
+                runners[model].generate(make_batch(c, 2, device, seed=2), 1)  # decodes NEW_TOKENS, or fails here
+                result.rows[model] = dict(parameters=runners[model].parameters, train_memory_mb=None)
+                result.rows[model].update(runners[model].weights())
+                log(
+                    f"  built {model} in {time.perf_counter() - began:.1f}s (export, untimed): "
+                    f"weights {result.rows[model]['weights_mb']:.1f} MB"
+                )
+                continue
+            if not entry.train or args.no_train:
                 result.rows[model] = dict(parameters=runners[model].parameters, train_memory_mb=None)
                 continue
             runners[model].train_step(train_batch)  # optimizer state, allocator warm-up (and compiling)
         except Exception as error:  # one model that cannot run here (a compile failure) leaves the others' table
             runners.pop(model, None)
             result.failed[model] = f"{type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}"
-            log(f"  {model} failed: {result.failed[model]}")
+            log(f"  {model} {'skipped' if isinstance(error, ImportError) else 'failed'}: {result.failed[model]}")
             continue
         memory = training_memory_mb(runners[model], train_batch, device)
         result.rows[model] = dict(parameters=runners[model].parameters, train_memory_mb=memory)
         log(f"  built {model}: {runners[model].parameters / 1e6:.2f}M parameters, step memory rise {memory} MB")
+    if "ours" in runners and any(ENTRIES[model].engine for model in runners):
+        result.rows["ours"].update(runners["ours"].weights())  # the float32 weights the engines were made from
 
     flops = training_flops(c)
     tokens = c["batch"] * c["length"]
     models = list(runners)
-    tasks = {m: (lambda r=runners[m]: r.train_step(train_batch)) for m in models if ENTRIES[m].train}
-    tasks[MATMUL_PROBE], probe_flops = matmul_probe(device, dtype, args.peak_size)
-    seconds = interleaved(tasks, device, warmup=args.warmup, rounds=args.rounds, budget_s=args.budget)
-    probe_seconds = seconds.pop(MATMUL_PROBE)
-    result.matmul_probe_gflops = probe_flops / statistics.median(probe_seconds) / 1e9
-    ratios = speed_ratios(seconds, "marian")
-    for model, times in seconds.items():
-        median = statistics.median(times)
-        mfu = statistics.median((flops / t) / (probe_flops / p) for t, p in zip(times, probe_seconds))
-        result.rows[model].update(
-            train_step_s=median, train_tokens_per_s=tokens / median, train_flops_per_s=flops / median,
-            train_mfu=mfu, train_rounds=len(times), **_ratio_fields("train", ratios.get(model)),
-        )  # fmt: skip
-    log(f"  training timed over {len(next(iter(seconds.values())))} rounds")
-
-    generation_batch = make_batch(c, GENERATION_BATCH, device, seed=1)
-    for kind, beams in (("greedy", 1), ("beam4", 4)):
-        if kind == "beam4" and args.no_beam:
-            continue
-        able = [m for m in models if (ENTRIES[m].greedy if beams == 1 else ENTRIES[m].beam)]
-        seconds = interleaved(
-            {m: (lambda r=runners[m], k=beams: r.generate(generation_batch, k)) for m in able},
-            device, warmup=1, rounds=args.rounds, budget_s=args.budget,
-        )  # fmt: skip
+    trained = [] if args.no_train else [m for m in models if ENTRIES[m].train]
+    if trained:
+        tasks = {m: (lambda r=runners[m]: r.train_step(train_batch)) for m in trained}
+        tasks[MATMUL_PROBE], probe_flops = matmul_probe(device, dtype, args.peak_size)
+        seconds = interleaved(tasks, device, warmup=args.warmup, rounds=args.rounds, budget_s=args.budget)
+        probe_seconds = seconds.pop(MATMUL_PROBE)
+        result.matmul_probe_gflops = probe_flops / statistics.median(probe_seconds) / 1e9
         ratios = speed_ratios(seconds, "marian")
         for model, times in seconds.items():
             median = statistics.median(times)
-            result.rows[model][f"{kind}_tokens_per_s"] = GENERATION_BATCH * NEW_TOKENS / median
-            result.rows[model].update(_ratio_fields(kind, ratios.get(model)))
-        log(f"  {kind} timed over {len(next(iter(seconds.values())))} rounds")
+            mfu = statistics.median((flops / t) / (probe_flops / p) for t, p in zip(times, probe_seconds))
+            result.rows[model].update(
+                train_step_s=median, train_tokens_per_s=tokens / median, train_flops_per_s=flops / median,
+                train_mfu=mfu, train_rounds=len(times), **_ratio_fields("train", ratios.get(model)),
+            )  # fmt: skip
+        log(f"  training timed over {len(next(iter(seconds.values())))} rounds")
+
+    for batch_size in args.generation_batch_sizes:
+        generation_batch = make_batch(c, batch_size, device, seed=1)
+        for kind, beams in (("greedy", 1), ("beam4", 4)):
+            if kind == "beam4" and args.no_beam:
+                continue
+            able = [m for m in models if (ENTRIES[m].greedy if beams == 1 else ENTRIES[m].beam)]
+            if not able:
+                continue
+            seconds = interleaved(
+                {m: (lambda r=runners[m], k=beams, b=generation_batch: r.generate(b, k)) for m in able},
+                device, warmup=1, rounds=args.rounds, budget_s=args.budget,
+            )  # fmt: skip
+            ratios = speed_ratios(seconds, "marian")
+            key = generation_key(kind, batch_size)
+            for model, times in seconds.items():
+                median = statistics.median(times)
+                # Every model generates NEW_TOKENS per row (min_new_tokens = max_new_tokens; checked on each call).
+                result.rows[model][f"{key}_tokens_per_s"] = batch_size * NEW_TOKENS / median
+                result.rows[model].update(_ratio_fields(key, ratios.get(model)))
+            log(f"  {kind} at batch {batch_size} timed over {len(next(iter(seconds.values())))} rounds")
     del runners
     gc.collect()
     return result
@@ -541,10 +802,18 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
         "Each table: medians over interleaved rounds; `x Marian` is the median of per-round speed ratios "
         "(above 1 is faster), with the lower and upper quartiles of the rounds in parentheses. Training: "
         "forward, cross-entropy, backward and AdamW with dropout 0.1, target "
-        "tokens/s. Generation: `generate` with KV cache, batch 8, 32 new tokens. MFU: matmul FLOP/s of the "
-        "training step over that of a square matmul timed in the same rounds (median of per-round ratios). "
-        "Memory: peak rise during a training step.",
+        "tokens/s. Generation: `generate` with KV cache, batch 8 (other batch sizes in their own tables), "
+        f"{NEW_TOKENS} new tokens for every row (min_new_tokens = max_new_tokens, for every engine alike). MFU: "
+        "matmul FLOP/s of the training step over that of a square matmul timed in the same rounds (median of "
+        "per-round ratios). Memory: peak rise during a training step.",
     ]
+    if any(ENTRIES[name].engine for name in header["models"]):
+        lines += [
+            "",
+            "Deployed engines (generation only, float32 activations): `ours` with the same weights, exported or "
+            "quantized before the rounds (not timed), decoding the same batch in the same interleaved rounds as "
+            "Marian's `generate`; the CTranslate2 and ONNX Runtime ones with as many threads as torch.",
+        ]
     stated = header.get("stated_peak_tflops")
     for result in results:
         c = result.config
@@ -554,8 +823,13 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
             f"{c['layers']}+{c['layers']} layers, vocab {c['vocab_size']}, length {c['length']}, "
             f"batch {c['batch']}",
             "",
-            f"Matmul probe timed in the training rounds: {result.matmul_probe_gflops:.1f} GFLOP/s (median).",
-            "",
+        ]
+        if result.matmul_probe_gflops is not None:
+            lines += [
+                f"Matmul probe timed in the training rounds: {result.matmul_probe_gflops:.1f} GFLOP/s (median).",
+                "",
+            ]
+        lines += [
             "| model | params | train tok/s | x Marian | MFU | step memory MB | greedy tok/s | x Marian "
             "| beam4 tok/s | x Marian |" + (" MFU (stated peak) |" if stated else ""),
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if stated else ""),
@@ -578,6 +852,37 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
                 flops = row.get("train_flops_per_s")
                 cells.append("-" if flops is None else f"{flops / (stated * 1e12):.0%}")
             lines.append("| " + " | ".join(cells) + " |")
+        for batch_size in result.generation_batch_sizes:
+            if batch_size == GENERATION_BATCH:
+                continue
+            greedy, beam = generation_key("greedy", batch_size), generation_key("beam4", batch_size)
+            lines += [
+                "",
+                f"Generation at batch {batch_size}:",
+                "",
+                "| model | greedy tok/s | x Marian | beam4 tok/s | x Marian |",
+                "|---|---:|---:|---:|---:|",
+            ]
+            for model, row in result.rows.items():
+                if f"{greedy}_tokens_per_s" in row or f"{beam}_tokens_per_s" in row:
+                    cells = [
+                        model, _number(row.get(f"{greedy}_tokens_per_s")), _ratio(row, greedy),
+                        _number(row.get(f"{beam}_tokens_per_s")), _ratio(row, beam),
+                    ]  # fmt: skip
+                    lines.append("| " + " | ".join(cells) + " |")
+        weighed = {model: row for model, row in result.rows.items() if row.get("weights_mb") is not None}
+        if weighed:
+            lines += [
+                "",
+                "Weights as deployed: the engine's files (CTranslate2 `model.bin`; ONNX: both graphs, each with the "
+                "token table) or the torch `state_dict` as `torch.save` writes it (int8: packed weights and scales). "
+                "`x fp32`: over the same form in float32.",
+                "",
+                "| model | weights MB | x fp32 |",
+                "|---|---:|---:|",
+            ]
+            for model, row in weighed.items():
+                lines.append(f"| {model} | {row['weights_mb']:,.1f} | {_number(row.get('weights_vs_fp32'), 2)} |")
         for model, error in result.failed.items():
             lines += ["", f"`{model}` did not run: {error}"]
     lines += ["", "Models: " + "; ".join(f"`{name}` {ENTRIES[name].note}" for name in header["models"]) + "."]
@@ -590,9 +895,17 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--configs", default=None, help="comma list of " + ", ".join(CONFIGS) + " (base-small,seed; GPU: and big)"
     )
+    parser.add_argument("--models", default=None, help=f"comma list of {', '.join(ENTRIES)} (default {DEFAULT_MODELS})")
     parser.add_argument(
-        "--models", default=DEFAULT_MODELS, help=f"comma list of {', '.join(ENTRIES)} (default {DEFAULT_MODELS})"
-    )
+        "--deployed", action="store_true",
+        help=f"add the deployed engines ({', '.join(DEPLOYED_MODELS)}) to --models (default then ours,marian); "
+        "the report then defaults to docs/performance-deployed.md",
+    )  # fmt: skip
+    parser.add_argument(
+        "--generation-batch-sizes", type=int, nargs="+", default=[GENERATION_BATCH], metavar="N",
+        help=f"batch sizes of the generation timings (default {GENERATION_BATCH}; e.g. 8 32)",
+    )  # fmt: skip
+    parser.add_argument("--no-train", action="store_true", help="time generation only")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", default=None, choices=["fp32", "bf16", "fp16"], help="fp32 on CPU, bf16 on GPU")
     parser.add_argument("--threads", type=int, default=None, help="torch threads on CPU (default: all cores)")
@@ -610,8 +923,16 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         "--keep-denormals", action="store_true",
         help="compute with denormal floats on CPU instead of flushing them to zero (slow on some CPUs)",
     )  # fmt: skip
-    parser.add_argument("--output", default="docs/performance.md", help="Markdown report; JSON beside it")
+    parser.add_argument(
+        "--output", default=None, help="Markdown report; JSON beside it (docs/performance.md; --deployed: "
+        "docs/performance-deployed.md)"
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if args.deployed:
+        models = args.models.split(",") if args.models else ["ours", "marian"]
+        args.models = ",".join(models + [name for name in DEPLOYED_MODELS if name not in models])
+    args.models = args.models or DEFAULT_MODELS
+    args.output = args.output or ("docs/performance-deployed.md" if args.deployed else "docs/performance.md")
     on_gpu = args.device.startswith("cuda")
     default_configs = "base-small" if args.quick else ("base-small,seed,big" if on_gpu else "base-small,seed")
     args.configs = (args.configs or default_configs).split(",")
@@ -622,6 +943,9 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     for name in args.models:
         if name not in ENTRIES:
             parser.error(f"unknown model {name!r}; choose from {', '.join(ENTRIES)}")
+    if any(size < 1 for size in args.generation_batch_sizes):
+        parser.error("--generation-batch-sizes must be positive")
+    args.generation_batch_sizes = list(dict.fromkeys(args.generation_batch_sizes))
     args.rounds = args.rounds or (5 if args.quick else 10)
     args.budget = args.budget or (12.0 if args.quick else 60.0)
     args.dtype = args.dtype or ("bf16" if on_gpu else "fp32")
@@ -662,6 +986,7 @@ def main(argv: list[str] | None = None) -> dict:
         if not keep_freed_memory():
             raise SystemExit("--keep-freed-memory needs glibc's malloc")
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # saving and loading the folders the deployed engines are made from
     started = time.perf_counter()
 
     def log(message: str) -> None:
@@ -683,6 +1008,7 @@ def main(argv: list[str] | None = None) -> dict:
         transformers=transformers.__version__, python=platform.python_version(), peak_size=peak_size,
         matmul_peak_gflops=peak / 1e9, stated_peak_tflops=args.peak_tflops, models=args.models,
         kept_memory=args.keep_freed_memory, flushed_denormals=flushed_denormals,
+        generation_batch_sizes=args.generation_batch_sizes, trained=not args.no_train,
         wall_seconds=round(time.perf_counter() - started, 1),
     )  # fmt: skip
     report = markdown(results, header)
@@ -694,7 +1020,10 @@ def main(argv: list[str] | None = None) -> dict:
         header,
         results=[
             dict(
-                config=r.name, settings=r.config, matmul_probe_gflops=r.matmul_probe_gflops, models=r.rows,
+                config=r.name,
+                settings=r.config,
+                matmul_probe_gflops=r.matmul_probe_gflops,
+                models=r.rows,
                 failed=r.failed,
             )
             for r in results

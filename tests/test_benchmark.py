@@ -158,3 +158,74 @@ print(started, flushed, int(products.view(torch.int32).count_nonzero()))
         if when == "late" and int(started) == 0:
             pytest.skip("the parallel work ran on the calling thread alone: no thread to miss a late flush")
         assert outcome == expected.split(), when
+
+
+def test_deployed_engines_time_generation_with_ours_weights_and_report_int8_memory(tmp_path):
+    for module in ("ctranslate2", "onnxruntime", "onnxscript"):
+        pytest.importorskip(module)
+    benchmark = load_benchmark_module("benchmark")
+    output = tmp_path / "deployed.md"
+    record = benchmark.main(
+        ["--configs", "tiny", "--deployed", "--no-train", "--generation-batch-sizes", "8", "3", "--rounds", "1",
+         "--budget", "0", "--peak-size", "128", "--keep-denormals", "--output", str(output)]
+    )  # fmt: skip
+    engines = ("ours_ct2", "ours_ct2_int8", "ours_onnx", "ours_int8")
+    assert record["models"] == ["ours", "marian", *engines] and record["generation_batch_sizes"] == [8, 3]
+    result = record["results"][0]
+    assert result["failed"] == {} and result["matmul_probe_gflops"] is None
+    rows, report = result["models"], output.read_text()
+    for name in ("ours", "marian", *engines):
+        row = rows[name]
+        assert "train_tokens_per_s" not in row and row["train_memory_mb"] is None, name
+        for key in ("greedy", "beam4", "greedy_b3", "beam4_b3"):
+            assert row[f"{key}_tokens_per_s"] > 0 and row[f"{key}_vs_marian"] > 0, (name, key)
+            lower, upper = row[f"{key}_vs_marian_quartiles"]
+            assert lower <= row[f"{key}_vs_marian"] <= upper, (name, key)
+    for name in engines:
+        assert rows[name]["parameters"] == rows["ours"]["parameters"], name  # ours's model, in another form
+        assert rows[name]["weights_mb"] > 0, name
+        assert f"| {name} | {rows[name]['parameters'] / 1e6:.2f}M | - | - | - | - |" in report, name
+        assert f"| {name} | {rows[name]['greedy_b3_tokens_per_s']:,.0f} |" in report, name
+    # int8 weights against the same form in float32: CTranslate2's model.bin, torch's saved state_dict.
+    for name in ("ours_ct2_int8", "ours_int8"):
+        assert 0 < rows[name]["weights_vs_fp32"] < 1, name
+        assert rows[name]["weights_vs_fp32"] == rows[name]["weights_mb"] / rows[name]["weights_fp32_mb"]
+        assert f"| {name} | {rows[name]['weights_mb']:,.1f} | {rows[name]['weights_vs_fp32']:.2f} |" in report
+    assert rows["ours_ct2_int8"]["weights_fp32_mb"] == rows["ours_ct2"]["weights_mb"]
+    assert rows["ours_int8"]["weights_fp32_mb"] == rows["ours"]["weights_mb"]
+    assert "Generation at batch 3:" in report and "| model | weights MB | x fp32 |" in report
+    assert "Matmul probe timed in the training rounds" not in report
+
+
+def test_a_deployed_engine_that_is_not_installed_is_skipped_with_its_reason(tmp_path, monkeypatch):
+    benchmark = load_benchmark_module("benchmark")
+    require = benchmark._require
+
+    def without_ctranslate2(module, *args):
+        if module == "ctranslate2":
+            raise ImportError("ctranslate2 is not installed: skipped")
+        require(module, *args)
+
+    monkeypatch.setattr(benchmark, "_require", without_ctranslate2)
+    output = tmp_path / "deployed.md"
+    record = benchmark.main(
+        ["--configs", "tiny", "--models", "ours,marian,ours_ct2,ours_int8", "--no-train", "--no-beam", "--rounds",
+         "1", "--budget", "0", "--peak-size", "128", "--keep-denormals", "--output", str(output)]
+    )  # fmt: skip
+    result = record["results"][0]
+    assert result["failed"] == {"ours_ct2": "ImportError: ctranslate2 is not installed: skipped"}
+    assert set(result["models"]) == {"ours", "marian", "ours_int8"}
+    assert result["models"]["ours_int8"]["greedy_tokens_per_s"] > 0
+    assert "`ours_ct2` did not run: ImportError: ctranslate2 is not installed" in output.read_text()
+
+
+def test_deployed_option_adds_the_engines_and_its_own_report():
+    benchmark = load_benchmark_module("benchmark")
+    args = benchmark.parse_arguments(["--deployed", "--generation-batch-sizes", "8", "32", "8"])
+    assert args.models == ["ours", "marian", "ours_ct2", "ours_ct2_int8", "ours_onnx", "ours_int8"]
+    assert args.output == "docs/performance-deployed.md" and args.generation_batch_sizes == [8, 32]
+    args = benchmark.parse_arguments(["--deployed", "--models", "marian", "--output", "x.md"])
+    assert args.models[:2] == ["marian", "ours_ct2"] and args.output == "x.md"
+    default = benchmark.parse_arguments([])
+    assert not set(default.models) & set(benchmark.DEPLOYED_MODELS) and default.output == "docs/performance.md"
+    assert default.generation_batch_sizes == [8]

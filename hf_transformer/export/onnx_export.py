@@ -264,7 +264,6 @@ _UNSUPPORTED = {
     "no_repeat_ngram_size": 0,
     "repetition_penalty": 1.0,
     "min_length": 0,
-    "min_new_tokens": None,
     "forced_bos_token_id": None,
     "forced_eos_token_id": None,
     "bad_words_ids": None,
@@ -323,6 +322,7 @@ class OnnxSeq2SeqGenerator:
         self.length_penalty = settings.get("length_penalty", 1.0)
         self.early_stopping = settings.get("early_stopping", False)
         self.max_new_tokens = settings.get("max_new_tokens") or settings.get("max_length", 20) - 1
+        self.min_new_tokens = settings.get("min_new_tokens") or 0
         inputs = {node.name: node.shape for node in self.decoder.get_inputs()}
         self.past_names = [name for name in inputs if name.startswith("past_")]
         self.cross_names = [name for name in inputs if name.startswith("cross_")]
@@ -337,9 +337,12 @@ class OnnxSeq2SeqGenerator:
         max_new_tokens: int | None = None,
         length_penalty: float | None = None,
         early_stopping: bool | str | None = None,
+        min_new_tokens: int | None = None,
     ) -> np.ndarray:
         """Like ``model.generate(input_ids, attention_mask, num_beams=..., max_new_tokens=...)``; settings left None
-        come from the exported generation config. ``input_ids`` and ``attention_mask``: (B, S) arrays."""
+        come from the exported generation config. ``input_ids`` and ``attention_mask``: (B, S) arrays.
+        ``min_new_tokens``: the end tokens get a score of -inf before that many tokens are generated, as transformers'
+        ``MinNewTokensLengthLogitsProcessor`` does (in beam search after the log-softmax, as there)."""
         input_ids = np.asarray(input_ids, dtype=np.int64)
         attention_mask = (input_ids != self.pad if attention_mask is None else np.asarray(attention_mask)).astype(
             np.int64
@@ -348,28 +351,37 @@ class OnnxSeq2SeqGenerator:
         cross = dict(zip(self.cross_names, encoded[1:]))
         num_beams = num_beams or self.num_beams
         max_new_tokens = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        min_new_tokens = self.min_new_tokens if min_new_tokens is None else min_new_tokens
         if num_beams == 1:
-            return self._greedy(attention_mask, cross, max_new_tokens)
+            return self._greedy(attention_mask, cross, max_new_tokens, min_new_tokens)
         length_penalty = self.length_penalty if length_penalty is None else length_penalty
         early_stopping = self.early_stopping if early_stopping is None else early_stopping
-        return self._beam_search(attention_mask, cross, num_beams, max_new_tokens, length_penalty, early_stopping)
+        return self._beam_search(
+            attention_mask, cross, num_beams, max_new_tokens, length_penalty, early_stopping, min_new_tokens
+        )
 
-    def _step(self, tokens: np.ndarray, mask: np.ndarray, past: list, cross: dict) -> tuple[np.ndarray, list]:
-        """One decoder step: (R,) tokens -> (R, V) float32 log-probabilities of the next token and the new cache."""
+    def _step(
+        self, tokens: np.ndarray, mask: np.ndarray, past: list, cross: dict, suppress_eos: bool = False
+    ) -> tuple[np.ndarray, list]:
+        """One decoder step: (R,) tokens -> (R, V) float32 log-probabilities of the next token and the new cache;
+        with ``suppress_eos`` (fewer tokens generated than ``min_new_tokens``) the end tokens get -inf."""
         feed = {"input_ids": tokens[:, None], "encoder_attention_mask": mask, **dict(zip(self.past_names, past))}
         logits, *present = self.decoder.run(self.outputs, {**feed, **cross})
-        return _log_softmax(logits[:, -1].astype(np.float32)), present
+        log_probs = _log_softmax(logits[:, -1].astype(np.float32))
+        if suppress_eos and self.eos:
+            log_probs[:, self.eos] = -np.inf
+        return log_probs, present
 
     def _empty_cache(self, rows: int) -> list:
         return [np.zeros((rows, self.cache_shape[0], 0, self.cache_shape[1]), np.float32)] * len(self.past_names)
 
-    def _greedy(self, mask: np.ndarray, cross: dict, max_new_tokens: int) -> np.ndarray:
+    def _greedy(self, mask: np.ndarray, cross: dict, max_new_tokens: int, min_new_tokens: int = 0) -> np.ndarray:
         pad = self.pad if self.pad is not None else self.eos[0]
         sequences = np.full((mask.shape[0], 1), self.start, dtype=np.int64)
         unfinished = np.ones(mask.shape[0], dtype=bool)
         past = self._empty_cache(mask.shape[0])
-        for _ in range(max_new_tokens):
-            log_probs, past = self._step(sequences[:, -1], mask, past, cross)
+        for generated in range(max_new_tokens):
+            log_probs, past = self._step(sequences[:, -1], mask, past, cross, generated < min_new_tokens)
             tokens = np.where(unfinished, log_probs.argmax(-1), pad)
             sequences = np.concatenate([sequences, tokens[:, None]], axis=1)
             unfinished &= ~np.isin(tokens, self.eos)
@@ -377,7 +389,9 @@ class OnnxSeq2SeqGenerator:
                 break
         return sequences
 
-    def _beam_search(self, mask, cross, num_beams, max_new_tokens, length_penalty, early_stopping) -> np.ndarray:
+    def _beam_search(
+        self, mask, cross, num_beams, max_new_tokens, length_penalty, early_stopping, min_new_tokens=0
+    ) -> np.ndarray:
         """transformers' ``GenerationMixin._beam_search`` (one start token as the prompt), in float32 like it."""
         batch, neg = mask.shape[0], np.float32(-1e9)
         mask = np.repeat(mask, num_beams, axis=0)
@@ -396,7 +410,8 @@ class OnnxSeq2SeqGenerator:
         in_top_beams = np.arange(keep) < num_beams
         past, length = self._empty_cache(batch * num_beams), 1
         while True:
-            log_probs, past = self._step(running[:, :, length - 1].reshape(-1), mask, past, cross)
+            tokens = running[:, :, length - 1].reshape(-1)
+            log_probs, past = self._step(tokens, mask, past, cross, length - 1 < min_new_tokens)
             vocab = log_probs.shape[-1]
             log_probs = (log_probs.reshape(batch, num_beams, vocab) + running_scores[:, :, None]).reshape(batch, -1)
             top = _top(log_probs, keep)
