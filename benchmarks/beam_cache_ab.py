@@ -19,6 +19,7 @@ import torch
 from transformers.utils import logging
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
+from hf_transformer.generation import TransformerGenerationMixin
 
 CONFIGS = {
     "base-small": dict(vocab_size=8000, n_layer=3, length=64),
@@ -49,12 +50,12 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     logging.set_verbosity_error()
-    own_hook = TransformerForConditionalGeneration._reorder_cache
+    own_hook = TransformerGenerationMixin._reorder_cache
 
     def use(mode: str) -> None:
-        TransformerForConditionalGeneration._reorder_cache = own_hook
+        TransformerGenerationMixin._reorder_cache = own_hook
         if mode == "reorder both":  # without the model's hook, generate calls the cache's own reorder_cache
-            del TransformerForConditionalGeneration._reorder_cache
+            del TransformerGenerationMixin._reorder_cache
 
     results = {"machine": platform.processor() or platform.machine(), "torch": torch.__version__, "rows": []}
     modes = ("skip where unchanged", "reorder both")
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict:
             results["rows"].append(row)
             print(row, flush=True)
     finally:
-        TransformerForConditionalGeneration._reorder_cache = own_hook
+        TransformerGenerationMixin._reorder_cache = own_hook
     if args.output:
         Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
     return results

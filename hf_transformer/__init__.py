@@ -6,6 +6,7 @@ Importing the package registers the configuration and the models with the Auto c
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForMaskedLM,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
@@ -14,6 +15,7 @@ from .configuration_transformer import TransformerConfig
 from .inference import PIPELINE_TASK, Predictor, register_pipeline
 from .modeling_transformer import (
     TransformerForConditionalGeneration,
+    TransformerForMaskedLM,
     TransformerForSequenceClassification,
     TransformerModel,
     TransformerPreTrainedModel,
@@ -25,6 +27,7 @@ AutoConfig.register(TransformerConfig.model_type, TransformerConfig, exist_ok=Tr
 AutoModel.register(TransformerConfig, TransformerModel, exist_ok=True)
 AutoModelForSeq2SeqLM.register(TransformerConfig, TransformerForConditionalGeneration, exist_ok=True)
 AutoModelForSequenceClassification.register(TransformerConfig, TransformerForSequenceClassification, exist_ok=True)
+AutoModelForMaskedLM.register(TransformerConfig, TransformerForMaskedLM, exist_ok=True)
 
 # save_pretrained / push_to_hub then copy the configuration and modeling files beside the weights and write
 # `auto_map`, so that a saved folder also loads with trust_remote_code=True where this package is not installed.
@@ -32,6 +35,7 @@ TransformerConfig.register_for_auto_class()
 TransformerModel.register_for_auto_class("AutoModel")
 TransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 TransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+TransformerForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 
 # transformers.pipeline(PIPELINE_TASK, model=folder) translates (hf_transformer.inference.TranslationPipeline).
 register_pipeline()
@@ -42,6 +46,7 @@ __all__ = [
     "TransformerModel",
     "TransformerForConditionalGeneration",
     "TransformerForSequenceClassification",
+    "TransformerForMaskedLM",
     "Predictor",
     "PIPELINE_TASK",
 ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from transformers.dynamic_module_utils import custom_object_save
 
 
 class CheckpointError(OSError):
@@ -86,3 +87,70 @@ def checked_from_pretrained(load: Callable, cls: type, pretrained_model_name_or_
     complete_checkpoint = kwargs.get("state_dict") is None
     check_loading_info(model, loading_info, str(pretrained_model_name_or_path), complete_checkpoint)
     return (model, loading_info) if want_info else model
+
+
+class CheckedLoadingMixin:
+    """What the package changes in ``PreTrainedModel``'s loading and saving. The transformers hooks overridden here
+    (checked against transformers 5.23.0; ``tests/test_private_hooks.py`` pins each):
+    ``from_pretrained`` (public, wrapped by :func:`checked_from_pretrained`), ``get_expanded_tied_weights_keys``,
+    ``mark_tied_weights_as_initialized``, ``save_pretrained`` (public) with ``should_save_on_this_rank`` and
+    ``dynamic_module_utils.custom_object_save``."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        # transformers only logs weights that are missing from, or unused in, a checkpoint; a model loaded
+        # here must never be left with random weights, so those reports become errors (above).
+        return checked_from_pretrained(
+            super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs
+        )
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # Tying here follows the config: `share_embeddings` ties the encoder and decoder tables even when
+        # `tie_word_embeddings` is off (the base class would drop every tie then).
+        if all_submodels:
+            return super().get_expanded_tied_weights_keys(all_submodels=True)
+        return dict(self._tied_weights_keys or {})
+
+    def mark_tied_weights_as_initialized(self, loading_info) -> None:
+        # transformers flags every tied target as initialised, so that it is not drawn before being tied. With
+        # `share_embeddings` the decoder's token table is the encoder's very module, so the flag lands on the source
+        # as well, and a source the weights lack (`from_pretrained(None, config=..., state_dict={})`) would stay on
+        # the meta device, neither initialised nor reported missing. Such a source is unflagged and reported.
+        unloaded = {source for source in self.all_tied_weights_keys.values() if source in loading_info.missing_keys}
+        super().mark_tied_weights_as_initialized(loading_info)
+        for source in unloaded:
+            self.get_parameter(source)._is_hf_initialized = False
+            loading_info.missing_keys.add(source)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto
+        # class load the folder through the copied code (trust_remote_code) where this package is not installed.
+        if not self.is_remote_code():
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **self.remote_code_auto_map()}
+        package_class = self._package_class()
+        if type(self) is package_class:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        # A wrapper made the instance's class (FSDP 2's `fully_shard` swaps it for a subclass defined in torch):
+        # transformers would name that class in `auto_map` and copy torch's file beside the weights. The copy is
+        # made here from the package's class instead; the `auto_map` above already names its heads.
+        self.is_remote_code = lambda: False  # shadows the classmethod for this one call
+        try:
+            result = super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            del self.is_remote_code
+        is_main_process = args[0] if args else kwargs.get("is_main_process", True)
+        if self.should_save_on_this_rank(is_main_process):
+            custom_object_save(object.__new__(package_class), save_directory)
+        return result
+
+    @classmethod
+    def _package_class(cls) -> type:
+        """The first class of the model's module in `cls`'s hierarchy (`cls` itself unless a wrapper subclassed it)."""
+        base = next(klass for klass in cls.__mro__ if CheckedLoadingMixin in klass.__bases__)
+        return next(klass for klass in cls.__mro__ if klass.__module__ == base.__module__)
+
+    @classmethod
+    def remote_code_auto_map(cls) -> dict[str, str]:
+        """``auto_map`` of a saved folder: Auto class -> ``module.Class`` in the copied code files."""
+        raise NotImplementedError

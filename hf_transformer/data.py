@@ -40,8 +40,7 @@ _MULTI30K_URL = (
     "data/task1/raw/{name}.gz"
 )
 _MULTI30K_TOK_URL = (
-    "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/"
-    "data/task1/tok/{name}"
+    "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/tok/{name}"
 )
 
 
@@ -157,9 +156,7 @@ def download_file(
     """
     destination = Path(destination)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial_name = tempfile.mkstemp(
-        dir=destination.parent, prefix=f".{destination.name}.", suffix=".part"
-    )
+    handle, partial_name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
     partial = Path(partial_name)
     try:
         with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
@@ -205,9 +202,7 @@ def ensure_corpus_file(
 # Loading
 
 
-def _drop_rows(
-    dataset: Dataset, keep: Callable[[dict[str, list]], list[bool]], what: str, where: str
-) -> Dataset:
+def _drop_rows(dataset: Dataset, keep: Callable[[dict[str, list]], list[bool]], what: str, where: str) -> Dataset:
     """Filter rows and say how many went: data is never dropped silently."""
     before = len(dataset)
     kept = dataset.filter(keep, batched=True, desc=f"dropping {what}")
@@ -253,10 +248,7 @@ def load_nsmc(
     document are dropped and counted in a log line. `validation` is carved out of the training file
     (fixed `seed`), so the test file is never used for model selection.
     """
-    paths = {
-        split: str(ensure_corpus_file(spec, data_dir, download=download))
-        for split, spec in NSMC_FILES.items()
-    }
+    paths = {split: str(ensure_corpus_file(spec, data_dir, download=download)) for split, spec in NSMC_FILES.items()}
     # keep_default_na=False: a review reading "NA" or "null" is text, not a missing value.
     raw = datasets.load_dataset(
         "csv",
@@ -308,9 +300,7 @@ def load_multi30k(
     """
     languages = {source_lang, target_lang}
     if len(languages) != 2 or not languages <= set(_LANGUAGE_NAMES):
-        raise ValueError(
-            f"Multi30k has 'en' and 'de'; got source_lang={source_lang!r}, target_lang={target_lang!r}"
-        )
+        raise ValueError(f"Multi30k has 'en' and 'de'; got source_lang={source_lang!r}, target_lang={target_lang!r}")
     paths = {
         lang: {
             split: str(ensure_corpus_file(MULTI30K_FILES[f"{stem}.{lang}"], data_dir, download=download))
@@ -318,9 +308,7 @@ def load_multi30k(
         }
         for lang in (source_lang, target_lang)
     }
-    return _pair_line_files(
-        paths[source_lang], paths[target_lang], source_lang, target_lang, cache_dir=cache_dir
-    )
+    return _pair_line_files(paths[source_lang], paths[target_lang], source_lang, target_lang, cache_dir=cache_dir)
 
 
 def load_multi30k_tok_references(
@@ -352,9 +340,7 @@ def load_parallel_text(
     `source_files` and `target_files` map a split name to a file; both must name the same splits.
     """
     if set(source_files) != set(target_files):
-        raise ValueError(
-            f"source splits {sorted(source_files)} and target splits {sorted(target_files)} differ"
-        )
+        raise ValueError(f"source splits {sorted(source_files)} and target splits {sorted(target_files)} differ")
     for path in [*source_files.values(), *target_files.values()]:
         if not Path(path).is_file():
             raise FileNotFoundError(f"parallel text file not found: {path}")
@@ -383,8 +369,7 @@ def _pair_line_files(
     def to_translation(batch: dict[str, list]) -> dict[str, list]:
         return {
             "translation": [
-                {source_lang: source, target_lang: target}
-                for source, target in zip(batch["source"], batch["target"])
+                {source_lang: source, target_lang: target} for source, target in zip(batch["source"], batch["target"])
             ]
         }
 
@@ -399,9 +384,7 @@ def _pair_line_files(
         both = datasets.concatenate_datasets(
             [source.rename_column("text", "source"), target.rename_column("text", "target")], axis=1
         )
-        both = _drop_rows(
-            both, _has_text("source", "target"), "an empty side", f"{split} ({source_paths[split]})"
-        )
+        both = _drop_rows(both, _has_text("source", "target"), "an empty side", f"{split} ({source_paths[split]})")
         paired[split] = both.map(
             to_translation,
             batched=True,
@@ -455,8 +438,7 @@ def load_local_dataset(
         or (seq2seq and None in (source_column, target_column))
     ):
         raise ValueError(
-            "give either text_column and label_column (classification) "
-            "or source_column and target_column (seq2seq)"
+            "give either text_column and label_column (classification) or source_column and target_column (seq2seq)"
         )
     files = data_files if isinstance(data_files, Mapping) else {"train": data_files}
     files = {
@@ -478,9 +460,7 @@ def load_local_dataset(
     for split, dataset in raw.items():
         absent = [column for column in wanted if column not in dataset.column_names]
         if absent:
-            raise KeyError(
-                f"{files[split]} has no column(s) {absent}; its columns are {dataset.column_names}"
-            )
+            raise KeyError(f"{files[split]} has no column(s) {absent}; its columns are {dataset.column_names}")
 
     result = {}
     for split, dataset in raw.items():
@@ -495,8 +475,7 @@ def load_local_dataset(
             dataset = dataset.map(
                 lambda batch: {
                     "translation": [
-                        {source_column: s, target_column: t}
-                        for s, t in zip(batch[source_column], batch[target_column])
+                        {source_column: s, target_column: t} for s, t in zip(batch[source_column], batch[target_column])
                     ]
                 },
                 batched=True,
@@ -581,9 +560,7 @@ def tokenize_classification(
         encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenizing"
     )
     if has_label and tokenized.features[label_column] != dataset.features[label_column]:
-        tokenized = tokenized.cast_column(
-            label_column, dataset.features[label_column]
-        )  # keeps the ClassLabel
+        tokenized = tokenized.cast_column(label_column, dataset.features[label_column])  # keeps the ClassLabel
     return tokenized
 
 
@@ -629,18 +606,14 @@ def tokenize_translation(
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
         pairs = batch["translation"]
-        encoded = tokenizer(
-            [pair[source_lang] for pair in pairs], truncation=True, max_length=max_source_length
-        )
+        encoded = tokenizer([pair[source_lang] for pair in pairs], truncation=True, max_length=max_source_length)
         targets = tokenizer(
             text_target=[pair[target_lang] for pair in pairs], truncation=True, max_length=max_target_length
         )
         encoded["labels"] = targets["input_ids"]
         return encoded
 
-    return dataset.map(
-        encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenizing"
-    )
+    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenizing")
 
 
 def classification_collator(tokenizer, *, pad_to_multiple_of: int | None = None):
@@ -702,9 +675,7 @@ def length_grouped_dataloader(
         sampler = LengthGroupedSampler(batch_size, lengths=lengths, generator=generator)
     else:
         sampler = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, collate_fn=collator, **dataloader_kwargs
-    )
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collator, **dataloader_kwargs)
 
 
 __all__ = [

@@ -5,18 +5,22 @@
 where this package is not installed), the tokenizer, and a model card (``README.md``) with YAML metadata,
 the evaluation results and a usage snippet. ``check_can_upload`` and ``upload`` push it with
 ``huggingface_hub``; ``scripts/push_to_hub.py`` is the command line.
+
+``model_card`` is also the card the training scripts write into their output folders (a path in place of a
+repository id): one function, so that a folder's card and its card on the Hub say the same things.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData, get_token
 from huggingface_hub.errors import HfHubHTTPError
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, GenerationConfig
 
 from . import modeling_transformer
 from .configuration_transformer import TransformerConfig
@@ -26,11 +30,14 @@ RESULT_FILES = ("all_results.json", "eval_results.json", "test_results.json", "r
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 DEFAULT_TAGS = ("hf_transformer", "encoder-decoder", "transformer", "custom_code")
 DEFAULT_EXAMPLE = "Attention is all you need."
+# Rows of the card's table of named metrics: prefix of the results keys -> split shown.
+DEFAULT_RESULT_ROWS = {"eval": "validation", "test": "test"}
 
 # Auto class and Hub pipeline tag of each head.
 _HEADS = {
     "TransformerForConditionalGeneration": ("AutoModelForSeq2SeqLM", "text2text-generation"),
     "TransformerForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
+    "TransformerForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
     "TransformerModel": ("AutoModel", "feature-extraction"),
 }
 
@@ -42,9 +49,14 @@ class HubError(RuntimeError):
 # -- reading the model folder --------------------------------------------------------------------------
 
 
+# Heads saved under an earlier name: scripts/pretrain_denoising.py defined the masked-LM head itself.
+_RENAMED_HEADS = {"TransformerForMaskedTokens": "TransformerForMaskedLM"}
+
+
 def architecture(config: TransformerConfig) -> str:
     """The head saved in the folder (``config.architectures``); a folder without one holds a seq2seq model."""
     for name in config.architectures or ():
+        name = _RENAMED_HEADS.get(name, name)
         if name in _HEADS:
             return name
     return "TransformerForConditionalGeneration"
@@ -71,28 +83,66 @@ def read_eval_results(
         data = json.loads(path.read_text())
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a JSON object of results, got {type(data).__name__}")
-        for key, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                continue
-            if isinstance(value, str) and len(value) > 200:
-                continue
-            results[key] = value
+        results.update(scalar_results(data))
     return results
 
 
-def _metric_value(results: dict, metric: str):
-    for key in (metric, f"eval_{metric}", f"test_{metric}"):
-        value = results.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return value
-    return None
+def scalar_results(results: Mapping[str, Any]) -> dict[str, float | int | str]:
+    """The entries of ``results`` a card lists: numbers and short strings, not lists, objects or long commands."""
+    return {
+        key: value
+        for key, value in results.items()
+        if not isinstance(value, bool)
+        and isinstance(value, (int, float, str))
+        and not (isinstance(value, str) and len(value) > 200)
+    }
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _metric_value(results: Mapping[str, Any], metric: str) -> tuple[Any, str | None]:
+    """The value reported for ``metric`` and its split: the plain key, else the test split's, else validation's."""
+    for key, split in ((metric, None), (f"test_{metric}", "test"), (f"eval_{metric}", "validation")):
+        if _is_number(results.get(key)):
+            return results[key], split
+    return None, None
+
+
+def encoder_only(arch: str, config: TransformerConfig) -> bool:
+    """Whether the head reads the encoder alone (the masked-LM head, a classifier that pools the encoder)."""
+    return arch == "TransformerForMaskedLM" or (
+        arch == "TransformerForSequenceClassification" and config.classifier_pooling != "decoder"
+    )
+
+
+def saved_generation(model) -> dict[str, Any]:
+    """The beam-search settings ``model`` keeps as its generation defaults, where they differ from transformers'."""
+    saved = getattr(model, "generation_config", None)
+    if saved is None or architecture(model.config) != "TransformerForConditionalGeneration":
+        return {}
+    default = GenerationConfig()
+    return {
+        name: getattr(saved, name)
+        for name in ("num_beams", "length_penalty")
+        if getattr(saved, name) != getattr(default, name)
+    }
 
 
 # -- the model card ------------------------------------------------------------------------------------
 
 
-def usage_snippet(repo_id: str, arch: str, config: TransformerConfig, has_tokenizer: bool, example: str) -> str:
-    """Python code that loads the model from ``repo_id`` and runs it; it needs only torch and transformers."""
+def usage_snippet(
+    repo_id: str,
+    arch: str,
+    config: TransformerConfig,
+    has_tokenizer: bool,
+    example: str,
+    generation: Mapping[str, Any] | None = None,
+) -> str:
+    """Python code that loads the model from ``repo_id`` (a Hub id or a folder) and runs it; it needs only torch and
+    transformers. A seq2seq model generates with ``generation``'s beam size and length penalty (default 4 beams)."""
     auto_class = _HEADS[arch][0]
     lines = []
     if has_tokenizer:
@@ -103,8 +153,8 @@ def usage_snippet(repo_id: str, arch: str, config: TransformerConfig, has_tokeni
             "tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)",
             f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
             "",
-            f"inputs = tokenizer([{json.dumps(example, ensure_ascii=False)}], return_tensors=\"pt\")",
-            "input_ids, attention_mask = inputs[\"input_ids\"], inputs[\"attention_mask\"]",
+            f'inputs = tokenizer([{json.dumps(example, ensure_ascii=False)}], return_tensors="pt")',
+            'input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]',
         ]
     else:
         specials = {config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id}
@@ -125,9 +175,13 @@ def usage_snippet(repo_id: str, arch: str, config: TransformerConfig, has_tokeni
     if arch == "TransformerForConditionalGeneration":
         # the start token and the new tokens must fit in the decoder's position table
         max_new_tokens = min(50, config.decoder_max_position_embeddings - 1)
+        generation = generation or {}
+        settings = f"num_beams={generation.get('num_beams', 4)}, "
+        if "length_penalty" in generation:
+            settings += f"length_penalty={generation['length_penalty']}, "
         lines.append(
-            "output_ids = model.generate(input_ids, attention_mask=attention_mask, num_beams=4, "
-            f"max_new_tokens={max_new_tokens})"
+            "output_ids = model.generate(input_ids, attention_mask=attention_mask, "
+            f"{settings}max_new_tokens={max_new_tokens})"
         )
         if has_tokenizer:
             lines.append("print(tokenizer.batch_decode(output_ids, skip_special_tokens=True))")
@@ -138,6 +192,14 @@ def usage_snippet(repo_id: str, arch: str, config: TransformerConfig, has_tokeni
             "logits = model(input_ids=input_ids, attention_mask=attention_mask).logits",
             "print(model.config.id2label[logits.argmax(-1).item()])",
         ]
+    elif arch == "TransformerForMaskedLM":
+        lines.append(
+            "logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (1, length, vocabulary)"
+        )
+        if has_tokenizer:
+            lines.append("print(tokenizer.batch_decode(logits.argmax(-1)))  # the likeliest token at every position")
+        else:
+            lines.append("print(logits.argmax(-1).tolist())  # the likeliest token at every position")
     else:
         lines += [
             "encoded = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state",
@@ -152,13 +214,43 @@ def _format_value(value) -> str:
     return str(value)
 
 
+def metric_table(
+    results: Mapping[str, Any], columns: Mapping[str, str], rows: Mapping[str, str], digits: int = 4
+) -> str | None:
+    """A Markdown table of named metrics: one row per split (``rows``: prefix of the results keys -> split shown),
+    one column per metric (``columns``: metric -> heading), e.g. ``results["test_bleu"]`` in row "test", column
+    "bleu". Splits without any of the metrics are left out; None when no split has one."""
+
+    def cell(key: str) -> str:
+        value = results.get(key)
+        if isinstance(value, float):
+            return f"{value:.{digits}f}"
+        return str(value) if _is_number(value) else "n/a"
+
+    lines = [
+        f"| {label} | " + " | ".join(cell(f"{prefix}_{metric}") for metric in columns) + " |"
+        for prefix, label in rows.items()
+        if any(_is_number(results.get(f"{prefix}_{metric}")) for metric in columns)
+    ]
+    if not lines:
+        return None
+    head = "| split | " + " | ".join(columns.values()) + " |\n|---|" + "---|" * len(columns)
+    return "\n".join([head, *lines])
+
+
+def _generation_line(generation: Mapping[str, Any]) -> str:
+    names = {"num_beams": "beam size", "length_penalty": "length penalty"}
+    settings = ", ".join(f"{names.get(name, name)} {value}" for name, value in generation.items())
+    return f"Decoding: {settings} (the model's saved generation defaults)."
+
+
 def model_card(
     repo_id: str,
     config: TransformerConfig,
     *,
     arch: str | None = None,
     num_parameters: int | None = None,
-    results: dict | None = None,
+    results: Mapping[str, Any] | None = None,
     has_tokenizer: bool = True,
     license: str = "apache-2.0",
     language: Sequence[str] = (),
@@ -167,34 +259,56 @@ def model_card(
     metrics: Sequence[str] = (),
     pipeline_tag: str | None = None,
     example: str = DEFAULT_EXAMPLE,
+    title: str | None = None,
+    training: str | None = None,
+    evaluation: str | None = None,
+    metric_columns: Mapping[str, str] | None = None,
+    result_rows: Mapping[str, str] = DEFAULT_RESULT_ROWS,
+    digits: int = 4,
+    generation: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> str:
-    """The text of ``README.md``: YAML metadata, a description, the evaluation results and a usage snippet."""
+    """The text of ``README.md``: YAML metadata, a description, how the model was trained, its evaluation results
+    and a usage snippet, for a Hub repository or a model folder (``repo_id`` is then the folder's path).
+
+    ``metrics`` are the metric ids of the metadata (``model-index`` takes each one's plain, else test, else
+    validation value from ``results``) and, unless ``metric_columns`` (metric -> heading, e.g. ``{"bleu": "BLEU
+    (beam 4)", "bleu_lc_tok": "lc-tok BLEU"}``) names others, the columns of a table of named results, one row per
+    split of ``result_rows`` (prefix of the results keys -> split shown), with ``digits`` decimals. Every scalar
+    result is listed as well. ``title`` replaces the repository name as heading; ``training`` (the data, the
+    initialisation) and ``settings`` (the run's arguments, shown as JSON) describe the training; ``evaluation``
+    says how the metrics were computed; ``generation`` (``num_beams``, ``length_penalty``) gives the saved decoding
+    settings, which the usage snippet uses.
+    """
     arch = arch or architecture(config)
     auto_class, default_pipeline_tag = _HEADS[arch]
     pipeline_tag = pipeline_tag or default_pipeline_tag
     results = results or {}
-    model_name = repo_id.split("/")[-1]
+    model_name = repo_id.rstrip("/").split("/")[-1]
+    only_encoder = encoder_only(arch, config)
 
     eval_results = []
     if datasets:
         for metric in metrics:
-            value = _metric_value(results, metric)
+            value, split = _metric_value(results, metric)
             if value is not None:
                 eval_results.append(
                     EvalResult(
                         task_type=pipeline_tag,
                         dataset_type=datasets[0],
                         dataset_name=datasets[0],
+                        dataset_split=split,
                         metric_type=metric,
                         metric_value=value,
                     )
                 )
+    default_tags = [tag for tag in DEFAULT_TAGS if not (only_encoder and tag == "encoder-decoder")]
     data = ModelCardData(
         license=license,
         language=list(language) or None,
         library_name="transformers",
         pipeline_tag=pipeline_tag,
-        tags=list(dict.fromkeys([*DEFAULT_TAGS, *tags])),
+        tags=list(dict.fromkeys([*default_tags, *tags])),
         datasets=list(datasets) or None,
         metrics=list(metrics) or None,
         model_name=model_name if eval_results else None,
@@ -202,42 +316,54 @@ def model_card(
     )
 
     size = f"{num_parameters:,} parameters, " if num_parameters else ""
+    what, layers = "The encoder of the Transformer", f"{config.encoder_layers} encoder layers"
+    if not only_encoder:
+        what = "An encoder-decoder Transformer"
+        layers = f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers"
     description = (
-        f"An encoder-decoder Transformer (Vaswani et al., 2017, *Attention Is All You Need*), "
-        f"`{arch}` ({auto_class}), built with `hf_transformer`: {size}d_model {config.d_model}, "
-        f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers, "
+        f"{what} (Vaswani et al., 2017, *Attention Is All You Need*), "
+        f"`{arch}` ({auto_class}), built with `hf_transformer`: {size}d_model {config.d_model}, {layers}, "
         f"{config.num_attention_heads} heads of {config.head_dim}, feed-forward {config.intermediate_size}, "
         f"{config.layer_norm_position}-LN, {config.position_embedding_type} positions, "
         f"{config.activation_function}, vocabulary {config.vocab_size}."
     )
-    if results:
-        rows = "\n".join(f"| {key} | {_format_value(value)} |" for key, value in results.items())
-        evaluation = f"| result | value |\n|---|---|\n{rows}"
+
+    sections = [f"# {title or model_name}", description]
+    if training or settings:
+        sections.append("## Training")
+        if training:
+            sections.append(training)
+        if settings:
+            sections.append(
+                f"Settings:\n\n```json\n{json.dumps(settings, indent=2, ensure_ascii=False, default=str)}\n```"
+            )
+
+    sections.append("## Evaluation")
+    if evaluation:
+        sections.append(evaluation)
+    if generation:
+        sections.append(_generation_line(generation))
+    listed = scalar_results(results)
+    named = metric_table(results, metric_columns or {metric: metric for metric in metrics}, result_rows, digits)
+    if named:
+        sections.append(named)
+    if listed:
+        rows = "\n".join(f"| {key} | {_format_value(value)} |" for key, value in listed.items())
+        sections.append(("All results:\n\n" if named else "") + f"| result | value |\n|---|---|\n{rows}")
     else:
-        evaluation = "Not evaluated: no results file was published with this model."
+        sections.append("Not evaluated: no results file was published with this model.")
 
-    body = f"""
-# {model_name}
-
-{description}
-
-## Evaluation
-
-{evaluation}
-
-## Usage
-
-The configuration and modeling code are in this repository, so the model loads with `transformers` and
-`trust_remote_code=True` alone:
-
-```python
-{usage_snippet(repo_id, arch, config, has_tokenizer, example)}
-```
-
-Where the `hf_transformer` package is installed, `import hf_transformer` registers the classes with the Auto
-classes and `trust_remote_code` is not needed.
-"""
-    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n{body}"))
+    snippet = usage_snippet(repo_id, arch, config, has_tokenizer, example, generation)
+    sections += [
+        "## Usage",
+        "The configuration and modeling code are saved beside the weights, so the model loads with `transformers` "
+        "and\n`trust_remote_code=True` alone:",
+        f"```python\n{snippet}\n```",
+        "Where the `hf_transformer` package is installed, `import hf_transformer` registers the classes with the "
+        "Auto\nclasses and `trust_remote_code` is not needed.",
+    ]
+    body = "\n\n".join(sections)
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}\n"))
 
 
 # -- the folder that is uploaded ---------------------------------------------------------------------------
@@ -275,6 +401,7 @@ def prepare_folder(
     if tokenizer_path is not None:
         AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(out_dir)
 
+    card_options.setdefault("generation", saved_generation(model))
     card = model_card(
         repo_id,
         model.config,

@@ -1,182 +1,56 @@
 """The encoder-decoder Transformer of "Attention Is All You Need", as a HuggingFace model.
 
 Read top to bottom, this file follows the paper:
-  5.4  residual dropout ................ ``inverted_dropout``, ``Dropout``
-       decoding on CPU ................. ``packed_linear_weights``
-  3.5  positional encodings ............ ``sinusoid_table``, ``TransformerEmbeddings``
-  3.2  scaled dot-product and multi-head attention ... ``eager_attention_forward``, ``TransformerAttention``
-  3.3  position-wise feed-forward ...... ``TransformerFeedForward``
-  3.1  encoder and decoder layers ...... ``TransformerEncoderLayer``, ``TransformerDecoderLayer``
-       stacks and masks ................ ``TransformerEncoder``, ``TransformerDecoder``
-  3.4  shared embeddings, output softmax ``TransformerModel``, ``TransformerForConditionalGeneration``
-       (its training loss fused with the output projection: ``_FusedLinearCrossEntropy``)
-       classification (seed tutorial) .. ``TransformerForSequenceClassification``
+  3.5  positional encoding and embeddings ...... ``sinusoid_table``, ``TransformerEmbeddings``
+       masks (padding, causal) ................. ``_padding_mask``, ``_key_padding_mask``, ``_causal_mask``
+  3.2  scaled dot-product attention ............ ``scaled_dot_product_attention``
+       multi-head attention .................... ``TransformerAttention``
+  3.3  position-wise feed-forward .............. ``TransformerFeedForward``
+  5.4  sub-layer connection (dropout, residual, LayerNorm after the sum or before the sub-layer)
+                                                 ``_SublayerConnection``
+  3.1  encoder and decoder layers and stacks ... ``TransformerEncoderLayer``, ``TransformerDecoderLayer``,
+                                                 ``TransformerEncoder``, ``TransformerDecoder``
+       the pretrained-model base (initialisation, tying, loading, saving) ``TransformerPreTrainedModel``
+  3.4  the model and its heads ................. ``TransformerModel``, ``TransformerForConditionalGeneration``
+       (shared embeddings, output softmax), ``TransformerForSequenceClassification`` (the seed tutorial's task),
+       ``TransformerForMaskedLM`` (masked-token pretraining of the classifier's encoder)
 
-Shapes: B batch, S source length, T target length, P cached target length, D d_model,
+Where a faster kernel may take over from a paper component, the component makes one call into ``speed.py``
+(dropout, ``attend``, ``output_logits_and_loss``); ``generation.py`` holds what the seq2seq head changes in
+transformers' ``generate``; ``input_checks.py`` the errors for wrong inputs.
+
+Shapes: B batch, S source length, T target length, P cached target length, K keys read, D d_model,
 H heads, Dh head size, V vocabulary.
 """
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin, PreTrainedModel
+from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
 from transformers import initialization as init
-from transformers.dynamic_module_utils import custom_object_save
-from transformers.integrations import is_deepspeed_zero3_enabled
-from transformers.masking_utils import create_masks_for_generate
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
     BaseModelOutput,
     BaseModelOutputWithPastAndCrossAttentions,
+    MaskedLMOutput,
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
     Seq2SeqSequenceClassifierOutput,
     SequenceClassifierOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from .checkpoint import checked_from_pretrained
+from .checkpoint import CheckedLoadingMixin
 from .configuration_transformer import TransformerConfig
+from .generation import TransformerGenerationMixin, precompute_forward_signatures
+from .input_checks import check_ids_in_vocabulary, check_prepared_mask, check_token_inputs, value_range
+from .speed import Dropout, attend, capturing_graph, inverted_dropout, output_logits_and_loss
 
 # ---------------------------------------------------------------------------------------------------
-# 5.4 Residual dropout: the same inverted dropout as torch's, with a cheaper mask on CPU
-# ---------------------------------------------------------------------------------------------------
-
-_DROPOUT_MASK_BITS = 15
-
-
-def inverted_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Inverted dropout: zero each element with probability ``p``, scale the rest by 1 / (1 - p).
-
-    On CPU the keep-mask is drawn as 15-bit integers compared with ``p * 2**15`` (``p`` is kept to 3e-5),
-    four from each 64-bit draw of the generator: this is about 3x faster than ``F.dropout``'s float
-    Bernoulli draw, and autograd keeps a 1-byte mask instead of a 4-byte one. The mask multiplies as bytes,
-    as torch's own dropout multiplies by its mask (a dropped inf becomes NaN there too): twice as fast as
-    ``torch.where`` forward and backward. Other devices use ``F.dropout``, which is fused there.
-    """
-    if not training or p == 0.0:
-        return hidden_states
-    if hidden_states.device.type != "cpu" or p >= 1.0 or torch.compiler.is_compiling():
-        return F.dropout(hidden_states, p, training=True)  # compiled: fused with its neighbours instead
-    # A 64-bit draw (its top bit is always 0) holds four 16-bit integers: their low 15 bits are the draws.
-    count = hidden_states.numel()
-    words = torch.empty((count + 3) // 4, dtype=torch.int64, device=hidden_states.device).random_()
-    draws = words.view(torch.int16)[:count].view(hidden_states.shape).bitwise_and_((1 << _DROPOUT_MASK_BITS) - 1)
-    keep = draws >= round(p * (1 << _DROPOUT_MASK_BITS))
-    return hidden_states * (1.0 / (1.0 - p)) * keep.view(torch.uint8)
-
-
-class Dropout(nn.Dropout):
-    """``nn.Dropout`` computed by :func:`inverted_dropout`."""
-
-    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        return inverted_dropout(hidden_states, self.p, self.training)
-
-    @property
-    def active(self) -> bool:
-        """Whether a call would change anything; callers on the decoding path skip the module call otherwise."""
-        return self.training and self.p > 0.0
-
-
-# ---------------------------------------------------------------------------------------------------
-# Linear layers that decode from oneDNN-packed weights on CPU
-# ---------------------------------------------------------------------------------------------------
-
-# A decoding step multiplies a few rows (batch x beams) by every weight matrix once. For a large weight,
-# oneDNN's pre-packed layout streams it much faster than MKL's sgemm, which repacks the weight at every
-# call (at 8 rows, the 8000x256 output projection: 2.4x on an AMD EPYC, 2.1x on an AVX-512 Xeon; 2048x512
-# and larger: 1.2-2.1x on the Xeon). Weights of 1 MB (256x1024) gain little or lose (1.3x slower on the
-# Xeon) and their packing, about 1-2 ms each, is not repaid in a short generation; many rows are faster
-# through MKL.
-PACKED_MAX_ROWS = 64
-PACKED_MIN_WEIGHT_ELEMENTS = 1 << 20  # 4 MB of fp32
-
-
-def _packable(weight: torch.Tensor) -> bool:
-    return (
-        weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and type(weight) in (torch.Tensor, nn.Parameter)
-        and weight.numel() >= PACKED_MIN_WEIGHT_ELEMENTS
-        and torch.backends.mkldnn.is_available()
-    )
-
-
-class _PackedLinearForward:
-    """The forward of one ``nn.Linear`` inside :func:`packed_linear_weights`: up to ``PACKED_MAX_ROWS`` rows are
-    multiplied by a oneDNN-packed copy of the weight (inference only, fp32 on CPU), other products are the
-    plain ``F.linear``. Same parameters; the same results up to float rounding (another summation order)."""
-
-    def __init__(self, linear: nn.Linear):
-        self.linear = linear
-        self.packed_weight: torch.Tensor | None = None
-
-    def __call__(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        linear = self.linear
-        if (
-            hidden_states.numel() <= PACKED_MAX_ROWS * linear.in_features
-            and hidden_states.dtype == torch.float32
-            and not torch.is_grad_enabled()
-            and not torch.is_autocast_enabled("cpu")
-            and not torch.compiler.is_compiling()  # a compiled step's matmuls are the compiler's to choose
-        ):
-            if self.packed_weight is None:  # packed at the first few-row product: the encoder never needs it
-                self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
-            rows = hidden_states.reshape(-1, linear.in_features).contiguous()
-            output = torch.ops.mkldnn._linear_pointwise(rows, self.packed_weight, linear.bias, "none", [], "")
-            return output.view(*hidden_states.shape[:-1], linear.out_features)
-        return F.linear(hidden_states, linear.weight, linear.bias)
-
-
-def packed_weight(linear: nn.Module) -> torch.Tensor | None:
-    """The packed copy of ``linear``'s weight inside :func:`packed_linear_weights`, once made; else None."""
-    forward = linear.__dict__.get("forward")
-    return forward.packed_weight if isinstance(forward, _PackedLinearForward) else None
-
-
-def is_packing(linear: nn.Module) -> bool:
-    """Whether ``linear`` multiplies through :class:`_PackedLinearForward` now."""
-    return isinstance(linear.__dict__.get("forward"), _PackedLinearForward)
-
-
-def stop_packing(linear: nn.Module) -> None:
-    """Back to the plain product; the packed copy, if any, is dropped."""
-    if is_packing(linear):
-        del linear.forward
-
-
-@contextlib.contextmanager
-def packed_linear_weights(model: nn.Module):
-    """Inside the block, ``model``'s large ``nn.Linear`` weights on CPU are packed when first used for a few-row
-    product, and the copies are dropped on exit: a weight changed between two blocks (training,
-    ``load_state_dict``, an in-place edit through ``.data``) is always packed anew. Nested blocks share the
-    outer copies.
-
-    The layers stay plain ``nn.Linear`` modules (so that ``torch.ao.quantization.quantize_dynamic``, which
-    matches the exact type, quantizes them); inside the block each one's ``forward`` is an instance attribute.
-    Only exact ``nn.Linear`` modules are taken: a subclass or a quantized layer keeps its own forward."""
-    modules = [
-        module
-        for module in model.modules()
-        if type(module) is nn.Linear and not is_packing(module) and _packable(module.weight)
-    ]
-    for module in modules:
-        module.forward = _PackedLinearForward(module)
-    try:
-        yield
-    finally:
-        for module in modules:
-            stop_packing(module)
-
-
-# ---------------------------------------------------------------------------------------------------
-# 3.5 Positional encoding
+# 3.5 Positional encoding and embeddings
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -227,12 +101,12 @@ class TransformerEmbeddings(nn.Module):
         past_length: int | torch.Tensor = 0,
     ) -> torch.Tensor:
         if inputs_embeds is None:
-            _check_ids_in_vocabulary(input_ids, self.embed_tokens.num_embeddings)
+            check_ids_in_vocabulary(input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
         batch_size, length = inputs_embeds.shape[:2]
         # `past_length` is a 0-d tensor with a static cache. Compiled, the host cannot read it without breaking the
         # graph: the embedding kernel's own bounds check raises instead.
-        if not _capturing_graph() and int(past_length) + length > self.max_positions:
+        if not capturing_graph() and int(past_length) + length > self.max_positions:
             raise ValueError(
                 f"Sequence length {int(past_length) + length} exceeds the position table of {self.max_positions} "
                 "positions (max_position_embeddings / decoder_max_position_embeddings); truncate the input."
@@ -248,61 +122,7 @@ class TransformerEmbeddings(nn.Module):
         hidden_states = inputs_embeds * self.embed_scale + position_embeds.to(inputs_embeds.dtype)  # (B, L, D)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return self.dropout(hidden_states) if self.dropout.active else hidden_states
-
-
-def _capturing_graph() -> bool:
-    """True while ``torch.compile`` or ``torch.jit.trace`` (the TorchScript ONNX exporter) records the model.
-    Shortcuts that read tensor values on the host are off then: compiled, the read would break the graph; traced,
-    the answer for the example input would be baked into the graph (an unpadded example would drop the padding
-    mask for every later input)."""
-    return torch.compiler.is_compiling() or torch.jit.is_tracing()
-
-
-def check_token_inputs(input_ids, inputs_embeds, name: str, embeds_name: str) -> None:
-    """Exactly one of ids (B, L) integer or embeddings (B, L, D) float, with B and L at least 1: anything else is
-    a ``ValueError`` that names the argument, instead of a failure deep inside the model."""
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError(f"Give exactly one of `{name}` and `{embeds_name}`.")
-    given, argument, rank, what = (
-        (input_ids, name, 2, "(batch, length) integer token ids")
-        if input_ids is not None
-        else (inputs_embeds, embeds_name, 3, "(batch, length, d_model) floating-point embeddings")
-    )
-    if not torch.is_tensor(given):
-        raise ValueError(
-            f"`{argument}` must be a torch.Tensor of {what}, got a {type(given).__name__}; "
-            "convert it with torch.tensor(...) (a tokenizer does so with return_tensors='pt')."
-        )
-    if given.dim() != rank:
-        hint = f"; for one sequence use `{argument}[None]`" if given.dim() == rank - 1 else ""
-        raise ValueError(f"`{argument}` must be {rank}-D {what}, got shape {tuple(given.shape)}{hint}.")
-    wanted_dtype = not given.is_floating_point() and not given.is_complex() if rank == 2 else given.is_floating_point()
-    if not wanted_dtype or given.dtype == torch.bool:
-        raise ValueError(f"`{argument}` must hold {what}, got dtype {given.dtype}.")
-    if given.shape[0] == 0 or given.shape[1] == 0:
-        raise ValueError(
-            f"`{argument}` has shape {tuple(given.shape)}: an empty batch or an empty sequence; give at least one "
-            "sequence of at least one token."
-        )
-
-
-def _value_range(values: torch.Tensor) -> tuple[int, int]:
-    """(min, max) of a non-empty integer tensor: one pass over it, one device sync."""
-    low, high = torch.stack(torch.aminmax(values)).tolist()
-    return low, high
-
-
-def _check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
-    # A compiled graph cannot read the ids on the host without breaking in two, and a traced one would keep the
-    # check's answer for its example; there the embedding kernel's own bounds check raises instead (an
-    # index-out-of-bounds error on CPU, a device-side assert on CUDA).
-    if input_ids.numel() == 0 or _capturing_graph():
-        return
-    low, high = _value_range(input_ids)
-    if low < 0 or high >= vocab_size:
-        bad = low if low < 0 else high
-        raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
+        return self.dropout(hidden_states)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -344,7 +164,7 @@ def _key_padding_mask(token_is_real: torch.Tensor | None) -> torch.Tensor | None
 def _all_real(token_is_real: torch.Tensor) -> bool:
     # Reading the answer waits for the device; a compiled or traced graph, which cannot branch on data, keeps the
     # mask.
-    return not _capturing_graph() and bool(token_is_real.all())
+    return not capturing_graph() and bool(token_is_real.all())
 
 
 def _causal_mask(
@@ -378,27 +198,12 @@ def _causal_mask(
     return mask
 
 
-def _check_prepared_mask(mask: torch.Tensor, expected: tuple[int, int, int, int]) -> None:
-    """A 4-D self-attention mask (B or 1, 1, T, K): bool (True = may attend) or float (added to the scores)."""
-    batch_size = expected[0]
-    if mask.shape[0] not in (1, batch_size) or tuple(mask.shape[1:]) != expected[1:]:
-        raise ValueError(
-            f"The 4-D `decoder_attention_mask` has shape {tuple(mask.shape)}; expected {expected} "
-            "(batch, 1, new target tokens, keys read: cached + new, or every slot of a static cache)."
-        )
-    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
-        raise ValueError(
-            f"A 4-D `decoder_attention_mask` must be bool (True = may attend) or float (added to the scores), "
-            f"got {mask.dtype}."
-        )
-
-
 # ---------------------------------------------------------------------------------------------------
-# 3.2 Attention
+# 3.2 Attention: scaled dot-product, then multi-head
 # ---------------------------------------------------------------------------------------------------
 
 
-def eager_attention_forward(
+def scaled_dot_product_attention(
     module: nn.Module,
     query: torch.Tensor,
     key: torch.Tensor,
@@ -408,7 +213,7 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V per head, materialising the probabilities.
+    """Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V per head (eq. 1), materialising the probabilities.
 
     query (B, H, T, Dh), key/value (B, H, S, Dh) -> output (B, T, H, Dh), probabilities (B, H, T, S).
     """
@@ -422,21 +227,6 @@ def eager_attention_forward(
     probs = inverted_dropout(probs, dropout, module.training)
     output = torch.matmul(probs, value).transpose(1, 2).contiguous()  # (B, T, H, Dh)
     return output, probs
-
-
-# Compiled on CPU, the plain product-softmax-product path is fused by inductor (scaling, mask and softmax in one
-# kernel) and beats sdpa's flash kernel, whose per-call cost dominates over few keys: a compiled greedy decoding
-# step over a static cache was 4-5% faster at base-small (64 source keys, 33 cache slots) and 7% slower with all
-# attention on that path at 256 source keys.
-COMPILED_CPU_MATH_ATTENTION_MAX_KEYS = 128
-
-
-def _compiled_short_cpu_attention(key: torch.Tensor) -> bool:
-    return (
-        key.device.type == "cpu"
-        and key.shape[-2] <= COMPILED_CPU_MATH_ATTENTION_MAX_KEYS
-        and torch.compiler.is_compiling()
-    )
 
 
 class TransformerAttention(nn.Module):
@@ -456,9 +246,6 @@ class TransformerAttention(nn.Module):
         self.k_proj = nn.Linear(config.d_model, inner_dim)
         self.v_proj = nn.Linear(config.d_model, inner_dim)
         self.out_proj = nn.Linear(inner_dim, config.d_model)
-
-    def _cpu_dropout(self, query: torch.Tensor) -> bool:
-        return self.training and self.dropout > 0.0 and query.device.type == "cpu"
 
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         """(B, L, H*Dh) -> (B, H, L, Dh)."""
@@ -492,32 +279,8 @@ class TransformerAttention(nn.Module):
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
 
-        dropout = self.dropout if self.training else 0.0
-        implementation = "eager"
-        # On CPU, sdpa has no fused kernel with dropout: it falls back to the same math plus a "safe" softmax
-        # and a float Bernoulli mask. The eager path with `inverted_dropout` measured 3-9% faster steps there.
-        if not output_attentions and not self._cpu_dropout(query) and not _compiled_short_cpu_attention(key):
-            implementation = self.config._attn_implementation
-        if implementation == "sdpa":
-            # torch's kernel called directly (the generic wrapper's checks cost 2% of a decoding step). A single
-            # query, a decoding step, sees every cached key: causal only for several queries without a mask.
-            is_causal = self.is_causal and attention_mask is None and query.shape[2] > 1
-            output = F.scaled_dot_product_attention(
-                query, key, value, attn_mask=attention_mask, dropout_p=dropout, is_causal=is_causal, scale=self.scaling
-            ).transpose(1, 2)  # (B, T, H, Dh)
-            probs = None
-        else:
-            attention_interface = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
-            output, probs = attention_interface(
-                self,
-                query,
-                key,
-                value,
-                attention_mask,
-                dropout=dropout,
-                scaling=self.scaling,
-                is_causal=self.is_causal and attention_mask is None,
-            )
+        # softmax(Q K^T / sqrt(d_k)) V: scaled_dot_product_attention above, or a faster kernel (speed.attend).
+        output, probs = attend(self, query, key, value, attention_mask, output_attentions, scaled_dot_product_attention)
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1))  # (B, T, D)
         return output, probs
 
@@ -538,15 +301,13 @@ class TransformerFeedForward(nn.Module):
         self.activation_dropout = Dropout(config.activation_dropout)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        hidden_states = self.activation(self.fc1(hidden_states))
-        if self.activation_dropout.active:
-            hidden_states = self.activation_dropout(hidden_states)
+        hidden_states = self.activation_dropout(self.activation(self.fc1(hidden_states)))  # (B, L, d_ff)
         return self.fc2(hidden_states)
 
 
 # ---------------------------------------------------------------------------------------------------
-# 3.1 Encoder and decoder layers: each sub-layer is wrapped in dropout, a residual connection and
-# LayerNorm, either after the sum ("post", the paper) or on the sub-layer's input ("pre").
+# 3.1 Encoder and decoder layers. Each sub-layer is wrapped in dropout, a residual connection and
+# LayerNorm (5.4), after the sum ("post", the paper) or on the sub-layer's input ("pre").
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -567,9 +328,7 @@ class _SublayerConnection(nn.Module):
 
     def add(self, hidden_states: torch.Tensor, sublayer_output: torch.Tensor) -> torch.Tensor:
         """pre: x + Dropout(Sublayer(LN(x))); post: LayerNorm(x + Dropout(Sublayer(x)))."""
-        if self.dropout.active:
-            sublayer_output = self.dropout(sublayer_output)
-        hidden_states = hidden_states + sublayer_output
+        hidden_states = hidden_states + self.dropout(sublayer_output)
         return hidden_states if self.pre_norm else self.layer_norm(hidden_states)
 
 
@@ -635,110 +394,7 @@ class TransformerDecoderLayer(GradientCheckpointingLayer):
 
 
 # ---------------------------------------------------------------------------------------------------
-# Base class: weight initialisation, tying, HF capabilities
-# ---------------------------------------------------------------------------------------------------
-
-
-class TransformerPreTrainedModel(PreTrainedModel):
-    config_class = TransformerConfig
-    config: TransformerConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flash_attn = False
-    _supports_flex_attn = False
-    _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if isinstance(module, nn.Embedding):
-            # Token and learned position tables are drawn with std d_model^-0.5: scaled by sqrt(d_model) they
-            # are of unit size like the sinusoids, and as the tied output projection they give logits of unit
-            # size. (With the generic 0.02 the frozen sinusoids drown the tokens and a model barely sees its
-            # input.) This is done per nn.Embedding because transformers skips, for models defined outside
-            # the library, any module that holds no parameter or buffer of its own.
-            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
-            init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        # transformers only logs weights that are missing from, or unused in, a checkpoint; a model loaded
-        # here must never be left with random weights, so those reports become errors (see checkpoint.py).
-        return checked_from_pretrained(
-            super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs
-        )
-
-    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
-        # Tying here follows the config: `share_embeddings` ties the encoder and decoder tables even when
-        # `tie_word_embeddings` is off (the base class would drop every tie then).
-        if all_submodels:
-            return super().get_expanded_tied_weights_keys(all_submodels=True)
-        return dict(self._tied_weights_keys or {})
-
-    def mark_tied_weights_as_initialized(self, loading_info) -> None:
-        # transformers flags every tied target as initialised, so that it is not drawn before being tied. With
-        # `share_embeddings` the decoder's token table is the encoder's very module, so the flag lands on the source
-        # as well, and a source the weights lack (`from_pretrained(None, config=..., state_dict={})`) would stay on
-        # the meta device, neither initialised nor reported missing. Such a source is unflagged and reported.
-        unloaded = {source for source in self.all_tied_weights_keys.values() if source in loading_info.missing_keys}
-        super().mark_tied_weights_as_initialized(loading_info)
-        for source in unloaded:
-            self.get_parameter(source)._is_hf_initialized = False
-            loading_info.missing_keys.add(source)
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto
-        # class load the folder through the copied code (trust_remote_code) where this package is not installed.
-        if not self.is_remote_code():
-            return super().save_pretrained(save_directory, *args, **kwargs)
-        self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **remote_code_auto_map()}
-        package_class = self._package_class()
-        if type(self) is package_class:
-            return super().save_pretrained(save_directory, *args, **kwargs)
-        # A wrapper made the instance's class (FSDP 2's `fully_shard` swaps it for a subclass defined in torch):
-        # transformers would name that class in `auto_map` and copy torch's file beside the weights. The copy is
-        # made here from the package's class instead; the `auto_map` above already names its heads.
-        self.is_remote_code = lambda: False  # shadows the classmethod for this one call
-        try:
-            result = super().save_pretrained(save_directory, *args, **kwargs)
-        finally:
-            del self.is_remote_code
-        is_main_process = args[0] if args else kwargs.get("is_main_process", True)
-        if self.should_save_on_this_rank(is_main_process):
-            custom_object_save(object.__new__(package_class), save_directory)
-        return result
-
-    @classmethod
-    def _package_class(cls) -> type:
-        """The first class of the package in `cls`'s hierarchy (`cls` itself unless a wrapper subclassed it)."""
-        return next(klass for klass in cls.__mro__ if klass.__module__ == TransformerPreTrainedModel.__module__)
-
-    @property
-    def dummy_inputs(self) -> dict[str, torch.Tensor]:
-        pad = self.config.pad_token_id
-        real = [i for i in range(min(self.config.vocab_size, 12)) if i != pad]
-        input_ids = torch.tensor([real[:5], real[5:8] + [pad, pad]], device=self.device)
-        return {"input_ids": input_ids, "attention_mask": input_ids.ne(pad)}
-
-
-def _tied_embedding_keys(config: TransformerConfig, prefix: str = "", lm_head: bool = False) -> dict[str, str]:
-    """{target: source}: the decoder's token table is the encoder's with `share_embeddings`, and the output
-    projection (``lm_head``) is the decoder's table with `tie_word_embeddings`."""
-    encoder_table = f"{prefix}encoder.embeddings.embed_tokens.weight"
-    decoder_table = f"{prefix}decoder.embeddings.embed_tokens.weight"
-    keys = {decoder_table: encoder_table} if config.share_embeddings else {}
-    if lm_head and config.tie_word_embeddings:
-        keys["lm_head.weight"] = keys.get(decoder_table, decoder_table)
-    return keys
-
-
-# ---------------------------------------------------------------------------------------------------
-# Stacks
+# 3.1 Encoder and decoder stacks
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -849,7 +505,7 @@ class TransformerDecoder(nn.Module):
         token_is_real = None
         if attention_mask is not None and attention_mask.dim() == 4:
             # Prepared by the caller (generate does so for a static cache): used as given.
-            _check_prepared_mask(attention_mask, (batch_size, 1, length, key_length))
+            check_prepared_mask(attention_mask, (batch_size, 1, length, key_length))
             self_mask = attention_mask
         else:
             key_is_real = None
@@ -857,7 +513,7 @@ class TransformerDecoder(nn.Module):
                 if (
                     attention_mask.dim() != 2
                     or attention_mask.shape[0] != batch_size
-                    or (not _capturing_graph() and attention_mask.shape[1] != int(past_length) + length)
+                    or (not capturing_graph() and attention_mask.shape[1] != int(past_length) + length)
                 ):
                     raise ValueError(
                         f"`decoder_attention_mask` has shape {tuple(attention_mask.shape)}; expected "
@@ -911,7 +567,65 @@ def _default(value, fallback):
 
 
 # ---------------------------------------------------------------------------------------------------
-# 3.4 The model: encoder + decoder with shared token tables
+# The pretrained-model base: initialisation, tied tables, loading and saving
+# ---------------------------------------------------------------------------------------------------
+
+
+class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
+    """Initialisation and capabilities here; loading and saving checks in ``checkpoint.CheckedLoadingMixin``."""
+
+    @classmethod
+    def remote_code_auto_map(cls) -> dict[str, str]:
+        return remote_code_auto_map()
+
+    config_class = TransformerConfig
+    config: TransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+    _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, nn.Embedding):
+            # Token and learned position tables are drawn with std d_model^-0.5: scaled by sqrt(d_model) they
+            # are of unit size like the sinusoids, and as the tied output projection they give logits of unit
+            # size. (With the generic 0.02 the frozen sinusoids drown the tokens and a model barely sees its
+            # input.) This is done per nn.Embedding because transformers skips, for models defined outside
+            # the library, any module that holds no parameter or buffer of its own.
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
+            init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
+        elif isinstance(module, TransformerForMaskedLM):
+            init.zeros_(module.output_bias)
+
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        pad = self.config.pad_token_id
+        real = [i for i in range(min(self.config.vocab_size, 12)) if i != pad]
+        input_ids = torch.tensor([real[:5], real[5:8] + [pad, pad]], device=self.device)
+        return {"input_ids": input_ids, "attention_mask": input_ids.ne(pad)}
+
+
+def _tied_embedding_keys(config: TransformerConfig, prefix: str = "", lm_head: bool = False) -> dict[str, str]:
+    """{target: source}: the decoder's token table is the encoder's with `share_embeddings`, and the output
+    projection (``lm_head``) is the decoder's table with `tie_word_embeddings`."""
+    encoder_table = f"{prefix}encoder.embeddings.embed_tokens.weight"
+    decoder_table = f"{prefix}decoder.embeddings.embed_tokens.weight"
+    keys = {decoder_table: encoder_table} if config.share_embeddings else {}
+    if lm_head and config.tie_word_embeddings:
+        keys["lm_head.weight"] = keys.get(decoder_table, decoder_table)
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3.4 The model: encoder + decoder with shared token tables, and its heads
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -1027,23 +741,6 @@ class TransformerModel(TransformerPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
 
-def _reordering_keeps_rows(layer, beam_idx: torch.Tensor) -> bool:
-    """Whether ``layer.reorder_cache(beam_idx)`` would leave the layer's keys and values as they are: every row
-    is sent to a row of its own run of consecutive equal rows. The runs are found once, by comparing the rows, and
-    kept with the tensors they were found in; new or edited tensors are compared again."""
-    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
-    if not torch.is_tensor(keys) or not torch.is_tensor(values) or keys.shape[0] != beam_idx.shape[0]:
-        return False
-    found = getattr(layer, "_equal_row_runs", None)
-    if found is None or found[0] is not keys or found[1] is not values or found[2] != (keys._version, values._version):
-        new_run = torch.ones(keys.shape[0], dtype=torch.bool, device=keys.device)  # (R,): a row that starts a run
-        new_run[1:] = ~((keys[1:] == keys[:-1]).flatten(1).all(1) & (values[1:] == values[:-1]).flatten(1).all(1))
-        found = (keys, values, (keys._version, values._version), new_run.cumsum(0))
-        layer._equal_row_runs = found
-    runs = found[3]
-    return bool(torch.equal(runs[beam_idx.to(runs.device)], runs))
-
-
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Teacher forcing: the decoder reads [start, y1, ..., y_{n-1}] to predict [y1, ..., yn]; -100 becomes pad."""
     shifted = labels.new_empty(labels.shape)
@@ -1052,90 +749,7 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
-_LOGITS_PER_CHUNK = 1 << 21  # about 8 MB of float32 logits per chunk: they stay in cache while used
-
-
-class _FusedLinearCrossEntropy(torch.autograd.Function):
-    """Summed label-smoothed cross-entropy of ``hidden @ weight.T (+ bias)``, computed a chunk of rows at a time.
-
-    Each chunk's logits become, in place, the gradient of its loss (softmax - (1 - s) onehot - s / V) and are
-    multiplied back at once, so the gradients exist when the forward returns and the (N, V) logits never
-    do; the backward only scales them by the incoming gradient.
-    """
-
-    @staticmethod
-    def forward(ctx, hidden, weight, labels, smoothing: float, bias=None):
-        # hidden (N, D), weight (V, D), labels (N,) in [0, V) or -100, bias (V,) or None
-        #   -> loss summed over the labelled rows, ()
-        vocab_size = weight.shape[0]
-        chunk = max(1, _LOGITS_PER_CHUNK // vocab_size)
-        want_hidden, want_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        want_bias = bias is not None and ctx.needs_input_grad[4]
-        grad_hidden = torch.empty_like(hidden) if want_hidden else None
-        grad_weight = torch.zeros_like(weight) if want_weight else None
-        grad_bias = torch.zeros_like(bias) if want_bias else None
-        total = torch.zeros((), dtype=torch.float32, device=hidden.device)
-        for start in range(0, hidden.shape[0], chunk):
-            rows = hidden[start : start + chunk]
-            row_labels = labels[start : start + chunk]
-            logits = (rows @ weight.t() if bias is None else torch.addmm(bias, rows, weight.t())).float()  # (c, V)
-            labelled = row_labels != -100
-            targets = row_labels.clamp(min=0)[:, None]
-            target_logits = logits.gather(1, targets).squeeze(1)
-            mean_logits = logits.mean(dim=-1) if smoothing else None
-            # In place, one pass each: shift by the row maximum, exponentiate, normalise.
-            row_max = logits.amax(dim=-1, keepdim=True)
-            exp_logits = logits.sub_(row_max).exp_()
-            row_sum = exp_logits.sum(dim=-1, keepdim=True)
-            log_normalizer = (row_sum.log() + row_max).squeeze(1)  # logsumexp, (c,)
-            loss = log_normalizer - target_logits
-            if smoothing:
-                loss = (1.0 - smoothing) * loss + smoothing * (log_normalizer - mean_logits)
-            total += loss.masked_fill(~labelled, 0.0).sum()
-            if not (want_hidden or want_weight or want_bias):
-                continue
-            grad_logits = exp_logits.div_(row_sum)  # softmax
-            if smoothing:
-                grad_logits.sub_(smoothing / vocab_size)
-            grad_logits.scatter_add_(1, targets, grad_logits.new_full(targets.shape, smoothing - 1.0))
-            unlabelled = (~labelled).nonzero().squeeze(1)
-            if unlabelled.numel():
-                grad_logits.index_fill_(0, unlabelled, 0.0)
-            grad_logits = grad_logits.to(hidden.dtype)
-            if want_hidden:
-                torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk])
-            if want_weight:
-                grad_weight.addmm_(grad_logits.t(), rows)
-            if want_bias:
-                grad_bias += grad_logits.sum(dim=0)
-        ctx.save_for_backward(grad_hidden, grad_weight, grad_bias)
-        return total
-
-    @staticmethod
-    def backward(ctx, grad_total):
-        grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
-        return (
-            grad_hidden * grad_total if grad_hidden is not None else None,
-            grad_weight * grad_total if grad_weight is not None else None,
-            None,
-            None,
-            grad_bias * grad_total if grad_bias is not None else None,
-        )
-
-
-def fused_linear_cross_entropy(
-    hidden: torch.Tensor,
-    weight: torch.Tensor,
-    labels: torch.Tensor,
-    label_smoothing: float = 0.0,
-    bias: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """``F.cross_entropy(hidden @ weight.T + bias, labels, reduction="sum")`` (-100 ignored) without ever
-    holding the (N, V) logits; hidden (N, D), weight (V, D), labels (N,), bias (V,) -> ()."""
-    return _FusedLinearCrossEntropy.apply(hidden, weight, labels, float(label_smoothing), bias)
-
-
-class TransformerForConditionalGeneration(TransformerPreTrainedModel, GenerationMixin):
+class TransformerForConditionalGeneration(TransformerPreTrainedModel, TransformerGenerationMixin):
     """Encoder-decoder with the output projection to the target vocabulary (tied to the decoder's token
     table when ``tie_word_embeddings``), a label-smoothed cross-entropy loss, and ``generate()``."""
 
@@ -1179,48 +793,6 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
-    def generate(self, *args, **kwargs):
-        """``GenerationMixin.generate``, with the large linear weights packed for few-row products on CPU
-        (:func:`packed_linear_weights`)."""
-        with packed_linear_weights(self):
-            return super().generate(*args, **kwargs)
-
-    def _valid_auto_compile_criteria(self, model_kwargs, generation_config) -> bool:
-        # generate asks this once, before the first step. A compiled decoding step leaves its products to the
-        # compiler, so packing weights for the one eager step before it would be wasted (2.5 ms per call for an
-        # 8000x256 output projection on CPU).
-        compiles = super()._valid_auto_compile_criteria(model_kwargs, generation_config)
-        if compiles:
-            for module in self.modules():
-                stop_packing(module)
-        return compiles
-
-    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, past_key_values, **kwargs):
-        # Over a static cache, generate asks for a 4-D self-attention mask before every step. Without target
-        # padding the decoder builds the same causal mask over the cache's slots itself, inside the (compiled)
-        # step: 4-5% faster greedy and beam decoding over a static cache. A 2-D target mask still gets the
-        # prepared mask, which keeps one shape across steps while the 2-D mask grows.
-        if attention_mask is None:
-            return None
-        return create_masks_for_generate(
-            config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-            past_key_values=past_key_values, **kwargs,
-        )  # fmt: skip
-
-    def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
-        # Beam search reorders both caches after every step. A cross-attention row holds the keys and values of
-        # its input's encoder output, repeated for each of its beams, so a reordering that moves every row within
-        # its run of equal rows changes nothing there and is skipped; any other reordering is applied. The cache
-        # has transformers' shapes and contents either way.
-        if not isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.reorder_cache(beam_idx)
-            return past_key_values
-        past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        for layer in past_key_values.cross_attention_cache.layers:
-            if not _reordering_keeps_rows(layer, beam_idx):
-                layer.reorder_cache(beam_idx)
-        return past_key_values
-
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1262,19 +834,17 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             return_dict=True,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, D)
-        logits = loss = None
-        if labels is not None:
-            if labels.shape != hidden_states.shape[:2]:
-                raise ValueError(
-                    f"`labels` has shape {tuple(labels.shape)} but the decoder produced "
-                    f"{tuple(hidden_states.shape[:2])}."
-                )
-            if self._fuses_output_loss(hidden_states):
-                loss = self.fused_loss(hidden_states, labels, num_items_in_batch)
-        if loss is None:
-            logits = self.lm_head(hidden_states)  # (B, T, V)
-            if labels is not None:
-                loss = self.loss(logits, labels, num_items_in_batch)
+        if labels is not None and labels.shape != hidden_states.shape[:2]:
+            raise ValueError(
+                f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(hidden_states.shape[:2])}."
+            )
+        # logits = hidden_states W_emb^T (B, T, V), and the label-smoothed loss; the fused path computes a training
+        # step's loss without holding the logits (then None).
+        logits, loss = output_logits_and_loss(
+            self.lm_head, hidden_states, labels, self.loss,
+            label_smoothing=self.config.label_smoothing, fuse=self.config.fused_output_loss,
+            training=self.training, num_items_in_batch=num_items_in_batch,
+        )  # fmt: skip
 
         output = Seq2SeqLMOutput(
             loss=loss,
@@ -1288,45 +858,6 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
             encoder_attentions=outputs.encoder_attentions,
         )
         return output if return_dict else output.to_tuple()
-
-    def _fuses_output_loss(self, hidden_states: torch.Tensor) -> bool:
-        # The fused loss reads `lm_head.weight` without calling `lm_head`: not under ZeRO-3, which gathers a
-        # partitioned weight only around its module's call, and not under autocast, whose casts it would skip.
-        return (
-            self.config.fused_output_loss
-            and self.training
-            and torch.is_grad_enabled()
-            and not torch.is_autocast_enabled(hidden_states.device.type)
-            and isinstance(self.lm_head, nn.Linear)  # a quantized output layer has no float weight to read
-            and hidden_states.dtype == self.lm_head.weight.dtype
-            and self.lm_head.bias is None
-            and not is_deepspeed_zero3_enabled()
-            and not torch.compiler.is_compiling()  # its chunk loop and label checks would break the graph
-        )
-
-    def fused_loss(
-        self, hidden_states: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
-    ) -> torch.Tensor:
-        """``self.loss(self.lm_head(hidden_states), labels, ...)`` without the logits (``fused_output_loss``)."""
-        flat_labels = labels.reshape(-1).to(hidden_states.device)
-        vocab_size = self.lm_head.weight.shape[0]
-        labelled = flat_labels[flat_labels != -100]
-        low, high = _value_range(labelled) if labelled.numel() else (0, 0)
-        if low < 0 or high >= vocab_size:
-            raise ValueError(
-                f"`labels` must be in [0, {vocab_size}) or -100 (ignored), got values from {low} to {high}."
-            )
-        total = fused_linear_cross_entropy(
-            hidden_states.reshape(-1, hidden_states.shape[-1]),
-            self.lm_head.weight,
-            flat_labels,
-            self.config.label_smoothing,
-        )
-        if num_items_in_batch is None:
-            return total / labelled.numel()
-        if torch.is_tensor(num_items_in_batch):
-            num_items_in_batch = num_items_in_batch.to(total.device)
-        return total / num_items_in_batch
 
     def loss(
         self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
@@ -1347,7 +878,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Generation
 
 
 # ---------------------------------------------------------------------------------------------------
-# Classification
+# Classification (the seed tutorial's task)
 # ---------------------------------------------------------------------------------------------------
 
 
@@ -1501,17 +1032,114 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         if self.config.problem_type == "single_label_classification":
             flat = labels.reshape(-1)
             valid = flat[flat != -100]
-            low, high = _value_range(valid) if valid.numel() else (0, 0)
+            low, high = value_range(valid) if valid.numel() else (0, 0)
             if low < 0 or high >= self.num_labels:
                 raise ValueError(f"Label values must be in [0, {self.num_labels}), got {valid.tolist()[:10]}.")
             return F.cross_entropy(logits.float().reshape(-1, self.num_labels), flat)
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
 
-# `generate` inspects the forward signature of a model defined outside transformers at every decoding step;
-# a precomputed signature makes that lookup about 6x cheaper.
-for _model_class in (TransformerModel, TransformerForConditionalGeneration, TransformerForSequenceClassification):
-    _model_class.forward.__signature__ = inspect.signature(_model_class.forward)
+# ---------------------------------------------------------------------------------------------------
+# Masked-token prediction (pretraining the classifier's encoder)
+# ---------------------------------------------------------------------------------------------------
+
+
+class TransformerForMaskedLM(TransformerPreTrainedModel):
+    """The encoder alone (the classifier's parameter names, ``model.encoder.*``) predicting masked tokens:
+    dense -> GELU -> LayerNorm, then the token table as output projection, plus a bias.
+
+    With ``labels`` (B, S; the original token where one is to be predicted, -100 elsewhere) the logits are computed
+    only at the predicted positions, (N, V) in the order of ``labels[labels != -100]``, which keeps the
+    vocabulary-wide softmax to the few masked tokens; the loss is their mean cross-entropy. Without ``labels`` the
+    logits cover every position, (B, S, V), as the fill-mask pipeline reads them. In training the loss is fused with
+    the projection (``config.fused_output_loss``) and ``logits`` is None.
+    """
+
+    # The loss is a mean over this batch's predicted tokens; Trainer must not pass `num_items_in_batch`.
+    accepts_loss_kwargs = False
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__(config)
+        self.model = TransformerModel(config, add_decoder=False)
+        self.transform = nn.Sequential(
+            nn.Linear(config.d_model, config.d_model),
+            nn.GELU(),
+            nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon),
+        )
+        self.output_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
+        return self.model.encoder
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        old_bias, size = self.output_bias.data, embeddings.weight.shape[0]
+        new_bias = old_bias.new_zeros(size)
+        new_bias[: min(size, old_bias.shape[0])] = old_bias[:size]  # new tokens start without a bias
+        self.output_bias = nn.Parameter(new_bias)
+        self.config.decoder_vocab_size = self.config.vocab_size  # one vocabulary (the config checks it)
+        return embeddings
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_attentions: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> MaskedLMOutput | tuple:
+        output_attentions = _default(output_attentions, self.config.output_attentions)
+        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
+        return_dict = _default(return_dict, self.config.return_dict)
+        encoder_outputs = self.model.encoder(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+        )
+        states = encoder_outputs.last_hidden_state  # (B, S, D)
+        if labels is not None:
+            labels = labels.to(states.device)
+            predicted = labels != -100
+            states, labels = states[predicted], labels[predicted]  # (N, D), (N,)
+        # logits = LayerNorm(GELU(states W + b)) E^T + output_bias, E the token table, and their mean cross-entropy;
+        # the fused path computes a training step's loss without holding the logits (then None).
+        logits, loss = output_logits_and_loss(
+            self.get_input_embeddings().weight, self.transform(states), labels, self.loss,
+            bias=self.output_bias, fuse=self.config.fused_output_loss, training=self.training,
+        )  # fmt: skip
+
+        output = MaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=encoder_outputs.hidden_states, attentions=encoder_outputs.attentions
+        )
+        return output if return_dict else output.to_tuple()
+
+    def loss(
+        self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Mean cross-entropy of the predicted tokens, logits (N, V) and labels (N,); 0 when none is predicted."""
+        if not labels.numel():
+            return logits.sum() * 0.0  # a batch that masked nothing still has a (zero) gradient
+        return F.cross_entropy(logits.float(), labels.to(logits.device))
+
+
+precompute_forward_signatures(
+    TransformerModel, TransformerForConditionalGeneration, TransformerForSequenceClassification, TransformerForMaskedLM
+)
 
 
 def remote_code_auto_map() -> dict[str, str]:
@@ -1524,6 +1152,7 @@ def remote_code_auto_map() -> dict[str, str]:
         "AutoModel": f"{module}.{TransformerModel.__name__}",
         "AutoModelForSeq2SeqLM": f"{module}.{TransformerForConditionalGeneration.__name__}",
         "AutoModelForSequenceClassification": f"{module}.{TransformerForSequenceClassification.__name__}",
+        "AutoModelForMaskedLM": f"{module}.{TransformerForMaskedLM.__name__}",
     }
 
 
@@ -1532,6 +1161,7 @@ __all__ = [
     "TransformerModel",
     "TransformerForConditionalGeneration",
     "TransformerForSequenceClassification",
+    "TransformerForMaskedLM",
     "EncoderSequenceClassifierOutput",
     "TransformerEncoder",
     "TransformerDecoder",

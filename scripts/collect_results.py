@@ -26,12 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from plot_attention import plot_curves, read_log_history, save, use_cjk_font  # noqa: E402
+from hf_transformer.plotting import plot_curves, read_log_history, save, use_cjk_font
 
 logger = logging.getLogger("collect_results")
 
@@ -48,8 +45,11 @@ METRICS = {
     ],
     "translation": [
         ("bleu", "test_bleu", "test2016"),
+        ("bleu_lc_tok", "test_bleu_lc_tok", "test2016"),
         ("bleu_greedy", "test_greedy_bleu", "test2016"),
+        ("bleu_lc_tok_greedy", "test_greedy_bleu_lc_tok", "test2016"),
         ("bleu", "eval_bleu", "validation"),
+        ("bleu_lc_tok", "eval_bleu_lc_tok", "validation"),
     ],
 }
 

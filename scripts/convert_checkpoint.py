@@ -20,11 +20,7 @@ from pathlib import Path
 
 import torch
 
-try:
-    from hf_transformer.convert import from_book, from_seed
-except ImportError:  # run from a checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from hf_transformer.convert import from_book, from_seed
+from hf_transformer.convert import from_book, from_seed
 
 CONVERTERS = {"seed": from_seed, "book": from_book}
 

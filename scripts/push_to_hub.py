@@ -18,15 +18,10 @@ stops before uploading anything. ``--dry-run OUT_DIR`` writes the exact folder t
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-try:
-    from hf_transformer import hub
-except ImportError:  # run from a checkout without installing the package
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from hf_transformer import hub
+from hf_transformer import hub
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -45,8 +40,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metric", action="append", default=[], help="metric id, e.g. bleu; repeatable")
     parser.add_argument("--pipeline_tag", "--pipeline-tag", default=None, help="default: from the model head")
     parser.add_argument("--example", default=hub.DEFAULT_EXAMPLE, help="input text of the card's usage snippet")
-    parser.add_argument("--dry-run", "--dry_run", dest="dry_run", metavar="OUT_DIR", default=None,
-                        help="write the folder that would be uploaded into OUT_DIR and upload nothing")
+    parser.add_argument(
+        "--dry-run",
+        "--dry_run",
+        dest="dry_run",
+        metavar="OUT_DIR",
+        default=None,
+        help="write the folder that would be uploaded into OUT_DIR and upload nothing",
+    )
     return parser.parse_args(argv)
 
 
@@ -64,7 +65,11 @@ def main(argv: list[str] | None = None) -> None:
 
     def prepare(out_dir) -> Path:
         return hub.prepare_folder(
-            args.model_dir, out_dir, args.repo_id, tokenizer_dir=args.tokenizer, results_files=args.results,
+            args.model_dir,
+            out_dir,
+            args.repo_id,
+            tokenizer_dir=args.tokenizer,
+            results_files=args.results,
             **card_options,
         )
 
@@ -84,7 +89,11 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = prepare(Path(tmp) / "upload")
         url = hub.upload(
-            folder, args.repo_id, token=token, private=args.private, revision=args.revision,
+            folder,
+            args.repo_id,
+            token=token,
+            private=args.private,
+            revision=args.revision,
             commit_message=args.commit_message,
         )
     print(f"uploaded {args.model_dir} to {url}" + (f" (branch {args.revision})" if args.revision else ""))

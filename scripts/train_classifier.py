@@ -8,7 +8,9 @@ SentencePiece-style vocabulary on the training text (or loads one with `--tokeni
 reads it from the checkpoint, and in a multi-process run process 0 trains it for all), evaluates
 accuracy and F1 on the validation split (carved from the training file) each epoch, keeps the best
 checkpoint, scores it once on the test set, and saves a complete model folder: safetensors weights,
-config, tokenizer, `results.json` and a model card (README.md).
+config, tokenizer, `results.json` and a model card (README.md, by `hf_transformer.hub.model_card`).
+The arguments and the configuration are those of `hf_transformer.recipes`, shared with
+`scripts/pretrain_denoising.py`, whose folder `--init_from` starts the encoder from.
 """
 
 from __future__ import annotations
@@ -17,17 +19,18 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
-from hf_transformer import TransformerConfig, TransformerForSequenceClassification
+from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
+from hf_transformer.hub import model_card
+from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments, nsmc_config
 from hf_transformer.training import (
-    SplitLimits,
     keep_freed_memory,
     one_tokenizer,
     pin_memory_only_with_accelerator,
@@ -36,47 +39,6 @@ from hf_transformer.training import (
 )
 
 logger = logging.getLogger("train_classifier")
-
-
-@dataclass
-class ModelArguments:
-    tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer folder; else one is trained"})
-    vocab_size: int = field(default=8000, metadata={"help": "vocabulary size of a newly trained tokenizer"})
-    max_length: int = field(default=128, metadata={"help": "reviews are truncated to this many tokens"})
-    d_model: int = 256
-    num_layers: int = 3
-    num_heads: int = 4
-    intermediate_size: int = 1024
-    dropout: float = 0.1
-    attention_dropout: float = 0.1
-    layer_norm_position: str = "pre"
-    position_embedding_type: str = "learned"
-    classifier_pooling: str = "mean"
-    init_from: str | None = field(
-        default=None,
-        metadata={
-            "help": "a pretrained folder (scripts/pretrain_denoising.py) whose encoder weights start the classifier; "
-            "its tokenizer is used unless --tokenizer is given, and every encoder weight must match by name and shape"
-        },
-    )
-    freeze_embeddings: bool = field(
-        default=False, metadata={"help": "keep the token table fixed (e.g. as pretrained with --init_from)"}
-    )
-
-
-@dataclass
-class DataArguments(SplitLimits):
-    data_dir: str | None = field(
-        default=None, metadata={"help": "folder holding nsmc/ (else $HF_TRANSFORMER_DATA, else ./data)"}
-    )
-    validation_size: float = field(default=0.1, metadata={"help": "share of the training file held out"})
-    split_seed: int | None = field(
-        default=None,
-        metadata={"help": "seed of the held-out split (default --seed); keep it between pretraining and training"},
-    )
-
-    def seed_of_split(self, training_args) -> int:
-        return training_args.seed if self.split_seed is None else self.split_seed
 
 
 def accuracy_and_f1(prediction) -> dict[str, float]:
@@ -88,31 +50,6 @@ def accuracy_and_f1(prediction) -> dict[str, float]:
     recall = true_positive / max(float((labels == 1).sum()), 1.0)
     f1 = 2 * precision * recall / max(precision + recall, 1e-12)
     return {"accuracy": float((predicted == labels).mean()), "f1": f1}
-
-
-def build_config(model_args: ModelArguments, tokenizer, label_names: list[str]) -> TransformerConfig:
-    """The classifier's configuration; scripts/pretrain_denoising.py builds its encoder from the same one."""
-    return TransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=model_args.d_model,
-        n_layer=model_args.num_layers,
-        num_attention_heads=model_args.num_heads,
-        intermediate_size=model_args.intermediate_size,
-        max_position_embeddings=model_args.max_length,
-        dropout=model_args.dropout,
-        attention_dropout=model_args.attention_dropout,
-        layer_norm_position=model_args.layer_norm_position,
-        position_embedding_type=model_args.position_embedding_type,
-        embedding_layer_norm=model_args.layer_norm_position == "pre",
-        classifier_pooling=model_args.classifier_pooling,
-        layer_norm_epsilon=1e-6,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        num_labels=len(label_names),
-        id2label=dict(enumerate(label_names)),
-        label2id={name: i for i, name in enumerate(label_names)},
-    )
 
 
 ENCODER_PREFIX = "model.encoder."
@@ -148,45 +85,30 @@ def load_encoder_weights(model: TransformerForSequenceClassification, folder: st
     return len(own)
 
 
-def model_card(model_args: ModelArguments, results: dict, parameters: int) -> str:
-    def score(key: str) -> str:
-        return f"{results[key]:.4f}" if key in results else "n/a"
-
-    return f"""---
-language: ko
-license: apache-2.0
-library_name: transformers
-pipeline_tag: text-classification
-tags: [hf_transformer, sentiment-analysis, nsmc]
-datasets: [nsmc]
-metrics: [accuracy, f1]
----
-# Transformer sentiment classifier for NSMC
-
-An encoder of the "Attention Is All You Need" Transformer (hf_transformer), {parameters:,} parameters,
-trained from scratch on the NSMC training file (movie reviews, 0 negative / 1 positive).
-
-| split | accuracy | F1 |
-|---|---|---|
-| validation (best epoch) | {score("eval_accuracy")} | {score("eval_f1")} |
-| test ({results.get("test_samples", "?")} reviews) | {score("test_accuracy")} | {score("test_f1")} |
-
-Model settings: {json.dumps(asdict(model_args))}
-
-```python
-import hf_transformer  # or trust_remote_code=True where the package is not installed
-from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("PATH")
-model = AutoModelForSequenceClassification.from_pretrained("PATH")
-batch = tokenizer(["정말 재미있는 영화였어요"], return_tensors="pt")
-print(model.config.id2label[int(model(**batch).logits.argmax(-1))])
-```
-"""
+def card(model_args: NsmcModelArguments, results: dict, model, output_dir: Path) -> str:
+    """The folder's README.md (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
+    start = f"from the pretrained encoder of {model_args.init_from}" if model_args.init_from else "from scratch"
+    return model_card(
+        str(output_dir),
+        model.config,
+        num_parameters=model.num_parameters(),
+        results=results,
+        language=["ko"],
+        tags=["sentiment-analysis", "nsmc"],
+        datasets=["nsmc"],
+        metrics=["accuracy", "f1"],
+        example="정말 재미있는 영화였어요",
+        title="Transformer sentiment classifier for NSMC",
+        training=f"Trained {start} on the NSMC training file (movie reviews, 0 negative / 1 positive), less the "
+        "validation reviews held out from it.",
+        metric_columns={"accuracy": "accuracy", "f1": "F1"},
+        result_rows={"eval": "validation", "test": f"test ({results.get('test_samples', '?')} reviews)"},
+        settings=asdict(model_args),
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((ModelArguments, DataArguments, TrainingArguments))
+    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
@@ -201,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():
-        from tokenizer import train_tokenizer
+        from hf_transformer.tokenization import train_tokenizer
 
         return train_tokenizer(
             splits["train"]["text"], vocab_size=model_args.vocab_size, model_max_length=model_args.max_length
@@ -211,7 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenized = tokenize_classification(splits, tokenizer, max_length=model_args.max_length)
 
     label_names = splits["train"].features["label"].names
-    config = build_config(model_args, tokenizer, label_names)
+    config = nsmc_config(model_args, tokenizer, label_names)
     model = TransformerForSequenceClassification(config)
     if model_args.init_from and not training_args.resume_from_checkpoint:
         loaded = load_encoder_weights(model, model_args.init_from)
@@ -251,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.save_model(str(output_dir))  # weights, config and tokenizer
     if trainer.is_world_process_zero():
         (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-        (output_dir / "README.md").write_text(model_card(model_args, results, model.num_parameters()))
+        (output_dir / "README.md").write_text(card(model_args, results, model, output_dir), encoding="utf-8")
         (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
         logger.info(
             "test accuracy %.4f, F1 %.4f; model folder %s", results["test_accuracy"], results["test_f1"], output_dir

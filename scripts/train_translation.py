@@ -23,7 +23,7 @@ raw reference lines, and `bleu_lc_tok`, BLEU on lowercased Moses-tokenised text 
 test2016 and saved in the generation config.
 The output folder holds the model (safetensors, config, generation config, tokenizer),
 `results.json`, `log_history.json`, `test_predictions.txt` (beam search, in test-file order) and a
-model card (README.md).
+model card (README.md, by `hf_transformer.hub.model_card`).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from hf_transformer.data import (
     seq2seq_collator,
     tokenize_translation,
 )
+from hf_transformer.hub import model_card
 from hf_transformer.metrics import bleu, bleu_lc_tok, chrf
 from hf_transformer.training import (
     SplitLimits,
@@ -272,56 +273,50 @@ class BleuMetric:
 # Model card
 
 
-def model_card(model_args: ModelArguments, data_args: DataArguments, results: dict, parameters: int) -> str:
+def card(model_args: ModelArguments, data_args: DataArguments, results: dict, model, output_dir: Path) -> str:
+    """The folder's README.md (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
     source, target = data_args.source_lang, data_args.target_lang
-
-    def score(key: str) -> str:
-        return f"{results[key]:.2f}" if key in results else "n/a"
-
-    def row(name: str, prefix: str) -> str:
-        scores = " | ".join(score(f"{prefix}_{metric}") for metric in ("bleu", "greedy_bleu", "bleu_lc_tok", "chrf"))
-        return f"| {name} ({results.get(f'{prefix}_samples', '?')} pairs) | {scores} |"
-
-    example = {"en": "A man is riding a bicycle.", "de": "Ein Mann fährt Fahrrad."}[source]
+    tables = "one token table for encoder, decoder and output projection"
+    if not (model_args.share_embeddings and model_args.tie_word_embeddings):
+        tables = "separate token tables" if not model_args.share_embeddings else "an untied output projection"
     folders = results.get("averaged_checkpoints")
-    averaged = ""
-    if folders:
-        averaged = f" The weights are the mean of the last {len(folders)} checkpoints ({', '.join(folders)})."
-    return f"""---
-language: [{source}, {target}]
-license: apache-2.0
-library_name: transformers
-pipeline_tag: translation
-tags: [hf_transformer, translation, multi30k]
-datasets: [multi30k]
-metrics: [bleu, bleu_lc_tok, chrf]
----
-# Transformer {LANGUAGE_NAMES[source]} -> {LANGUAGE_NAMES[target]} on Multi30k
-
-The encoder-decoder Transformer of "Attention Is All You Need" (hf_transformer), {parameters:,} parameters,
-trained from scratch on the Multi30k task 1 training pairs ({source} -> {target}) with a shared
-vocabulary and tied embeddings.{averaged} BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references;
-lc-tok BLEU is computed on lowercased Moses-tokenised text against the official `lc.norm.tok` references, as
-most Multi30k papers report it. Beam search uses length penalty {results.get("length_penalty", 1.0)}.
-
-| split | BLEU (beam {model_args.num_beams}) | BLEU (greedy) | lc-tok BLEU (beam) | chrF (beam) |
-|---|---|---|---|---|
-{row("validation", "eval")}
-{row("test2016", "test")}
-
-Model settings: {json.dumps(asdict(model_args))}
-
-```python
-import hf_transformer  # or trust_remote_code=True where the package is not installed
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("PATH")
-model = AutoModelForSeq2SeqLM.from_pretrained("PATH")
-batch = tokenizer([{example!r}], return_tensors="pt")
-output = model.generate(**batch, max_new_tokens=64)  # beam {model_args.num_beams}, the saved default
-print(tokenizer.batch_decode(output, skip_special_tokens=True)[0])
-```
-"""
+    averaged = (
+        f" The weights are the mean of the last {len(folders)} checkpoints ({', '.join(folders)})." if folders else ""
+    )
+    tried = results.get("eval_bleu_by_length_penalty")
+    chosen = f" The length penalty was chosen by validation BLEU among {', '.join(tried)}." if tried else ""
+    beams = model_args.num_beams
+    return model_card(
+        str(output_dir),
+        model.config,
+        num_parameters=model.num_parameters(),
+        results=results,
+        language=[source, target],
+        tags=["translation", "multi30k"],
+        datasets=["multi30k"],
+        metrics=["bleu", "bleu_lc_tok", "chrf"],
+        pipeline_tag="translation",
+        example={"en": "A man is riding a bicycle.", "de": "Ein Mann fährt Fahrrad."}[source],
+        title=f"Transformer {LANGUAGE_NAMES[source]} -> {LANGUAGE_NAMES[target]} on Multi30k",
+        training=f"Trained from scratch on the Multi30k task 1 training pairs ({source} -> {target}), with one "
+        f"vocabulary for both languages and {tables}.{averaged}",
+        evaluation="BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references; lc-tok BLEU is computed "
+        "on lowercased Moses-tokenised text against the official `lc.norm.tok` references, as most Multi30k papers "
+        f"report it.{chosen}",
+        metric_columns={
+            "bleu": f"BLEU (beam {beams})",
+            "greedy_bleu": "BLEU (greedy)",
+            "bleu_lc_tok": "lc-tok BLEU (beam)",
+            "chrf": "chrF (beam)",
+        },
+        result_rows={
+            "eval": f"validation ({results.get('eval_samples', '?')} pairs)",
+            "test": f"test2016 ({results.get('test_samples', '?')} pairs)",
+        },
+        digits=2,
+        generation={"num_beams": beams, "length_penalty": results.get("length_penalty", 1.0)},
+        settings=asdict(model_args),
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -386,7 +381,7 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():
-        from tokenizer import train_tokenizer
+        from hf_transformer.tokenization import train_tokenizer
 
         pairs = splits["train"]["translation"]
         return train_tokenizer(
@@ -501,9 +496,7 @@ def main(argv: list[str] | None = None) -> dict:
         (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
         (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
         (output_dir / "test_predictions.txt").write_text("\n".join(test_hypotheses) + "\n", encoding="utf-8")
-        (output_dir / "README.md").write_text(
-            model_card(model_args, data_args, results, model.num_parameters()), encoding="utf-8"
-        )
+        (output_dir / "README.md").write_text(card(model_args, data_args, results, model, output_dir), encoding="utf-8")
         logger.info(
             "test2016 BLEU %.2f (beam %d), %.2f (greedy); model folder %s",
             results["test_bleu"],

@@ -14,6 +14,7 @@ from conftest import batch_with_padding, tiny_config
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForMaskedLM,
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     Trainer,
@@ -25,10 +26,12 @@ from transformers.utils import logging
 from hf_transformer import (
     TransformerConfig,
     TransformerForConditionalGeneration,
+    TransformerForMaskedLM,
     TransformerForSequenceClassification,
     TransformerModel,
 )
 from hf_transformer.checkpoint import CheckpointError
+from hf_transformer.generation import TransformerGenerationMixin
 from hf_transformer.modeling_transformer import EncoderSequenceClassifierOutput, sinusoid_table
 
 # --- 1. configs with attributes added before saving ------------------------------------------------------------
@@ -171,6 +174,32 @@ def test_folders_of_other_heads_still_load_as_fine_tuning_starts(tmp_path):
     classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "seq2seq")
     classifier.save_pretrained(tmp_path / "classifier")
     assert isinstance(AutoModel.from_pretrained(tmp_path / "classifier"), TransformerModel)
+
+
+def test_masked_lm_head_follows_the_output_conventions_and_its_encoder_starts_a_classifier(tmp_path):
+    config = tiny_config()
+    model = TransformerForMaskedLM.from_pretrained(None, config=config, state_dict={}).eval()
+    _assert_initialised(model)
+    assert model.output_bias.eq(0).all()
+    source, _ = batch_with_padding()
+    with torch.no_grad():
+        out = model(input_ids=source, output_hidden_states=True, output_attentions=True)
+        assert out.logits.shape == (*source.shape, config.vocab_size)
+        assert len(out.hidden_states) == config.encoder_layers + 1 and len(out.attentions) == config.encoder_layers
+        labels = torch.full_like(source, -100)
+        labels[0, 1], labels[2, 0] = 7, 5
+        loss, logits = model(input_ids=source, labels=labels, return_dict=False)[:2]
+    assert logits.shape == (2, config.vocab_size)  # the predicted positions only
+    predicted = labels != -100
+    torch.testing.assert_close(logits, out.logits[predicted])
+    torch.testing.assert_close(loss, torch.nn.functional.cross_entropy(out.logits[predicted], labels[predicted]))
+
+    model.save_pretrained(tmp_path / "mlm")
+    assert type(AutoModelForMaskedLM.from_pretrained(tmp_path / "mlm")) is TransformerForMaskedLM
+    classifier = AutoModelForSequenceClassification.from_pretrained(tmp_path / "mlm")  # a fine-tuning start
+    encoder = {name: tensor for name, tensor in model.state_dict().items() if name.startswith("model.encoder.")}
+    for name, tensor in encoder.items():
+        assert torch.equal(classifier.state_dict()[name], tensor), name
 
 
 # --- 3. beam search caches ----------------------------------------------------------------------------------------
@@ -331,7 +360,7 @@ def test_skipped_cross_attention_reordering_gives_transformers_results(monkeypat
         return_dict_in_generate=True, output_scores=True, do_sample=False,
     )  # fmt: skip
     skipping = model.generate(source, **arguments)
-    monkeypatch.delattr(TransformerForConditionalGeneration, "_reorder_cache")  # transformers reorders both caches
+    monkeypatch.delattr(TransformerGenerationMixin, "_reorder_cache")  # transformers reorders both caches
     reordering = model.generate(source, **arguments)
     assert torch.equal(skipping.sequences, reordering.sequences)
     torch.testing.assert_close(skipping.sequences_scores, reordering.sequences_scores, rtol=0, atol=0)

@@ -477,8 +477,6 @@ def test_from_book_rejects_unknown_missing_and_misshaped_keys():
 # ---------------------------------------------------------------------------------------------------
 
 
-
-
 def test_script_converts_a_seed_checkpoint_that_automodel_loads(tmp_path, capsys):
     config_dict = SEED_CONFIGS[0]
     reference, converted = seed_pair(config_dict)

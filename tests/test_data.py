@@ -30,7 +30,7 @@ from hf_transformer.data import (
     tokenize_classification,
     tokenize_translation,
 )
-from tokenizer import train_tokenizer
+from hf_transformer.tokenization import train_tokenizer
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -139,9 +139,7 @@ def test_download_gunzips_and_checks_the_sha256(monkeypatch, tmp_path):
         hashlib.sha256(content).hexdigest(),
         gzipped=True,
     )
-    monkeypatch.setattr(
-        data.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(gzip.compress(content))
-    )
+    monkeypatch.setattr(data.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(gzip.compress(content)))
     path = ensure_corpus_file(spec, tmp_path, download=True)
     assert path.read_bytes() == content
 
@@ -222,9 +220,7 @@ def test_parallel_text_files(tmp_path):
 
 
 def test_local_csv_with_string_labels_shares_one_label_map(tmp_path, caplog):
-    (tmp_path / "train.csv").write_text(
-        'review,stars\ngood film,pos\n"bad, boring",neg\n,pos\nfine,pos\n', "utf-8"
-    )
+    (tmp_path / "train.csv").write_text('review,stars\ngood film,pos\n"bad, boring",neg\n,pos\nfine,pos\n', "utf-8")
     (tmp_path / "test.csv").write_text("review,stars\nawful,neg\n", "utf-8")
     with caplog.at_level(logging.WARNING, logger="hf_transformer.data"):
         loaded = load_local_dataset(
@@ -238,17 +234,13 @@ def test_local_csv_with_string_labels_shares_one_label_map(tmp_path, caplog):
     assert loaded["train"]["text"][:] == ["good film", "bad, boring", "fine"]
     names = loaded["train"].features["label"].names
     assert names == loaded["test"].features["label"].names == ["neg", "pos"]
-    assert loaded["test"][0]["label"] == names.index(
-        "neg"
-    )  # the test split alone would have called neg 0 too
+    assert loaded["test"][0]["label"] == names.index("neg")  # the test split alone would have called neg 0 too
     assert loaded["train"]["label"][:] == [1, 0, 1]
 
 
 def test_local_tsv_and_jsonl(tmp_path):
     (tmp_path / "d.tsv").write_text("text\tlabel\nhello, world\t1\nbye\t0\n", "utf-8")
-    tsv = load_local_dataset(
-        tmp_path / "d.tsv", text_column="text", label_column="label", cache_dir=tmp_path / "cache"
-    )
+    tsv = load_local_dataset(tmp_path / "d.tsv", text_column="text", label_column="label", cache_dir=tmp_path / "cache")
     assert tsv["train"][0] == {"text": "hello, world", "label": 1}
 
     rows = [{"ko": "겨울은 추워요.", "en": "Winter is cold."}, {"ko": None, "en": "lost"}]
@@ -282,9 +274,7 @@ def test_classification_pipeline_pads_each_batch_to_its_longest_row(tokenizer, t
     assert tokenized["train"].features["label"] == nsmc["train"].features["label"]
     lengths = [len(ids) for ids in tokenized["train"]["input_ids"]]
     assert max(lengths) == 12  # the long review is truncated ...
-    assert all(
-        ids[-1] == tokenizer.eos_token_id for ids in tokenized["train"]["input_ids"]
-    )  # ... keeping [EOS]
+    assert all(ids[-1] == tokenizer.eos_token_id for ids in tokenized["train"]["input_ids"])  # ... keeping [EOS]
 
     collate = classification_collator(tokenizer)
     rows = [tokenized["train"][i] for i in range(4)]

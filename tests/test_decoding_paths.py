@@ -10,15 +10,15 @@ from conftest import batch_with_padding, record_calls, tiny_config
 from generation_checks import SCORED, assert_generations_agree
 from transformers import GenerationMixin
 
-from hf_transformer import TransformerForConditionalGeneration
+from hf_transformer import TransformerForConditionalGeneration, generation, speed
 from hf_transformer import modeling_transformer as modeling
-from hf_transformer.modeling_transformer import is_packing, packed_linear_weights, packed_weight
+from hf_transformer.speed import is_packing, packed_linear_weights, packed_weight
 
 
 @pytest.fixture
 def pack_every_weight(monkeypatch):
     """The tiny test models' weights are far below the size worth packing."""
-    monkeypatch.setattr(modeling, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
+    monkeypatch.setattr(speed, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
 
 
 def test_the_cpu_build_can_pack_weights():
@@ -29,7 +29,7 @@ def test_the_cpu_build_can_pack_weights():
 def test_packed_linear_matches_linear_for_few_rows_and_falls_back_otherwise(pack_every_weight, bias):
     layer = torch.nn.Linear(48, 40, bias=bias)
     few = torch.randn(2, 3, 48)  # 6 rows
-    many = torch.randn(modeling.PACKED_MAX_ROWS + 1, 48)
+    many = torch.randn(speed.PACKED_MAX_ROWS + 1, 48)
     with packed_linear_weights(layer):
         assert type(layer) is torch.nn.Linear and is_packing(layer)
         with torch.no_grad():
@@ -78,7 +78,7 @@ def test_generate_with_packed_weights_equals_plain_generate(pack_every_weight, m
     model = TransformerForConditionalGeneration(tiny_config()).eval()
     source, _ = batch_with_padding()
     packed_modules = []
-    original = modeling.packed_linear_weights
+    original = generation.packed_linear_weights
 
     @contextlib.contextmanager
     def recording(module):
@@ -86,7 +86,7 @@ def test_generate_with_packed_weights_equals_plain_generate(pack_every_weight, m
             yield
             packed_modules.extend(m for m in module.modules() if packed_weight(m) is not None)
 
-    monkeypatch.setattr(modeling, "packed_linear_weights", recording)
+    monkeypatch.setattr(generation, "packed_linear_weights", recording)
     arguments = dict(max_new_tokens=8, do_sample=False, **SCORED, **settings)
     # oneDNN's packed products and MKL's sgemm sum in other orders: logits equal to rounding, and the same tokens
     # wherever no two candidates are within rounding of a tie.
@@ -128,7 +128,7 @@ def test_beam_search_reordering_only_the_self_attention_cache_changes_nothing(mo
     assert reordered and len({id(cache) for cache in reordered}) == 1  # the self-attention cache only
     reordered.clear()
     # The plain path: both caches reordered at every step.
-    monkeypatch.delattr(TransformerForConditionalGeneration, "_reorder_cache")
+    monkeypatch.delattr(generation.TransformerGenerationMixin, "_reorder_cache")
     full = model.generate(source, **arguments)
     assert len({id(cache) for cache in reordered}) == 2
     assert torch.equal(fast.sequences, full.sequences)
@@ -169,7 +169,7 @@ def test_decoder_rows_that_differ_from_the_encoder_rows_are_rejected():
 def test_compiled_cpu_attention_over_few_keys_takes_the_fused_math_path(monkeypatch, keys):
     # Under torch.compile on CPU, attention over at most COMPILED_CPU_MATH_ATTENTION_MAX_KEYS keys runs as
     # product-softmax-product (which inductor fuses) instead of sdpa's kernel; same result either way.
-    monkeypatch.setattr(modeling, "COMPILED_CPU_MATH_ATTENTION_MAX_KEYS", 10)
+    monkeypatch.setattr(speed, "COMPILED_CPU_MATH_ATTENTION_MAX_KEYS", 10)
     model = TransformerForConditionalGeneration(tiny_config()).eval()
     model.set_attn_implementation("sdpa")
     attention = model.model.decoder.layers[0].cross_attn

@@ -16,7 +16,7 @@ pytest.importorskip("onnxruntime")
 
 
 def test_engines_match_generate_and_report_bleu_and_sizes(tmp_path):
-    from tokenizer import train_tokenizer
+    from hf_transformer.tokenization import train_tokenizer
 
     data_dir = tmp_path / "data"
     write_multi30k(data_dir, {"train": 10, "val": 5, "test_2016_flickr": 24})

@@ -37,7 +37,7 @@ EOS = 3
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tokenizer import train_tokenizer
+    from hf_transformer.tokenization import train_tokenizer
 
     return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=48, show_progress=False)
 

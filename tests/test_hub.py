@@ -28,6 +28,7 @@ from transformers import (
 from hf_transformer import (
     TransformerConfig,
     TransformerForConditionalGeneration,
+    TransformerForMaskedLM,
     TransformerForSequenceClassification,
     TransformerModel,
     hub,
@@ -42,9 +43,8 @@ FULL_AUTO_MAP = {
     "AutoModel": "modeling_transformer.TransformerModel",
     "AutoModelForSeq2SeqLM": "modeling_transformer.TransformerForConditionalGeneration",
     "AutoModelForSequenceClassification": "modeling_transformer.TransformerForSequenceClassification",
+    "AutoModelForMaskedLM": "modeling_transformer.TransformerForMaskedLM",
 }
-
-
 
 
 push_to_hub = load_script("push_to_hub")
@@ -95,10 +95,25 @@ def saved(tmp_path_factory):
     classifier.save_pretrained(classifier_dir)
     word_tokenizer().save_pretrained(classifier_dir)
 
-    push_to_hub.main([
-        str(model_dir), "--repo_id", REPO_ID, "--dry-run", str(upload_dir), "--language", "en",
-        "--dataset", "someone/pairs", "--metric", "exact_match", "--tag", "reversal", "--example", EXAMPLE,
-    ])
+    push_to_hub.main(
+        [
+            str(model_dir),
+            "--repo_id",
+            REPO_ID,
+            "--dry-run",
+            str(upload_dir),
+            "--language",
+            "en",
+            "--dataset",
+            "someone/pairs",
+            "--metric",
+            "exact_match",
+            "--tag",
+            "reversal",
+            "--example",
+            EXAMPLE,
+        ]
+    )
     return {
         "root": root,
         "model_dir": model_dir,
@@ -117,13 +132,20 @@ def card_snippet(folder: Path) -> str:
     return snippets[0].replace(REPO_ID, str(folder))
 
 
+# The model file and the modules it imports, copied beside the weights by save_pretrained.
+REMOTE_CODE_MODULES = (
+    "configuration_transformer", "modeling_transformer", "checkpoint", "generation", "speed", "input_checks",
+)  # fmt: skip
+
+
 def test_save_pretrained_writes_full_auto_map_and_self_contained_code(saved):
     for folder in (saved["model_dir"], saved["classifier_dir"]):
         assert json.loads((folder / "config.json").read_text())["auto_map"] == FULL_AUTO_MAP
-        for name in ("configuration_transformer.py", "modeling_transformer.py", "checkpoint.py"):
-            assert (folder / name).read_text() == (ROOT / "hf_transformer" / name).read_text()
+        for name in REMOTE_CODE_MODULES:
+            assert (folder / f"{name}.py").read_text() == (ROOT / "hf_transformer" / f"{name}.py").read_text()
+        assert sorted(p.stem for p in folder.glob("*.py")) == sorted(REMOTE_CODE_MODULES)
     # The copies import only each other, torch, transformers and the standard library.
-    copied = ("configuration_transformer", "modeling_transformer", "checkpoint")
+    copied = REMOTE_CODE_MODULES
     for name in copied:
         tree = ast.parse((saved["model_dir"] / f"{name}.py").read_text())
         for node in ast.walk(tree):
@@ -140,8 +162,14 @@ def test_dry_run_writes_the_upload_folder_with_a_model_card(saved):
     folder = saved["upload_dir"]
     names = {p.name for p in folder.iterdir()}
     assert {
-        "config.json", "generation_config.json", "model.safetensors", "configuration_transformer.py",
-        "modeling_transformer.py", "tokenizer.json", "tokenizer_config.json", "README.md",
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "configuration_transformer.py",
+        "modeling_transformer.py",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "README.md",
     } <= names
     assert "all_results.json" not in names
     assert json.loads((folder / "config.json").read_text())["auto_map"] == FULL_AUTO_MAP
@@ -174,10 +202,13 @@ def test_loads_with_the_package_and_no_trust_remote_code(saved):
     # Given trust_remote_code anyway, transformers still prefers the registered classes to the copied code.
     assert type(AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True)) is type(seq2seq)
     with torch.no_grad():
-        assert torch.equal(seq2seq(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits,
-                           reference["lm_logits"])
-        assert torch.equal(base(input_ids=source, attention_mask=mask, decoder_input_ids=target).last_hidden_state,
-                           reference["base_hidden"])
+        assert torch.equal(
+            seq2seq(input_ids=source, attention_mask=mask, decoder_input_ids=target).logits, reference["lm_logits"]
+        )
+        assert torch.equal(
+            base(input_ids=source, attention_mask=mask, decoder_input_ids=target).last_hidden_state,
+            reference["base_hidden"],
+        )
         assert torch.equal(classifier(input_ids=source, attention_mask=mask).logits, reference["cls_logits"])
     assert AutoTokenizer.from_pretrained(folder)([EXAMPLE])["input_ids"] == saved["reference_ids"]
 
@@ -193,6 +224,8 @@ def test_card_snippet_runs_as_written(saved, capsys):
         (TransformerForSequenceClassification, True),
         (TransformerForConditionalGeneration, False),
         (TransformerModel, False),
+        (TransformerForMaskedLM, True),
+        (TransformerForMaskedLM, False),
     ],
 )
 def test_card_snippet_runs_for_every_head(tmp_path, capsys, model_class, with_tokenizer):
@@ -208,9 +241,13 @@ def test_card_snippet_runs_for_every_head(tmp_path, capsys, model_class, with_to
         TransformerForSequenceClassification: "LABEL_",
         TransformerForConditionalGeneration: "[[",
         TransformerModel: "torch.Size([1, 5, 32])",
+        TransformerForMaskedLM: "[",  # the likeliest token at each position
     }[model_class]
     assert printed.startswith(expected), printed
     assert ("AutoTokenizer" in card_snippet(upload_dir)) == with_tokenizer
+    pipeline_tag = {TransformerForMaskedLM: "fill-mask", TransformerModel: "feature-extraction"}
+    expected_tag = pipeline_tag.get(model_class) or hub._HEADS[model_class.__name__][1]
+    assert ModelCard.load(upload_dir / "README.md").data.pipeline_tag == expected_tag
 
 
 # Runs in a Python where hf_transformer cannot be imported: only transformers' remote-code loading is used.
@@ -250,9 +287,7 @@ def test_loads_without_the_package_through_trust_remote_code(saved):
     snippet = tmp / "snippet.py"
     snippet.write_text(card_snippet(saved["upload_dir"]))
     script = tmp / "load.py"
-    script.write_text(
-        f"SOURCE, TARGET, EXAMPLE = {SOURCE!r}, {TARGET!r}, {EXAMPLE!r}\n" + textwrap.dedent(SCRIPT)
-    )
+    script.write_text(f"SOURCE, TARGET, EXAMPLE = {SOURCE!r}, {TARGET!r}, {EXAMPLE!r}\n" + textwrap.dedent(SCRIPT))
     run = isolated_python(
         script, str(saved["upload_dir"]), str(saved["classifier_dir"]), str(tmp), str(snippet), tmp=tmp
     )
@@ -274,6 +309,26 @@ def test_card_says_not_evaluated_without_results():
     assert "Not evaluated" in card
     assert "license: mit" in card and "model-index" not in card
     assert "torch.tensor([[" in card  # without a tokenizer the snippet feeds token ids
+
+
+def test_card_shows_named_metrics_by_split_training_and_generation_settings():
+    # What the training scripts put in their cards (scripts/train_translation.py and train_classifier.py).
+    results = {"test_bleu": 41.234, "eval_bleu": 40.0, "test_bleu_lc_tok": 43.0, "examples": [{"source": "x"}]}
+    card = hub.model_card(
+        "runs/en-de", tiny_config(), results=results, datasets=["multi30k"], metrics=["bleu", "bleu_lc_tok"],
+        metric_columns={"bleu": "BLEU (beam 5)", "bleu_lc_tok": "lc-tok BLEU"}, digits=2, pipeline_tag="translation",
+        title="Transformer En -> De", training="Trained on pairs.", evaluation="sacreBLEU.",
+        generation={"num_beams": 5, "length_penalty": 0.6}, settings={"d_model": 32},
+    )  # fmt: skip
+    assert "# Transformer En -> De" in card and "Trained on pairs." in card and '"d_model": 32' in card
+    assert "| split | BLEU (beam 5) | lc-tok BLEU |" in card
+    assert "| test | 41.23 | 43.00 |" in card and "| validation | 40.00 | n/a |" in card
+    assert "| test_bleu | 41.23 |" in card and "examples" not in card  # every scalar result, nothing else
+    assert "beam size 5, length penalty 0.6" in card and "num_beams=5, length_penalty=0.6," in card
+    parsed = ModelCard(card)
+    assert parsed.data.pipeline_tag == "translation"
+    bleu = next(result for result in parsed.data.eval_results if result.metric_type == "bleu")
+    assert (bleu.metric_value, bleu.dataset_split) == (41.234, "test")
 
 
 def test_dry_run_refuses_a_folder_that_is_not_empty(saved):
@@ -340,10 +395,18 @@ def test_unreachable_hub_stops_before_uploading(saved, fake_hub):
 
 
 def test_upload_passes_repo_options(saved, fake_hub):
-    push_to_hub.main([
-        str(saved["model_dir"]), "--repo_id", REPO_ID, "--private", "--revision", "v1",
-        "--commit_message", "First model",
-    ])
+    push_to_hub.main(
+        [
+            str(saved["model_dir"]),
+            "--repo_id",
+            REPO_ID,
+            "--private",
+            "--revision",
+            "v1",
+            "--commit_message",
+            "First model",
+        ]
+    )
     (_, token), (_, repo, create), (_, _, branch), (_, upload) = fake_hub.calls
     assert token == "hf_test_token" and repo == REPO_ID
     assert create == {"token": "hf_test_token", "private": True, "exist_ok": True}

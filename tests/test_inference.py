@@ -21,7 +21,7 @@ SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i %
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tokenizer import train_tokenizer
+    from hf_transformer.tokenization import train_tokenizer
 
     # model_max_length as train_tokenizer leaves it by default: longer than the models' position tables here.
     return train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=256, show_progress=False)

@@ -13,6 +13,8 @@ from pathlib import Path
 from launch_utils import load_script
 from transformers import HfArgumentParser, TrainingArguments
 
+from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments
+
 MAIN_JOB = Path(__file__).resolve().parents[1] / "scripts" / "main_job.sh"
 
 
@@ -42,13 +44,10 @@ def test_main_job_commands_parse_and_fit_together():
     assert list(commands) == ["pretrain_denoising", "train_classifier", "predict"]
 
     pretrain = load_script("pretrain_denoising")
-    parser = HfArgumentParser(
-        (pretrain.ModelArguments, pretrain.DataArguments, pretrain.PretrainingArguments, TrainingArguments)
-    )
+    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, pretrain.PretrainingArguments, TrainingArguments))
     pre_model, pre_data, _, pre_training = parser.parse_args_into_dataclasses(args=commands["pretrain_denoising"])
 
-    classifier = load_script("train_classifier")
-    parser = HfArgumentParser((classifier.ModelArguments, classifier.DataArguments, TrainingArguments))
+    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, TrainingArguments))
     model, data, training = parser.parse_args_into_dataclasses(args=commands["train_classifier"])
 
     # The classifier starts from the folder the pretraining writes, with the same encoder sizes.

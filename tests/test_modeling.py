@@ -13,6 +13,7 @@ from hf_transformer import (
     TransformerForConditionalGeneration,
     TransformerForSequenceClassification,
     TransformerModel,
+    speed,
 )
 from hf_transformer import modeling_transformer as modeling
 from hf_transformer.modeling_transformer import shift_tokens_right, sinusoid_table
@@ -268,7 +269,7 @@ def test_label_smoothing_is_applied():
 )
 @pytest.mark.parametrize("accumulated", [False, True])
 def test_fused_output_loss_gives_the_loss_and_gradients_of_the_logits(overrides, accumulated, monkeypatch):
-    monkeypatch.setattr(modeling, "_LOGITS_PER_CHUNK", 40 * 4)  # 4 rows per chunk: several chunks, a ragged last
+    monkeypatch.setattr(speed, "_LOGITS_PER_CHUNK", 40 * 4)  # 4 rows per chunk: several chunks, a ragged last
     source, target = batch_with_padding()
     labels = target.masked_fill(target == 0, -100)
     count = {"num_items_in_batch": torch.tensor(17)} if accumulated else {}
@@ -448,16 +449,16 @@ def test_masks_are_left_out_only_where_they_hide_nothing():
 def test_inverted_dropout_drops_at_rate_p_scales_the_rest_and_routes_gradients(p):
     x = torch.rand(200, 500) + 0.5
     x.requires_grad_(True)
-    y = modeling.inverted_dropout(x, p, training=True)
+    y = speed.inverted_dropout(x, p, training=True)
     kept = y != 0
     assert abs((~kept).float().mean().item() - p) < 0.01  # 100k draws: a few standard deviations
     torch.testing.assert_close(y[kept], x.detach()[kept] / (1 - p))
     y.sum().backward()
     torch.testing.assert_close(x.grad, kept.float() / (1 - p))
-    assert not torch.equal(kept, modeling.inverted_dropout(x, p, training=True) != 0)  # fresh draws each call
-    assert modeling.inverted_dropout(x, p, training=False) is x
-    assert modeling.inverted_dropout(x, 0.0, training=True) is x
-    half = modeling.inverted_dropout(x.detach().bfloat16(), p, training=True)  # the byte mask keeps the dtype
+    assert not torch.equal(kept, speed.inverted_dropout(x, p, training=True) != 0)  # fresh draws each call
+    assert speed.inverted_dropout(x, p, training=False) is x
+    assert speed.inverted_dropout(x, 0.0, training=True) is x
+    half = speed.inverted_dropout(x.detach().bfloat16(), p, training=True)  # the byte mask keeps the dtype
     assert half.dtype == torch.bfloat16 and 0 < (half == 0).float().mean().item() < 2 * p
 
 
@@ -465,7 +466,7 @@ def test_inverted_dropout_draws_are_independent_at_every_offset_of_a_word():
     """Four draws share each 64-bit word of the generator: each offset must drop at rate p, independently."""
     p = 0.2
     x = torch.ones(301, 333)  # 100,233 elements: not a multiple of four
-    dropped = (modeling.inverted_dropout(x, p, training=True) == 0).flatten().float()
+    dropped = (speed.inverted_dropout(x, p, training=True) == 0).flatten().float()
     for offset in range(4):
         assert abs(dropped[offset::4].mean().item() - p) < 0.01  # 25k draws each: about 5 standard deviations
     both = (dropped[:-1] * dropped[1:]).mean().item()
@@ -473,8 +474,8 @@ def test_inverted_dropout_draws_are_independent_at_every_offset_of_a_word():
 
 
 @pytest.mark.parametrize("layer_norm_position", ["post", "pre"])
-def test_every_dropout_applies_in_training_and_none_is_called_otherwise(monkeypatch, layer_norm_position):
-    called = record_calls(monkeypatch, modeling.Dropout, "forward")
+def test_every_dropout_applies_in_training_and_none_changes_anything_otherwise(monkeypatch, layer_norm_position):
+    called = record_calls(monkeypatch, speed.Dropout, "forward")
     source, target = batch_with_padding()
 
     def run(model):
@@ -484,18 +485,20 @@ def test_every_dropout_applies_in_training_and_none_is_called_otherwise(monkeypa
     with_dropout = tiny_config(layer_norm_position=layer_norm_position, dropout=0.2, activation_dropout=0.2)
     model = TransformerForConditionalGeneration(with_dropout).train()
     first = run(model)
-    dropouts = [m for m in model.modules() if isinstance(m, modeling.Dropout)]
+    dropouts = [m for m in model.modules() if isinstance(m, speed.Dropout)]
     # Embeddings (2), each encoder sub-layer and its feed-forward activation (2 x 3), each decoder one (2 x 4).
     assert len(dropouts) == 2 + 2 * 3 + 2 * 4
     assert {id(m) for m in called} == {id(m) for m in dropouts}
     assert not torch.equal(first, run(model))  # fresh masks
     model.eval()
     evaluated = run(model)
-    assert called == []
     assert torch.equal(evaluated, run(model))
+    undropped = TransformerForConditionalGeneration(tiny_config(layer_norm_position=layer_norm_position)).eval()
+    undropped.load_state_dict(model.state_dict())
+    assert torch.equal(evaluated, run(undropped))  # in evaluation every dropout is the identity
 
     without = TransformerForConditionalGeneration(tiny_config(layer_norm_position=layer_norm_position)).train()
     without.load_state_dict(model.state_dict())
     trained_without_dropout = run(without)
-    assert called == []  # p = 0 in training: nothing to draw
+    assert called and all(m.p == 0.0 for m in called)  # p = 0 in training: the identity
     torch.testing.assert_close(trained_without_dropout, evaluated, rtol=0, atol=0)

@@ -19,10 +19,8 @@ ENGLISH = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann 
 KOREAN = ["정말 재미있는 영화였어요", "시간이 아깝다", "배우 연기가 훌륭하다"] * 3
 
 
-
-
 def train_small_tokenizer(texts):
-    from tokenizer import train_tokenizer
+    from hf_transformer.tokenization import train_tokenizer
 
     return train_tokenizer(texts, vocab_size=80, model_type="bpe", model_max_length=32, show_progress=False)
 

@@ -19,11 +19,9 @@ SCRIPT = ROOT / "scripts" / "predict.py"
 SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
 
 
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tokenizer import train_tokenizer
+    from hf_transformer.tokenization import train_tokenizer
 
     return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=48, show_progress=False)
 

@@ -1,11 +1,16 @@
 """scripts/pretrain_denoising.py end to end on generated reviews, and train_classifier.py --init_from."""
 
 import json
+import shutil
 
 import pytest
 import torch
 from launch_utils import load_script, write_nsmc
 from safetensors.torch import load_file
+from transformers import AutoModelForMaskedLM
+
+from hf_transformer import TransformerConfig, TransformerForMaskedLM, hub
+from hf_transformer.recipes import NsmcModelArguments, nsmc_config
 
 MODEL = ["--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "64", "--max_length", "32"]
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed", "0"]
@@ -38,6 +43,26 @@ def test_pretraining_learns_and_saves_an_encoder(pretrained):
     weights = load_file(str(output_dir / "model.safetensors"))
     assert any(name.startswith("model.encoder.layers.0.") for name in weights)
     assert (output_dir / "tokenizer.json").is_file()
+    assert type(AutoModelForMaskedLM.from_pretrained(output_dir)) is TransformerForMaskedLM
+    card = (output_dir / "README.md").read_text()
+    assert "pipeline_tag: fill-mask" in card and f"{results['eval_masked_accuracy']:.4f}" in card
+
+
+def test_a_folder_of_the_earlier_script_head_loads_as_the_package_head(pretrained, tmp_path):
+    # Folders written before the head joined the package name `TransformerForMaskedTokens`, with the same weights.
+    _, output_dir, _ = pretrained
+    folder = tmp_path / "earlier"
+    shutil.copytree(output_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["architectures"] = ["TransformerForMaskedTokens"]
+    config.pop("auto_map", None)
+    (folder / "config.json").write_text(json.dumps(config))
+    model = AutoModelForMaskedLM.from_pretrained(folder)
+    saved = load_file(str(folder / "model.safetensors"))
+    assert saved.keys() == model.state_dict().keys()
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(tensor, saved[name]), name
+    assert hub.architecture(TransformerConfig.from_pretrained(folder)) == "TransformerForMaskedLM"
 
 
 def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
@@ -68,8 +93,8 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     from hf_transformer import TransformerForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(pretrained_dir)
-    args = train_classifier.ModelArguments(d_model=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
-    model = TransformerForSequenceClassification(train_classifier.build_config(args, tokenizer, ["0", "1"]))
+    args = NsmcModelArguments(d_model=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(nsmc_config(args, tokenizer, ["0", "1"]))
     assert train_classifier.load_encoder_weights(model, pretrained_dir) > 0
     saved = load_file(str(pretrained_dir / "model.safetensors"))
     for name, tensor in model.state_dict().items():
@@ -116,12 +141,12 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
     from hf_transformer import TransformerForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(pretrained_dir)
-    wider = train_classifier.ModelArguments(d_model=48, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
-    model = TransformerForSequenceClassification(train_classifier.build_config(wider, tokenizer, ["0", "1"]))
+    wider = NsmcModelArguments(d_model=48, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(nsmc_config(wider, tokenizer, ["0", "1"]))
     with pytest.raises(ValueError, match="shapes differ"):
         train_classifier.load_encoder_weights(model, pretrained_dir)
-    deeper = train_classifier.ModelArguments(d_model=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=32)
-    model = TransformerForSequenceClassification(train_classifier.build_config(deeper, tokenizer, ["0", "1"]))
+    deeper = NsmcModelArguments(d_model=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(nsmc_config(deeper, tokenizer, ["0", "1"]))
     with pytest.raises(ValueError, match="not in model.safetensors"):
         train_classifier.load_encoder_weights(model, pretrained_dir)
     with pytest.raises(FileNotFoundError):
@@ -132,8 +157,7 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
 def test_fused_training_head_gives_the_loss_and_gradients_of_the_plain_head(vocab_size):
     from conftest import tiny_config
 
-    module = load_script("pretrain_denoising")
-    model = module.TransformerForMaskedTokens(tiny_config(vocab_size=vocab_size, dropout=0.0))
+    model = TransformerForMaskedLM(tiny_config(vocab_size=vocab_size, dropout=0.0))
     with torch.no_grad():
         model.output_bias.normal_()  # a bias of zeros would hide a missing bias gradient
     input_ids = torch.randint(5, vocab_size, (6, 9))

@@ -9,9 +9,11 @@ import inspect
 import pytest
 import torch
 from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerPreTrainedModel
+from hf_transformer.checkpoint import CheckedLoadingMixin
+from hf_transformer.generation import TransformerGenerationMixin
 
 # (owner, name, parameters the override is written for, where transformers calls it)
 HOOKS = [
@@ -38,7 +40,9 @@ HOOKS = [
 def test_overridden_transformers_hook_still_exists(owner, name, parameters, caller):
     if name in ("_reorder_cache", "create_masks_for_generate"):
         # Looked up on the model by generate, which calls the model's own when it has one.
-        assert name in TransformerForConditionalGeneration.__dict__
+        assert name in TransformerGenerationMixin.__dict__ and issubclass(
+            TransformerForConditionalGeneration, TransformerGenerationMixin
+        )
     else:
         assert hasattr(owner, name), f"transformers no longer has {owner.__name__}.{name}"
         if parameters is not None:
@@ -51,10 +55,13 @@ def test_overridden_transformers_hook_still_exists(owner, name, parameters, call
 
 
 def test_overrides_are_defined_where_expected():
-    for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "_init_weights"):
-        assert name in TransformerPreTrainedModel.__dict__, name
-    for name in ("_reorder_cache", "_valid_auto_compile_criteria", "create_masks_for_generate"):
-        assert name in TransformerForConditionalGeneration.__dict__, name
+    assert "_init_weights" in TransformerPreTrainedModel.__dict__
+    for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "save_pretrained"):
+        assert name in CheckedLoadingMixin.__dict__, name
+    assert issubclass(TransformerPreTrainedModel, CheckedLoadingMixin)
+    for name in ("_reorder_cache", "_valid_auto_compile_criteria", "create_masks_for_generate", "generate"):
+        assert name in TransformerGenerationMixin.__dict__, name
+    assert TransformerForConditionalGeneration.generate is TransformerGenerationMixin.generate
 
 
 def test_other_private_names_the_package_reads():
@@ -62,3 +69,21 @@ def test_other_private_names_the_package_reads():
     assert isinstance(GenerationConfig._get_default_generation_params(), dict)
     assert hasattr(EncoderDecoderCache, "get_mask_sizes")
     assert hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    # Read by the attention layers, the FSDP-safe save and the remote-code copy.
+    assert "is_updated" in EncoderDecoderCache(DynamicCache(), DynamicCache()).__dict__
+    assert list(inspect.signature(PreTrainedModel.should_save_on_this_rank).parameters)[:2] == [
+        "self",
+        "is_main_process",
+    ]
+    from transformers.dynamic_module_utils import custom_object_save
+
+    assert list(inspect.signature(custom_object_save).parameters)[:2] == ["obj", "folder"]
+
+
+def test_generation_module_lists_each_generation_hook():
+    import hf_transformer.generation as generation
+
+    for owner, name, _, _ in HOOKS:
+        if owner is GenerationMixin:
+            assert f"``GenerationMixin.{name}" in generation.__doc__, name
+    assert f"transformers {generation.TRANSFORMERS_VERSION_CHECKED}" in generation.__doc__

@@ -8,8 +8,7 @@ from conftest import batch_with_padding, tiny_config
 from generation_checks import SCORED, assert_generations_agree
 from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
 
-from hf_transformer import TransformerForConditionalGeneration
-from hf_transformer import modeling_transformer as modeling
+from hf_transformer import TransformerForConditionalGeneration, speed
 
 
 def _model(attention: str = "sdpa", **overrides) -> TransformerForConditionalGeneration:
@@ -157,7 +156,7 @@ def test_generate_compiles_the_decoding_step_over_a_static_cache(monkeypatch):
     model = _model()
     source = torch.randint(4, 40, (4, 20))  # 80 rows: more than the encoder would pack
     # Every weight is worth packing for eager decoding here; a compiled decoding packs none (it would be wasted).
-    monkeypatch.setattr(modeling, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
+    monkeypatch.setattr(speed, "PACKED_MIN_WEIGHT_ELEMENTS", 0)
     packed = []
     reorder = torch.ops.mkldnn._reorder_linear_weight
     monkeypatch.setattr(torch.ops.mkldnn, "_reorder_linear_weight", lambda *args: packed.append(1) or reorder(*args))

@@ -56,8 +56,6 @@ def write_multi30k(root: Path, seed: int = 0, sizes=(("train", 1200), ("val", 60
     return written
 
 
-
-
 TINY_MODEL = [
     "--tokenizer_type", "bpe", "--vocab_size", "150",
     "--d_model", "64", "--num_layers", "2", "--num_heads", "4", "--intermediate_size", "128",

@@ -1,0 +1,105 @@
+"""Generation: what the seq2seq head changes in transformers' ``generate``, and the cache handling it needs.
+
+Every override here replaces or calls a part of ``GenerationMixin`` that transformers does not promise to keep.
+Each is listed with the transformers version it was checked against, and ``tests/test_private_hooks.py`` fails,
+naming the hook, when an installed transformers no longer has it with the expected signature or no longer calls it
+(so an upgrade breaks a test, not a user's decoding).
+
+Checked against transformers 5.23.0:
+
+- ``GenerationMixin.generate`` (public), wrapped: the large linear weights are packed for few-row products on CPU
+  while it runs (``speed.packed_linear_weights``).
+- ``GenerationMixin._valid_auto_compile_criteria(self, model_kwargs, generation_config)`` (private), extended:
+  when ``generate`` compiles its decoding step, the weights are not packed (the compiler chooses the products).
+- ``GenerationMixin.create_masks_for_generate`` (looked up on the model by ``prepare_inputs_for_generation``),
+  overridden: no prepared 4-D mask over a static cache when the target has no padding (the decoder builds the same
+  causal mask inside the step).
+- ``GenerationMixin._reorder_cache(past_key_values, beam_idx)`` (private; called by ``_beam_search`` when the model
+  defines it), overridden: the cross-attention cache is not reordered when the reordering provably changes
+  nothing. The cache keeps transformers' shapes and contents either way.
+- ``Cache.get_mask_sizes(query_length, cache_position)`` and ``EncoderDecoderCache.is_updated`` (read by the
+  decoder and the attention layers).
+- ``forward.__signature__``: ``generate`` inspects the forward signature of a model defined outside transformers at
+  every step; :func:`precompute_forward_signatures` stores it once.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from transformers import EncoderDecoderCache, GenerationMixin
+from transformers.masking_utils import create_masks_for_generate
+
+from .speed import packed_linear_weights, stop_packing
+
+__all__ = ["TransformerGenerationMixin", "precompute_forward_signatures", "TRANSFORMERS_VERSION_CHECKED"]
+
+TRANSFORMERS_VERSION_CHECKED = "5.23.0"
+
+
+class TransformerGenerationMixin(GenerationMixin):
+    """``GenerationMixin`` with the package's decoding shortcuts (see the module docstring)."""
+
+    def generate(self, *args, **kwargs):
+        """``GenerationMixin.generate``, with the large linear weights packed for few-row products on CPU
+        (:func:`hf_transformer.speed.packed_linear_weights`)."""
+        with packed_linear_weights(self):
+            return super().generate(*args, **kwargs)
+
+    def _valid_auto_compile_criteria(self, model_kwargs, generation_config) -> bool:
+        # Asked once, before the first step. A compiled decoding step leaves its products to the compiler, so
+        # packing weights for the one eager step before it would be wasted.
+        compiles = super()._valid_auto_compile_criteria(model_kwargs, generation_config)
+        if compiles:
+            for module in self.modules():
+                stop_packing(module)
+        return compiles
+
+    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, past_key_values, **kwargs):
+        # Over a static cache, generate asks for a 4-D self-attention mask before every step. Without target
+        # padding the decoder builds the same causal mask over the cache's slots itself, inside the (compiled)
+        # step. A 2-D target mask still gets the prepared mask, which keeps one shape across steps.
+        if attention_mask is None:
+            return None
+        return create_masks_for_generate(
+            config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
+            past_key_values=past_key_values, **kwargs,
+        )  # fmt: skip
+
+    def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
+        # Beam search reorders both caches after every step. A cross-attention row holds the keys and values of
+        # its input's encoder output, repeated for each of its beams, so a reordering that moves every row within
+        # its run of equal rows changes nothing there and is skipped; any other reordering is applied.
+        if not isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.reorder_cache(beam_idx)
+            return past_key_values
+        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        for layer in past_key_values.cross_attention_cache.layers:
+            if not reordering_keeps_rows(layer, beam_idx):
+                layer.reorder_cache(beam_idx)
+        return past_key_values
+
+
+def reordering_keeps_rows(layer, beam_idx: torch.Tensor) -> bool:
+    """Whether ``layer.reorder_cache(beam_idx)`` would leave the layer's keys and values as they are: every row
+    is sent to a row of its own run of consecutive equal rows. The runs are found once, by comparing the rows, and
+    kept with the tensors they were found in; new or edited tensors are compared again."""
+    keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
+    if not torch.is_tensor(keys) or not torch.is_tensor(values) or keys.shape[0] != beam_idx.shape[0]:
+        return False
+    found = getattr(layer, "_equal_row_runs", None)
+    if found is None or found[0] is not keys or found[1] is not values or found[2] != (keys._version, values._version):
+        new_run = torch.ones(keys.shape[0], dtype=torch.bool, device=keys.device)  # (R,): a row that starts a run
+        new_run[1:] = ~((keys[1:] == keys[:-1]).flatten(1).all(1) & (values[1:] == values[:-1]).flatten(1).all(1))
+        found = (keys, values, (keys._version, values._version), new_run.cumsum(0))
+        layer._equal_row_runs = found
+    runs = found[3]
+    return bool(torch.equal(runs[beam_idx.to(runs.device)], runs))
+
+
+def precompute_forward_signatures(*model_classes) -> None:
+    """``generate`` inspects the forward signature of a model defined outside transformers at every decoding step;
+    a signature stored on the function makes that lookup much cheaper."""
+    for model_class in model_classes:
+        model_class.forward.__signature__ = inspect.signature(model_class.forward)

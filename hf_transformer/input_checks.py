@@ -1,0 +1,71 @@
+"""Checks of what a caller passes to the model: each wrong input is a ValueError that names the argument, its shape
+or dtype, and what is expected, instead of a failure deep inside the model (or a silently wrong answer)."""
+
+from __future__ import annotations
+
+import torch
+
+from .speed import capturing_graph
+
+__all__ = ["check_token_inputs", "value_range", "check_ids_in_vocabulary", "check_prepared_mask"]
+
+
+def check_token_inputs(input_ids, inputs_embeds, name: str, embeds_name: str) -> None:
+    """Exactly one of ids (B, L) integer or embeddings (B, L, D) float, with B and L at least 1: anything else is
+    a ``ValueError`` that names the argument, instead of a failure deep inside the model."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"Give exactly one of `{name}` and `{embeds_name}`.")
+    given, argument, rank, what = (
+        (input_ids, name, 2, "(batch, length) integer token ids")
+        if input_ids is not None
+        else (inputs_embeds, embeds_name, 3, "(batch, length, d_model) floating-point embeddings")
+    )
+    if not torch.is_tensor(given):
+        raise ValueError(
+            f"`{argument}` must be a torch.Tensor of {what}, got a {type(given).__name__}; "
+            "convert it with torch.tensor(...) (a tokenizer does so with return_tensors='pt')."
+        )
+    if given.dim() != rank:
+        hint = f"; for one sequence use `{argument}[None]`" if given.dim() == rank - 1 else ""
+        raise ValueError(f"`{argument}` must be {rank}-D {what}, got shape {tuple(given.shape)}{hint}.")
+    wanted_dtype = not given.is_floating_point() and not given.is_complex() if rank == 2 else given.is_floating_point()
+    if not wanted_dtype or given.dtype == torch.bool:
+        raise ValueError(f"`{argument}` must hold {what}, got dtype {given.dtype}.")
+    if given.shape[0] == 0 or given.shape[1] == 0:
+        raise ValueError(
+            f"`{argument}` has shape {tuple(given.shape)}: an empty batch or an empty sequence; give at least one "
+            "sequence of at least one token."
+        )
+
+
+def value_range(values: torch.Tensor) -> tuple[int, int]:
+    """(min, max) of a non-empty integer tensor: one pass over it, one device sync."""
+    low, high = torch.stack(torch.aminmax(values)).tolist()
+    return low, high
+
+
+def check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
+    # A compiled graph cannot read the ids on the host without breaking in two, and a traced one would keep the
+    # check's answer for its example; there the embedding kernel's own bounds check raises instead (an
+    # index-out-of-bounds error on CPU, a device-side assert on CUDA).
+    if input_ids.numel() == 0 or capturing_graph():
+        return
+    low, high = value_range(input_ids)
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
+
+
+def check_prepared_mask(mask: torch.Tensor, expected: tuple[int, int, int, int]) -> None:
+    """A 4-D self-attention mask (B or 1, 1, T, K): bool (True = may attend) or float (added to the scores)."""
+    batch_size = expected[0]
+    if mask.shape[0] not in (1, batch_size) or tuple(mask.shape[1:]) != expected[1:]:
+        raise ValueError(
+            f"The 4-D `decoder_attention_mask` has shape {tuple(mask.shape)}; expected {expected} "
+            "(batch, 1, new target tokens, keys read: cached + new, or every slot of a static cache)."
+        )
+    if mask.dtype != torch.bool and not mask.dtype.is_floating_point:
+        raise ValueError(
+            f"A 4-D `decoder_attention_mask` must be bool (True = may attend) or float (added to the scores), "
+            f"got {mask.dtype}."
+        )

@@ -1,0 +1,145 @@
+"""Figures the scripts share: a CJK font for Hangul, PNG writing, and learning curves from a Trainer log history.
+
+``scripts/plot_attention.py`` (``curves``) and ``scripts/collect_results.py`` draw the curves. Importing this module
+selects matplotlib's file-only backend (Agg); it needs matplotlib (the ``train`` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import warnings
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import font_manager  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+__all__ = ["CJK_FONTS", "use_cjk_font", "save", "read_log_history", "plot_curves"]
+
+logger = logging.getLogger(__name__)
+
+CJK_FONTS = (
+    "Noto Sans CJK KR",
+    "Noto Sans CJK JP",
+    "Noto Sans KR",
+    "NanumGothic",
+    "NanumBarunGothic",
+    "Malgun Gothic",
+    "AppleGothic",
+    "Apple SD Gothic Neo",
+    "Source Han Sans KR",
+    "UnDotum",
+    "WenQuanYi Zen Hei",
+)
+# Log keys that are bookkeeping, not metrics.
+_NOT_METRICS = ("runtime", "per_second", "samples", "steps", "epoch", "step", "total_flos", "gen_len")
+
+
+def use_cjk_font() -> str | None:
+    """Put the first installed CJK font in front of matplotlib's default, which still draws Latin text."""
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    for name in CJK_FONTS:
+        if name in installed:
+            plt.rcParams["font.family"] = [name, "DejaVu Sans"]
+            return name
+    return None
+
+
+def save(figure: Figure, output: str | Path, dpi: int = 100) -> Path:
+    """Write a PNG; glyphs the fonts lack become one log warning instead of one warning per glyph."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.savefig(output, dpi=dpi)
+    missing = [w for w in caught if "missing from font" in str(w.message)]
+    for other in caught:
+        if other not in missing:
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+    if missing:
+        logger.warning(
+            "%d characters have no glyph in the installed fonts and show as boxes in %s; install a CJK font "
+            "(e.g. fonts-noto-cjk or fonts-nanum) for Hangul",
+            len(missing),
+            output,
+        )
+    plt.close(figure)
+    return output
+
+
+def read_log_history(path: str | Path) -> list[dict]:
+    """A Trainer log history from `log_history.json`, `trainer_state.json` or a folder holding either."""
+    path = Path(path)
+    if path.is_dir():
+        candidates = [path / "log_history.json", path / "trainer_state.json"]
+        checkpoints = path.glob("checkpoint-*/trainer_state.json")
+        candidates += sorted(checkpoints, key=lambda state: int(state.parent.name.rsplit("-", 1)[-1]))
+        found = [candidate for candidate in candidates if candidate.is_file()]
+        if not found:
+            raise FileNotFoundError(f"{path} holds no log_history.json or trainer_state.json")
+        path = found[0] if found[0].name == "log_history.json" else found[-1]
+    data = json.loads(path.read_text())
+    history = data["log_history"] if isinstance(data, dict) else data
+    if not isinstance(history, list):
+        raise ValueError(f"{path}: expected a list of log entries")
+    return history
+
+
+def _is_metric(key: str, value) -> bool:
+    return (
+        key.startswith("eval_")
+        and isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and not any(key.endswith(part) or f"_{part}" in key for part in _NOT_METRICS)
+        and math.isfinite(value)
+    )
+
+
+def plot_curves(history: list[dict], title: str | None = None) -> tuple[Figure, list]:
+    """Training loss (with evaluation loss) and learning rate against the step, metrics against the epoch."""
+    end = next((i for i, entry in enumerate(history) if "train_runtime" in entry), len(history))
+    history = history[:end]
+    train = [(e["step"], e["loss"]) for e in history if "loss" in e and "step" in e]
+    evals = [e for e in history if "eval_loss" in e]
+    rates = [(e["step"], e["learning_rate"]) for e in history if "learning_rate" in e and "step" in e]
+    metrics = sorted({k for e in history for k, v in e.items() if _is_metric(k, v) and k != "eval_loss"})
+    if not train and not evals:
+        raise ValueError("the log history has no training or evaluation loss to draw")
+
+    panels = ["loss"] + (["learning_rate"] if rates else []) + metrics
+    columns = min(3, len(panels))
+    rows = math.ceil(len(panels) / columns)
+    figure, grid = plt.subplots(rows, columns, figsize=(5 * columns, 3.6 * rows), squeeze=False, layout="constrained")
+    drawn = []
+    for axes, panel in zip((a for row in grid for a in row), panels):
+        drawn.append(axes)
+        if panel == "loss":
+            if train:
+                axes.plot(*zip(*train), label="train loss")
+            if evals:
+                axes.plot([e["step"] for e in evals], [e["eval_loss"] for e in evals], "o-", label="validation loss")
+            axes.set_xlabel("step")
+            axes.set_ylabel("loss")
+            axes.legend()
+        elif panel == "learning_rate":
+            axes.plot(*zip(*rates))
+            axes.set_xlabel("step")
+            axes.set_ylabel("learning rate")
+        else:
+            points = [(e.get("epoch", e.get("step")), e[panel]) for e in history if panel in e]
+            axes.plot(*zip(*points), "o-")
+            axes.set_xlabel("epoch")
+            axes.set_ylabel(panel.removeprefix("eval_"))
+        axes.set_title(panel.replace("_", " "))
+        axes.grid(alpha=0.3)
+    for axes in [a for row in grid for a in row][len(panels) :]:
+        axes.remove()
+    if title:
+        figure.suptitle(title)
+    return figure, drawn
