@@ -87,3 +87,13 @@ def test_generation_module_lists_each_generation_hook():
         if owner is GenerationMixin:
             assert f"``GenerationMixin.{name}" in generation.__doc__, name
     assert f"transformers {generation.TRANSFORMERS_VERSION_CHECKED}" in generation.__doc__
+
+
+def test_generate_still_hands_the_cache_over_as_past_key_values():
+    # The model's forward takes the cache as `past_key_values`; transformers 5.24 renames it `cache` in
+    # prepare_inputs_for_generation (a forward that does not accept it decodes every step without its cache).
+    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    assert "past_key_values" in parameters, (
+        f"GenerationMixin.prepare_inputs_for_generation now takes {list(parameters)}: "
+        "the model's forward must accept the cache under the new name"
+    )
