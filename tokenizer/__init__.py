@@ -8,30 +8,5 @@ run from the repository root (the current directory is on sys.path). Installed c
 `hf_transformer.tokenization`; the installed command is `hf-transformer-tokenizer`.
 """
 
-from hf_transformer.tokenization import (
-    BOS_TOKEN,
-    CLS_TOKEN,
-    EOS_TOKEN,
-    MASK_TOKEN,
-    PAD_TOKEN,
-    SEP_TOKEN,
-    SPECIAL_TOKEN_IDS,
-    SPECIAL_TOKENS,
-    UNK_TOKEN,
-    import_sentencepiece,
-    train_tokenizer,
-)
-
-__all__ = [
-    "train_tokenizer",
-    "import_sentencepiece",
-    "SPECIAL_TOKENS",
-    "SPECIAL_TOKEN_IDS",
-    "PAD_TOKEN",
-    "UNK_TOKEN",
-    "BOS_TOKEN",
-    "EOS_TOKEN",
-    "SEP_TOKEN",
-    "CLS_TOKEN",
-    "MASK_TOKEN",
-]
+from hf_transformer.tokenization import *  # noqa: F403  (the shim re-exports the public API as it is)
+from hf_transformer.tokenization import __all__  # noqa: F401
