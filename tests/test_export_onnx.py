@@ -187,3 +187,17 @@ def test_command_line(classifier_dir, tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.strip().splitlines()[-1] == str(output)
     assert (output / "classifier.onnx").is_file() and (output / "config.json").is_file()
+
+
+@pytest.mark.parametrize("rounding", [None, 1, 0])
+def test_top_k_is_a_stable_sort_prefix(rounding):
+    """The beam search's top-k (partial selection, then a sort of the kept few) picks the entries a stable full sort
+    would, equal scores in index order, also when ties straddle the cut (rounded scores tie often)."""
+    from hf_transformer.export.onnx_export import _top
+
+    scores = np.random.default_rng(0).standard_normal((16, 4 * 300)).astype(np.float32)
+    if rounding is not None:
+        scores = np.round(scores, rounding)
+    scores[3, :] = -1e9  # a whole row tied (a beam that may not extend)
+    for k in (1, 4, 8):
+        np.testing.assert_array_equal(_top(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])

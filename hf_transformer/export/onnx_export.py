@@ -292,8 +292,20 @@ def _log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def _top(scores: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the ``k`` largest entries of each row, largest first (``torch.topk``)."""
-    return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    """Indices of the ``k`` largest entries of each row, largest first (``torch.topk``); equal scores in index order.
+
+    A beam step ranks beams x vocabulary scores per sentence and keeps a handful: a full sort of that row is most of
+    the step's time, so a long row is first cut to its ``k`` largest (``argpartition``, linear) and only those are
+    sorted."""
+    if scores.shape[1] <= 4 * k:
+        return np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    kept = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    kept_scores = np.take_along_axis(scores, kept, axis=1)
+    threshold = kept_scores.min(axis=1, keepdims=True)
+    if ((scores == threshold).sum(axis=1) > (kept_scores == threshold).sum(axis=1)).any():
+        return np.argsort(-scores, axis=1, kind="stable")[:, :k]  # a tie across the cut: which one is kept matters
+    order = np.lexsort((kept, -kept_scores), axis=1)  # score descending, then index ascending
+    return np.take_along_axis(kept, order, axis=1)
 
 
 def _take(array: np.ndarray, indices: np.ndarray) -> np.ndarray:
