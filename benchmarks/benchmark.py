@@ -230,6 +230,11 @@ ENTRIES = {
         "ours_onnx", build_ours, True, train=False, engine="onnx",
         note="hf_transformer exported to ONNX, OnnxSeq2SeqGenerator over ONNX Runtime (generation only)",
     ),
+    "ours_onnx_int8": Entry(
+        "ours_onnx_int8", build_ours, True, train=False, engine="onnx_int8",
+        note="hf_transformer exported to ONNX with int8 weights (ONNX Runtime quantize_dynamic), OnnxSeq2SeqGenerator "
+        "(generation only)",
+    ),
     "ours_int8": Entry(
         "ours_int8", build_ours, True, train=False, engine="torch_int8",
         note="hf_transformer after torch.ao.quantization.quantize_dynamic (int8 nn.Linear), generate (generation only)",
@@ -409,11 +414,13 @@ class Deployment:
         folder = self.saved(model)
         return self._once(f"ct2_{quantization or 'float32'}", lambda out: to_ctranslate2(folder, out, quantization))
 
-    def onnx(self, model: nn.Module) -> Path:
+    def onnx(self, model: nn.Module, quantization: str | None = None) -> Path:
         from hf_transformer.export import to_onnx
 
         folder = self.saved(model)
-        return self._once("onnx", lambda out: to_onnx(folder, out))
+        return self._once(
+            f"onnx_{quantization or 'float32'}", lambda out: to_onnx(folder, out, quantization=quantization)
+        )
 
     def close(self) -> None:
         self._directory.cleanup()
@@ -472,16 +479,20 @@ class CTranslate2Int8Engine(CTranslate2Engine):
 
 
 class OnnxEngine(Engine):
+    quantization: str | None = None
+
     def __init__(self, model: nn.Module, deployment: Deployment):
         _check_cpu(model, "ONNX Runtime")
         _require("onnxruntime")
         _require("onnxscript", " (torch's ONNX exporter needs it)")
         from hf_transformer.export.onnx_export import OnnxSeq2SeqGenerator
 
-        folder = deployment.onnx(model)
+        folder = deployment.onnx(model, self.quantization)
         self.generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=torch.get_num_threads())
         # The encoder and decoder graphs (each with the token table), and any external weights beside them.
         self.weights_bytes = sum(file.stat().st_size for file in folder.glob("*.onnx*"))
+        if self.quantization:
+            self.fp32_weights_bytes = sum(file.stat().st_size for file in deployment.onnx(model).glob("*.onnx*"))
 
     def generate(self, batch: dict, num_beams: int) -> list[int]:
         sequences = self.generator.generate(
@@ -489,6 +500,10 @@ class OnnxEngine(Engine):
             max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, length_penalty=1.0,
         )  # fmt: skip
         return [sequences.shape[1] - 1] * sequences.shape[0]  # (B, 1 + new): the start token first
+
+
+class OnnxInt8Engine(OnnxEngine):
+    quantization = "int8"
 
 
 class TorchInt8Engine(Engine):
@@ -509,6 +524,7 @@ ENGINES: dict[str, type[Engine]] = {
     "ctranslate2": CTranslate2Engine,
     "ctranslate2_int8": CTranslate2Int8Engine,
     "onnx": OnnxEngine,
+    "onnx_int8": OnnxInt8Engine,
     "torch_int8": TorchInt8Engine,
 }
 

@@ -9,7 +9,8 @@ Every engine decodes the same test sources, in the same length-sorted batches, g
   `generate`'s. CTranslate2's beam search stops once `num_beams` hypotheses are finished (transformers'
   `early_stopping=True`), so its beam tokens are compared with `generate(early_stopping=True)`; the count
   against the folder's own setting is reported too.
-- `ctranslate2_int8` and `torch_int8` (`torch.ao.quantization.quantize_dynamic` of every `nn.Linear`): BLEU (cased
+- `ctranslate2_int8`, `onnx_int8` (ONNX Runtime's dynamic quantization) and `torch_int8`
+  (`torch.ao.quantization.quantize_dynamic` of every `nn.Linear`): BLEU (cased
   sacreBLEU, and lowercased tokenised against the official references when `multi30k/tok/` is present) next to
   fp32's, and the size of the weights.
 
@@ -90,7 +91,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--target_lang", default=None)
     parser.add_argument("--max_samples", type=int, default=None, help="the first N test sentences only")
     parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--engines", nargs="+", default=["ctranslate2", "ctranslate2_int8", "onnx", "torch_int8"])
+    parser.add_argument(
+        "--engines", nargs="+", default=["ctranslate2", "ctranslate2_int8", "onnx", "onnx_int8", "torch_int8"]
+    )
     parser.add_argument("--output", default="deployment.json", help="JSON results; a .md table is written beside")
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -181,11 +184,12 @@ def main(argv: list[str] | None = None) -> dict:
                         return [clean(row, None, eos, pad) for row in rows]
 
                     return run
-            elif engine == "onnx":
+            elif engine in ("onnx", "onnx_int8"):
                 from hf_transformer.export import to_onnx
                 from hf_transformer.export.onnx_export import OnnxSeq2SeqGenerator
 
-                folder = to_onnx(model_dir, scratch / engine)
+                quantization = "int8" if engine.endswith("int8") else None
+                folder = to_onnx(model_dir, scratch / engine, quantization=quantization)
                 generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=torch.get_num_threads())
                 entry["weights_bytes"] = sum(p.stat().st_size for p in folder.glob("*.onnx*"))
 

@@ -169,7 +169,7 @@ def test_deployed_engines_time_generation_with_ours_weights_and_report_int8_memo
         ["--configs", "tiny", "--deployed", "--no-train", "--generation-batch-sizes", "8", "3", "--rounds", "1",
          "--budget", "0", "--peak-size", "128", "--keep-denormals", "--output", str(output)]
     )  # fmt: skip
-    engines = ("ours_ct2", "ours_ct2_int8", "ours_onnx", "ours_int8")
+    engines = ("ours_ct2", "ours_ct2_int8", "ours_onnx", "ours_onnx_int8", "ours_int8")
     assert record["models"] == ["ours", "marian", *engines] and record["generation_batch_sizes"] == [8, 3]
     result = record["results"][0]
     assert result["failed"] == {} and result["matmul_probe_gflops"] is None
@@ -186,12 +186,13 @@ def test_deployed_engines_time_generation_with_ours_weights_and_report_int8_memo
         assert rows[name]["weights_mb"] > 0, name
         assert f"| {name} | {rows[name]['parameters'] / 1e6:.2f}M | - | - | - | - |" in report, name
         assert f"| {name} | {rows[name]['greedy_b3_tokens_per_s']:,.0f} |" in report, name
-    # int8 weights against the same form in float32: CTranslate2's model.bin, torch's saved state_dict.
-    for name in ("ours_ct2_int8", "ours_int8"):
+    # int8 weights against the same form in float32: CTranslate2's model.bin, the ONNX graphs, torch's state_dict.
+    for name in ("ours_ct2_int8", "ours_onnx_int8", "ours_int8"):
         assert 0 < rows[name]["weights_vs_fp32"] < 1, name
         assert rows[name]["weights_vs_fp32"] == rows[name]["weights_mb"] / rows[name]["weights_fp32_mb"]
         assert f"| {name} | {rows[name]['weights_mb']:,.1f} | {rows[name]['weights_vs_fp32']:.2f} |" in report
     assert rows["ours_ct2_int8"]["weights_fp32_mb"] == rows["ours_ct2"]["weights_mb"]
+    assert rows["ours_onnx_int8"]["weights_fp32_mb"] == rows["ours_onnx"]["weights_mb"]
     assert rows["ours_int8"]["weights_fp32_mb"] == rows["ours"]["weights_mb"]
     assert "Generation at batch 3:" in report and "| model | weights MB | x fp32 |" in report
     assert "Matmul probe timed in the training rounds" not in report
@@ -222,7 +223,7 @@ def test_a_deployed_engine_that_is_not_installed_is_skipped_with_its_reason(tmp_
 def test_deployed_option_adds_the_engines_and_its_own_report():
     benchmark = load_benchmark_module("benchmark")
     args = benchmark.parse_arguments(["--deployed", "--generation-batch-sizes", "8", "32", "8"])
-    assert args.models == ["ours", "marian", "ours_ct2", "ours_ct2_int8", "ours_onnx", "ours_int8"]
+    assert args.models == ["ours", "marian", "ours_ct2", "ours_ct2_int8", "ours_onnx", "ours_onnx_int8", "ours_int8"]
     assert args.output == "docs/performance-deployed.md" and args.generation_batch_sizes == [8, 32]
     args = benchmark.parse_arguments(["--deployed", "--models", "marian", "--output", "x.md"])
     assert args.models[:2] == ["marian", "ours_ct2"] and args.output == "x.md"

@@ -45,6 +45,11 @@ def test_engines_match_generate_and_report_bleu_and_sizes(tmp_path):
     assert engines["ctranslate2"]["beam"]["identical_to_early_stopping"] == 1.0
     assert engines["onnx"]["greedy"]["identical"] == 1.0 and engines["onnx"]["beam"]["identical"] == 1.0
     # int8: smaller weights, and a BLEU computed from their own tokens.
-    for engine, fp32 in (("ctranslate2_int8", "ctranslate2"), ("torch_int8", "torch")):
-        assert engines[engine]["weights_bytes"] < 0.6 * engines[fp32]["weights_bytes"]
+    # ONNX: the graphs of a model this small hold much besides projection weights (0.70 of fp32 here).
+    for engine, fp32, ratio in (
+        ("ctranslate2_int8", "ctranslate2", 0.6),
+        ("onnx_int8", "onnx", 0.8),
+        ("torch_int8", "torch", 0.6),
+    ):
+        assert engines[engine]["weights_bytes"] < ratio * engines[fp32]["weights_bytes"], engine
         assert 0.0 <= engines[engine]["beam"]["bleu"] <= 100.0

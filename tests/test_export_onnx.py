@@ -177,7 +177,16 @@ def test_command_line(classifier_dir, tmp_path):
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")
     output = tmp_path / "exported"
     completed = subprocess.run(
-        [sys.executable, "-m", "hf_transformer.export", "onnx", str(classifier_dir), str(output)],
+        [
+            sys.executable,
+            "-m",
+            "hf_transformer.export",
+            "onnx",
+            str(classifier_dir),
+            str(output),
+            "--quantization",
+            "int8",
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -187,6 +196,9 @@ def test_command_line(classifier_dir, tmp_path):
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert completed.stdout.strip().splitlines()[-1] == str(output)
     assert (output / "classifier.onnx").is_file() and (output / "config.json").is_file()
+    assert _op_count(output / "classifier.onnx", "MatMulInteger") > 0
+    logits = OnnxClassifier(output)(np.array([[5, 6, 7, 8]]))
+    assert logits.shape == (1, 3) and np.isfinite(logits).all()
 
 
 @pytest.mark.parametrize("rounding", [None, 1, 0])
@@ -201,3 +213,37 @@ def test_top_k_is_a_stable_sort_prefix(rounding):
     scores[3, :] = -1e9  # a whole row tied (a beam that may not extend)
     for k in (1, 4, 8):
         np.testing.assert_array_equal(_top(scores, k), np.argsort(-scores, axis=1, kind="stable")[:, :k])
+
+
+def _op_count(path: Path, op_type: str) -> int:
+    import onnx
+
+    return sum(node.op_type == op_type for node in onnx.load(str(path)).graph.node)
+
+
+def test_int8_export_quantizes_the_projections_and_decodes(translator, batch, tmp_path):
+    """quantization="int8": ONNX Runtime's dynamic quantization turns the projections of both graphs into integer
+    matmuls, and the decoder over them keeps the fp32 graphs' tokens on this clear-margin model."""
+    model, fp32_folder = translator
+    model.save_pretrained(tmp_path / "model")
+    for file in fp32_folder.glob("tokenizer*"):
+        (tmp_path / "model" / file.name).write_bytes(file.read_bytes())
+    folder = to_onnx(tmp_path / "model", tmp_path / "int8", quantization="int8")
+    # Encoder: 2 layers x 6 projections and the decoder layers' cross keys/values; decoder: 2 layers x 8 and lm_head.
+    assert _op_count(folder / "encoder.onnx", "MatMulInteger") == 16
+    assert _op_count(folder / "decoder.onnx", "MatMulInteger") == 17
+    assert _op_count(fp32_folder / "decoder.onnx", "MatMulInteger") == 0
+    assert not list(folder.glob("*.int8.onnx"))
+    ids, mask = batch["input_ids"].numpy(), batch["attention_mask"].numpy()
+    for num_beams in (1, 4):
+        expected = OnnxSeq2SeqGenerator(fp32_folder).generate(ids, mask, num_beams=num_beams, max_new_tokens=12)
+        got = OnnxSeq2SeqGenerator(folder).generate(ids, mask, num_beams=num_beams, max_new_tokens=12)
+        assert got.shape[0] == expected.shape[0] and (got[:, 0] == expected[:, 0]).all()
+        same = [list(a[a != EOS]) == list(b[b != EOS]) for a, b in zip(expected, got)]
+        assert sum(same) >= len(same) - 1, (num_beams, expected, got)
+
+
+def test_unknown_quantization_is_refused(classifier_dir, tmp_path):
+    with pytest.raises(ValueError, match="quantization='int4'"):
+        to_onnx(classifier_dir, tmp_path / "out", quantization="int4")
+    assert not (tmp_path / "out").exists()

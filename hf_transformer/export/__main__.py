@@ -19,10 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     ct2.add_argument(
         "--quantization", default=None, help="CTranslate2 weight type: int8, int8_float32, int16, float16, ..."
     )
+    onnx.add_argument(
+        "--quantization", default=None, choices=["int8"], help="int8: ONNX Runtime's dynamic quantization of the graphs"
+    )
     ct2.add_argument("--force", action="store_true", help="overwrite an existing output folder")
     args = parser.parse_args(argv)
     if args.engine == "onnx":
-        output = to_onnx(args.model_dir, args.output_dir)
+        output = to_onnx(args.model_dir, args.output_dir, quantization=args.quantization)
     else:
         output = to_ctranslate2(args.model_dir, args.output_dir, quantization=args.quantization, force=args.force)
     print(output)

@@ -32,6 +32,7 @@ __all__ = ["to_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
 
 ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE = "encoder.onnx", "decoder.onnx", "classifier.onnx"
 TOLERANCE = 1e-4
+QUANTIZATIONS = (None, "int8")
 _COPIED = (
     "config.json",
     "generation_config.json",
@@ -176,14 +177,33 @@ def _export(module, args, path: Path, input_names, output_names, dynamic_shapes,
                 )
 
 
-def to_onnx(model_dir, output_dir, opset: int | None = None) -> Path:
+def _quantize_int8(path: Path) -> None:
+    """Rewrites the graph at ``path`` with int8 weights (ONNX Runtime's dynamic quantization) and checks that
+    ONNX Runtime loads it."""
+    import onnxruntime
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantized = path.with_name(path.stem + ".int8.onnx")
+    quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8, per_channel=True)
+    onnxruntime.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
+    quantized.replace(path)
+
+
+def to_onnx(model_dir, output_dir, opset: int | None = None, quantization: str | None = None) -> Path:
     """Exports the folder ``model_dir`` (written by ``save_pretrained``: a seq2seq model or a classifier, as its
     config's ``architectures`` says) to the ONNX graphs of the module's docstring in ``output_dir``, beside a copy of
     its config, generation config and tokenizer files. ``opset``: the ONNX opset (None: the exporter's default).
 
     The graphs are traced from unpadded examples; each is then run with onnxruntime on its example and on padded
     inputs of other shapes (a first decoding step with an empty cache among them), and must agree with torch within
-    :data:`TOLERANCE`, else ``RuntimeError``. Returns ``output_dir``."""
+    :data:`TOLERANCE`, else ``RuntimeError``.
+
+    ``quantization="int8"``: after that check, ONNX Runtime's dynamic quantization
+    (``onnxruntime.quantization.quantize_dynamic``, int8 weights per output channel, activations quantized at run
+    time) rewrites each graph's projections as ``MatMulInteger``; the output projection, which reads the token
+    table, stays float32. Returns ``output_dir``."""
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
     import torch
     from torch.export import Dim
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
@@ -247,6 +267,10 @@ def to_onnx(model_dir, output_dir, opset: int | None = None) -> Path:
             [decoder_inputs(*checks[0], 0, 1), decoder_inputs(*checks[0], 0, 3), decoder_inputs(*checks[0], 4, 1)],
         )
 
+    if quantization == "int8":
+        for graph in (ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE):
+            if (output_dir / graph).is_file():
+                _quantize_int8(output_dir / graph)
     for pattern in _COPIED:
         for file in model_dir.glob(pattern):
             if file.is_file():
