@@ -184,7 +184,13 @@ def _quantize_int8(path: Path) -> None:
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     quantized = path.with_name(path.stem + ".int8.onnx")
-    quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8, per_channel=True)
+    root = logging.getLogger()  # the quantizer logs a line per tensor it skips on the root logger, at INFO
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8, per_channel=True)
+    finally:
+        root.setLevel(level)
     onnxruntime.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
     quantized.replace(path)
 
@@ -200,8 +206,9 @@ def to_onnx(model_dir, output_dir, opset: int | None = None, quantization: str |
 
     ``quantization="int8"``: after that check, ONNX Runtime's dynamic quantization
     (``onnxruntime.quantization.quantize_dynamic``, int8 weights per output channel, activations quantized at run
-    time) rewrites each graph's projections as ``MatMulInteger``; the output projection, which reads the token
-    table, stays float32. Returns ``output_dir``."""
+    time) rewrites the layers' projections as ``MatMulInteger`` and stores the token and position tables in 8 bits,
+    dequantized where read (an output projection tied to the token table multiplies in float32). Returns
+    ``output_dir``."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
     import torch
