@@ -247,3 +247,11 @@ def test_unknown_quantization_is_refused(classifier_dir, tmp_path):
     with pytest.raises(ValueError, match="quantization='int4'"):
         to_onnx(classifier_dir, tmp_path / "out", quantization="int4")
     assert not (tmp_path / "out").exists()
+
+
+def test_int8_of_a_model_with_external_weights_is_refused(classifier_dir, tmp_path, monkeypatch):
+    from hf_transformer.export import onnx_export
+
+    monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_BYTES", 1000)  # as if the model were over 1 GiB
+    with pytest.raises(ValueError, match="external data"):
+        to_onnx(classifier_dir, tmp_path / "out", quantization="int8")

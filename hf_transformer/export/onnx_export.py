@@ -33,6 +33,7 @@ __all__ = ["to_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
 ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE = "encoder.onnx", "decoder.onnx", "classifier.onnx"
 TOLERANCE = 1e-4
 QUANTIZATIONS = (None, "int8")
+EXTERNAL_DATA_BYTES = 1 << 30  # weights above this go to a file beside the graph (protobuf stops at 2 GiB)
 _COPIED = (
     "config.json",
     "generation_config.json",
@@ -139,6 +140,10 @@ def _quiet_exporter():
         registration.setLevel(level)
 
 
+def _weight_bytes(module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
 def _export(module, args, path: Path, input_names, output_names, dynamic_shapes, opset, checks) -> None:
     """Exports ``module`` and runs the graph with onnxruntime on ``args`` and on each of ``checks`` (tuples of
     inputs): every output must agree with torch's within :data:`TOLERANCE`."""
@@ -146,7 +151,7 @@ def _export(module, args, path: Path, input_names, output_names, dynamic_shapes,
     import torch
 
     module.eval()
-    external = sum(p.numel() * p.element_size() for p in module.parameters()) > 1 << 30  # protobuf stops at 2 GiB
+    external = _weight_bytes(module) > EXTERNAL_DATA_BYTES
     with torch.no_grad(), _quiet_exporter():
         program = torch.onnx.export(
             module,
@@ -224,6 +229,11 @@ def to_onnx(model_dir, output_dir, opset: int | None = None, quantization: str |
     seq2seq = not any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
     auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForSequenceClassification
     model = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    if quantization and _weight_bytes(model) > EXTERNAL_DATA_BYTES:
+        raise ValueError(
+            f"to_onnx: quantization={quantization!r} is not supported for a model of over {EXTERNAL_DATA_BYTES >> 20} "
+            "MiB, whose graphs keep their weights in external data files"
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     Encoder, Decoder, Classifier = _wrappers()
 
