@@ -589,6 +589,17 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values"]
 
+    # The heads hold the encoder-decoder as `self.model` (`base_model_prefix`) and reach its token table and encoder
+    # through it; TransformerModel itself overrides these three.
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.set_input_embeddings(value)
+
+    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
+        return self.model.get_encoder(modality)
+
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, nn.Embedding):
@@ -760,20 +771,11 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         self._tied_weights_keys = _tied_embedding_keys(config, prefix="model.", lm_head=True)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
     def get_output_embeddings(self) -> nn.Linear:
         return self.lm_head
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
-
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.model.encoder
 
     def get_decoder(self) -> TransformerDecoder:
         return self.model.decoder
@@ -934,15 +936,6 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.model.encoder
-
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -1068,15 +1061,6 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         )
         self.output_bias = nn.Parameter(torch.zeros(config.vocab_size))
         self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.model.encoder
 
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
