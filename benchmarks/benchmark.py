@@ -415,12 +415,13 @@ class Deployment:
         return self._once(f"ct2_{quantization or 'float32'}", lambda out: to_ctranslate2(folder, out, quantization))
 
     def onnx(self, model: nn.Module, quantization: str | None = None) -> Path:
-        from hf_transformer.export import to_onnx
+        from hf_transformer.export import quantize_onnx, to_onnx
 
+        if quantization:  # the float32 export, quantized
+            exported = self.onnx(model)
+            return self._once(f"onnx_{quantization}", lambda out: quantize_onnx(exported, out, quantization))
         folder = self.saved(model)
-        return self._once(
-            f"onnx_{quantization or 'float32'}", lambda out: to_onnx(folder, out, quantization=quantization)
-        )
+        return self._once("onnx_float32", lambda out: to_onnx(folder, out))
 
     def close(self) -> None:
         self._directory.cleanup()

@@ -185,11 +185,14 @@ def main(argv: list[str] | None = None) -> dict:
 
                     return run
             elif engine in ("onnx", "onnx_int8"):
-                from hf_transformer.export import to_onnx
+                from hf_transformer.export import quantize_onnx, to_onnx
                 from hf_transformer.export.onnx_export import OnnxSeq2SeqGenerator
 
-                quantization = "int8" if engine.endswith("int8") else None
-                folder = to_onnx(model_dir, scratch / engine, quantization=quantization)
+                if engine == "onnx_int8" and (scratch / "onnx").is_dir():  # the float32 export, quantized
+                    folder = quantize_onnx(scratch / "onnx", scratch / engine)
+                else:
+                    quantization = "int8" if engine == "onnx_int8" else None
+                    folder = to_onnx(model_dir, scratch / engine, quantization=quantization)
                 generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=torch.get_num_threads())
                 entry["weights_bytes"] = sum(p.stat().st_size for p in folder.glob("*.onnx*"))
 

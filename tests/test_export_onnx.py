@@ -255,3 +255,45 @@ def test_int8_of_a_model_with_external_weights_is_refused(classifier_dir, tmp_pa
     monkeypatch.setattr(onnx_export, "EXTERNAL_DATA_BYTES", 1000)  # as if the model were over 1 GiB
     with pytest.raises(ValueError, match="external data"):
         to_onnx(classifier_dir, tmp_path / "out", quantization="int8")
+
+
+def test_quantize_onnx_of_an_exported_folder(classifier_dir, classifier, batch, tmp_path):
+    """quantize_onnx quantizes a to_onnx folder into another, leaving the float32 folder as it was, or in place; the
+    int8 classifier keeps the float32 graph's labels on this clear-margin model."""
+    from hf_transformer.export import quantize_onnx
+
+    before = (classifier / "classifier.onnx").read_bytes()
+    folder = quantize_onnx(classifier, tmp_path / "int8")
+    assert (classifier / "classifier.onnx").read_bytes() == before
+    assert _op_count(classifier / "classifier.onnx", "MatMulInteger") == 0
+    assert _op_count(folder / "classifier.onnx", "MatMulInteger") == 7  # 1 layer x (q, k, v, o, 2 feed-forward) + head
+    assert {file.name for file in classifier.iterdir()} == {file.name for file in folder.iterdir()}
+    ids, mask = batch["input_ids"].numpy(), batch["attention_mask"].numpy()
+    expected = OnnxClassifier(classifier)(ids, mask)
+    got = OnnxClassifier(folder)(ids, mask)
+    assert (got.argmax(-1) == expected.argmax(-1)).all()
+    assert np.abs(got - expected).max() < 0.1 * np.abs(expected).max()
+
+    in_place = tmp_path / "in-place"
+    in_place.mkdir()
+    for file in classifier.iterdir():
+        (in_place / file.name).write_bytes(file.read_bytes())
+    assert quantize_onnx(in_place, in_place) == in_place
+    assert _op_count(in_place / "classifier.onnx", "MatMulInteger") == 7
+    assert not list(in_place.glob("*.int8.onnx"))
+
+
+def test_quantize_onnx_refuses_what_it_cannot_quantize(classifier, classifier_dir, tmp_path):
+    from hf_transformer.export import quantize_onnx
+
+    with pytest.raises(ValueError, match="quantization='int4'"):
+        quantize_onnx(classifier, tmp_path / "out", quantization="int4")
+    with pytest.raises(FileNotFoundError, match="classifier.onnx"):
+        quantize_onnx(classifier_dir, tmp_path / "out")  # a model folder, not an export
+    external = tmp_path / "external"
+    external.mkdir()
+    (external / "classifier.onnx").write_bytes((classifier / "classifier.onnx").read_bytes())
+    (external / "classifier.onnx.data").write_bytes(b"\0")
+    with pytest.raises(ValueError, match="external data"):
+        quantize_onnx(external, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,6 +1,6 @@
 """Ways out to inference engines: ONNX (ONNX Runtime) and CTranslate2.
 
-    python -m hf_transformer.export onnx MODEL_DIR OUTPUT_DIR
+    python -m hf_transformer.export onnx MODEL_DIR OUTPUT_DIR [--quantization int8]
     python -m hf_transformer.export ctranslate2 MODEL_DIR OUTPUT_DIR [--quantization int8]
 
 Both need the `export` extra (`pip install -e ".[export]"`); the engines are imported only when used.
@@ -8,7 +8,7 @@ Both need the `export` extra (`pip install -e ".[export]"`); the engines are imp
 
 from __future__ import annotations
 
-__all__ = ["to_onnx", "to_ctranslate2"]
+__all__ = ["to_onnx", "quantize_onnx", "to_ctranslate2"]
 
 
 def to_onnx(model_dir, output_dir, **kwargs):
@@ -16,6 +16,13 @@ def to_onnx(model_dir, output_dir, **kwargs):
     from .onnx_export import to_onnx as export
 
     return export(model_dir, output_dir, **kwargs)
+
+
+def quantize_onnx(onnx_dir, output_dir, quantization="int8"):
+    """Quantize a folder written by `to_onnx`; see :func:`hf_transformer.export.onnx_export.quantize_onnx`."""
+    from .onnx_export import quantize_onnx as quantize
+
+    return quantize(onnx_dir, output_dir, quantization)
 
 
 def to_ctranslate2(model_dir, output_dir, quantization=None, **kwargs):

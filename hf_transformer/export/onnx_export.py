@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["to_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
+__all__ = ["to_onnx", "quantize_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
 
 ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE = "encoder.onnx", "decoder.onnx", "classifier.onnx"
 TOLERANCE = 1e-4
@@ -286,14 +286,39 @@ def to_onnx(model_dir, output_dir, opset: int | None = None, quantization: str |
             [decoder_inputs(*checks[0], 0, 1), decoder_inputs(*checks[0], 0, 3), decoder_inputs(*checks[0], 4, 1)],
         )
 
-    if quantization == "int8":
-        for graph in (ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE):
-            if (output_dir / graph).is_file():
-                _quantize_int8(output_dir / graph)
     for pattern in _COPIED:
         for file in model_dir.glob(pattern):
             if file.is_file():
                 shutil.copy2(file, output_dir / file.name)
+    if quantization:
+        quantize_onnx(output_dir, output_dir, quantization)
+    return output_dir
+
+
+def quantize_onnx(onnx_dir, output_dir, quantization: str = "int8") -> Path:
+    """The quantized form of a folder written by :func:`to_onnx` (``to_onnx(..., quantization=...)`` without
+    exporting again): its graphs quantized as that function says, written to ``output_dir`` with the folder's other
+    files; ``output_dir`` may be ``onnx_dir`` itself, rewritten in place. Returns ``output_dir``."""
+    if quantization not in QUANTIZATIONS or quantization is None:
+        raise ValueError(f"quantize_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS[1:])}")
+    onnx_dir, output_dir = Path(onnx_dir), Path(output_dir)
+    graphs = [name for name in (ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE) if (onnx_dir / name).is_file()]
+    if not graphs:
+        raise FileNotFoundError(
+            f"quantize_onnx: {onnx_dir} holds none of {ENCODER_FILE}, {DECODER_FILE}, {CLASSIFIER_FILE}"
+        )
+    if any(path.suffix != ".onnx" for path in onnx_dir.glob("*.onnx*")):
+        raise ValueError(
+            f"quantize_onnx: quantization={quantization!r} is not supported for graphs whose weights are in external "
+            f"data files ({onnx_dir} holds a model of over {EXTERNAL_DATA_BYTES >> 20} MiB)"
+        )
+    if output_dir.resolve() != onnx_dir.resolve():
+        output_dir.mkdir(parents=True, exist_ok=True)
+        for file in onnx_dir.iterdir():
+            if file.is_file():
+                shutil.copy2(file, output_dir / file.name)
+    for graph in graphs:
+        _quantize_int8(output_dir / graph)
     return output_dir
 
 
