@@ -462,7 +462,7 @@ class CTranslate2Engine(Engine):
         from hf_transformer.export.ctranslate2_export import CTranslate2Generator
 
         folder = deployment.ctranslate2(model, self.quantization)
-        self.generator = CTranslate2Generator(folder, intra_threads=torch.get_num_threads())
+        self.generator = CTranslate2Generator.for_cpu(folder, torch.get_num_threads())
         self.weights_bytes = (folder / "model.bin").stat().st_size
         if self.quantization:
             self.fp32_weights_bytes = (deployment.ctranslate2(model, None) / "model.bin").stat().st_size
@@ -489,7 +489,7 @@ class OnnxEngine(Engine):
         from hf_transformer.export.onnx_export import OnnxSeq2SeqGenerator
 
         folder = deployment.onnx(model, self.quantization)
-        self.generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=torch.get_num_threads())
+        self.generator = OnnxSeq2SeqGenerator.for_cpu(folder, torch.get_num_threads())
         # The encoder and decoder graphs (each with the token table), and any external weights beside them.
         self.weights_bytes = sum(file.stat().st_size for file in folder.glob("*.onnx*"))
         if self.quantization:

@@ -159,7 +159,11 @@ class Predictor:
             folder = to_ctranslate2(model_dir, converted / "model", quantization=quantization)
         elif quantization is not None:
             raise ValueError(f"{model_dir} is already a CTranslate2 model; quantization is chosen when converting")
-        generator = CTranslate2Generator(folder, device=device, intra_threads=threads or torch.get_num_threads())
+        threads = threads or torch.get_num_threads()
+        if device == "cpu":
+            generator = CTranslate2Generator.for_cpu(folder, threads)
+        else:
+            generator = CTranslate2Generator(folder, device=device, intra_threads=threads)
         predictor = cls(
             None,
             AutoTokenizer.from_pretrained(folder),

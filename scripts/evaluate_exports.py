@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
 
                 quantization = "int8" if engine.endswith("int8") else None
                 folder = to_ctranslate2(model_dir, scratch / engine, quantization=quantization)
-                generator = CTranslate2Generator(folder, intra_threads=torch.get_num_threads())
+                generator = CTranslate2Generator.for_cpu(folder, torch.get_num_threads())
                 entry["weights_bytes"] = (folder / "model.bin").stat().st_size
 
                 def run_engine(options, generator=generator):
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
                 else:
                     quantization = "int8" if engine == "onnx_int8" else None
                     folder = to_onnx(model_dir, scratch / engine, quantization=quantization)
-                generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=torch.get_num_threads())
+                generator = OnnxSeq2SeqGenerator.for_cpu(folder, torch.get_num_threads())
                 entry["weights_bytes"] = sum(p.stat().st_size for p in folder.glob("*.onnx*"))
 
                 def run_engine(options, generator=generator):

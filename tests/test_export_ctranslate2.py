@@ -194,6 +194,33 @@ def test_beam_search_with_end_tokens_and_length_penalties(tmp_path, tokenizer):
         torch.testing.assert_close(torch.tensor(scores), expected_scores, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_workers_decode_parts_of_the_batch_in_input_order(converted, tokenizer, threads):
+    """for_cpu(threads): that many one-thread workers, each batch split between them; the tokens are generate's,
+    in input order, for greedy and beam search."""
+    model, output_dir = converted("post_ln_sinusoidal_gelu")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    generator = CTranslate2Generator.for_cpu(output_dir, threads)
+    assert generator.translator.num_translators == threads
+
+    class Recording:  # the translator, recording the batch size each call is split at
+        def __init__(self, translator):
+            self.translator, self.max_batch_sizes = translator, []
+
+        def translate_batch(self, source, **options):
+            self.max_batch_sizes.append(options["max_batch_size"])
+            return self.translator.translate_batch(source, **options)
+
+    generator.translator = Recording(generator.translator)
+    for num_beams in (1, 4):
+        expected, _ = hf_tokens(model, batch, num_beams=num_beams, early_stopping=True)
+        tokens = generator.generate(
+            batch["input_ids"], batch["attention_mask"], num_beams=num_beams, max_new_tokens=MAX_NEW_TOKENS
+        )
+        assert tokens == expected
+    assert generator.translator.max_batch_sizes == [-(-len(INPUTS) // threads)] * 2
+
+
 def test_texts_and_the_one_off_helper(converted, tokenizer):
     model, output_dir = converted("pre_ln_learned_relu")
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)

@@ -131,11 +131,14 @@ def test_seq2seq_graphs_and_files(translator):
         (3, {"length_penalty": 2.0, "early_stopping": "never"}),
     ],
 )
-def test_generation_matches_generate(translator, batch, num_beams, settings):
+@pytest.mark.parametrize("workers", [1, 3])
+def test_generation_matches_generate(translator, batch, num_beams, settings, workers):
+    """Also with the batch split between workers (rows 2 + 2 + 1): their outputs are joined in input order and
+    filled out to the longest as generate fills its finished rows."""
     model, folder = translator
     with torch.no_grad():
         expected = model.generate(**batch, num_beams=num_beams, max_new_tokens=12, **settings).numpy()
-    generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=1)
+    generator = OnnxSeq2SeqGenerator(folder, intra_op_num_threads=1, workers=workers)
     got = generator.generate(
         batch["input_ids"].numpy(), batch["attention_mask"].numpy(), num_beams=num_beams, max_new_tokens=12, **settings
     )
@@ -147,7 +150,8 @@ def test_generation_matches_generate(translator, batch, num_beams, settings):
 
 def test_generation_defaults_come_from_the_generation_config(translator, batch):
     model, folder = translator
-    generator = OnnxSeq2SeqGenerator(folder)
+    generator = OnnxSeq2SeqGenerator.for_cpu(folder, 2)
+    assert generator.workers == 2
     generator.max_new_tokens, generator.num_beams = 5, 2
     with torch.no_grad():
         expected = model.generate(**batch, num_beams=2, max_new_tokens=5).numpy()

@@ -329,13 +329,30 @@ class CTranslate2Generator:
     ``generate`` returns, per input, the generated ids as ``model.generate`` does, without the start token and
     without padding (the end token included when it was generated). Defaults for ``num_beams``,
     ``max_new_tokens``, ``min_new_tokens`` and ``length_penalty`` come from the copied ``generation_config.json``.
+
+    Threads (CTranslate2's two kinds): ``inter_threads`` workers decode parts of a batch in parallel (``generate``
+    splits each batch between them unless given ``max_batch_size``), each with ``intra_threads`` threads inside
+    its matrix products. For the small products of step-by-step decoding on a CPU, N workers of one thread are
+    the faster use of N cores (docs/deployment.md); :meth:`for_cpu` builds that layout.
     """
 
-    def __init__(self, model_dir, device: str = "cpu", compute_type: str = "default", intra_threads: int = 1):
+    def __init__(
+        self,
+        model_dir,
+        device: str = "cpu",
+        compute_type: str = "default",
+        intra_threads: int = 1,
+        inter_threads: int = 1,
+    ):
         ctranslate2 = _ctranslate2()
         self.model_dir = Path(model_dir)
+        self.inter_threads = inter_threads
         self.translator = ctranslate2.Translator(
-            str(self.model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=intra_threads
+            str(self.model_dir),
+            device=device,
+            compute_type=compute_type,
+            inter_threads=inter_threads,
+            intra_threads=intra_threads,
         )
         if (self.model_dir / "shared_vocabulary.json").is_file():
             self.source_tokens = self.target_tokens = _read_json(self.model_dir / "shared_vocabulary.json")
@@ -351,6 +368,11 @@ class CTranslate2Generator:
         pad = self.generation_config.get("pad_token_id")
         self.pad_token_id = 0 if pad is None else pad
         self._tokenizer = None
+
+    @classmethod
+    def for_cpu(cls, model_dir, threads: int, **kwargs) -> CTranslate2Generator:
+        """``threads`` CPU cores used as ``threads`` workers of one thread each (batches split between them)."""
+        return cls(model_dir, device="cpu", inter_threads=max(1, threads), intra_threads=1, **kwargs)
 
     @property
     def tokenizer(self):
@@ -416,8 +438,11 @@ class CTranslate2Generator:
         num_beams, max_new_tokens, min_new_tokens, length_penalty = self._defaults(
             num_beams, max_new_tokens, min_new_tokens, length_penalty
         )
+        source = self._source_tokens(input_ids, attention_mask)
+        if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
+            max_batch_size = -(-len(source) // self.inter_threads)
         results = self.translator.translate_batch(
-            self._source_tokens(input_ids, attention_mask),
+            source,
             beam_size=num_beams,
             num_hypotheses=num_return_sequences,
             length_penalty=length_penalty,
@@ -442,7 +467,7 @@ class CTranslate2Generator:
         return [text.strip() for text in self.tokenizer.batch_decode(sequences, skip_special_tokens=True)]
 
 
-def ctranslate2_generate(model_dir, input_ids=None, attention_mask=None, *, intra_threads: int = 1, **kwargs):
-    """One-off :meth:`CTranslate2Generator.generate` over the folder ``model_dir``."""
-    generator = CTranslate2Generator(model_dir, intra_threads=intra_threads)
+def ctranslate2_generate(model_dir, input_ids=None, attention_mask=None, *, threads: int = 1, **kwargs):
+    """One-off :meth:`CTranslate2Generator.generate` over the folder ``model_dir``, on ``threads`` CPU cores."""
+    generator = CTranslate2Generator.for_cpu(model_dir, threads)
     return generator.generate(input_ids, attention_mask, **kwargs)

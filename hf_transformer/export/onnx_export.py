@@ -384,10 +384,17 @@ def _take(array: np.ndarray, indices: np.ndarray) -> np.ndarray:
 class OnnxSeq2SeqGenerator:
     """Greedy and beam-search decoding over the graphs of :func:`to_onnx`, returning the token ids that
     ``model.generate`` returns: (B, L) int64, starting with the decoder start token; a finished greedy row is padded
-    with the pad token, a beam hypothesis with ``pad_token_id or eos_token_id`` (as transformers does)."""
+    with the pad token, a beam hypothesis with ``pad_token_id or eos_token_id`` (as transformers does).
 
-    def __init__(self, output_dir, intra_op_num_threads: int | None = None, providers=None):
+    ``workers`` > 1: each batch is split into that many parts, decoded at once from as many Python threads (ONNX
+    Runtime runs a session from several threads at a time, and releases the GIL while it does); the rows come
+    back in input order, padded to the longest. :meth:`for_cpu` gives N cores to N workers of one thread each, the
+    faster layout for step-by-step decoding on a CPU (docs/deployment.md)."""
+
+    def __init__(self, output_dir, intra_op_num_threads: int | None = None, providers=None, workers: int = 1):
         output_dir = Path(output_dir)
+        self.workers = max(1, int(workers))
+        self._pool = None
         self.encoder = _session(output_dir / ENCODER_FILE, intra_op_num_threads, providers)
         self.decoder = _session(output_dir / DECODER_FILE, intra_op_num_threads, providers)
         settings = {**_read_json(output_dir / "config.json"), **_read_json(output_dir / "generation_config.json")}
@@ -409,6 +416,11 @@ class OnnxSeq2SeqGenerator:
         self.cache_shape = inputs[self.past_names[0]][1], inputs[self.past_names[0]][3]  # (H, Dh)
         self.outputs = ["logits", *(name.replace("past_", "present_") for name in self.past_names)]
 
+    @classmethod
+    def for_cpu(cls, output_dir, threads: int, **kwargs) -> OnnxSeq2SeqGenerator:
+        """``threads`` CPU cores used as ``threads`` workers of one ONNX Runtime thread each."""
+        return cls(output_dir, intra_op_num_threads=1, workers=max(1, threads), **kwargs)
+
     def generate(
         self,
         input_ids,
@@ -427,18 +439,39 @@ class OnnxSeq2SeqGenerator:
         attention_mask = (input_ids != self.pad if attention_mask is None else np.asarray(attention_mask)).astype(
             np.int64
         )
+        num_beams = num_beams or self.num_beams
+        settings = (
+            num_beams,
+            self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            self.min_new_tokens if min_new_tokens is None else min_new_tokens,
+            self.length_penalty if length_penalty is None else length_penalty,
+            self.early_stopping if early_stopping is None else early_stopping,
+        )
+        parts = min(self.workers, len(input_ids))
+        if parts <= 1:
+            return self._generate(input_ids, attention_mask, *settings)
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="onnx-generate")
+        rows = np.array_split(np.arange(len(input_ids)), parts)
+        outputs = list(self._pool.map(lambda r: self._generate(input_ids[r], attention_mask[r], *settings), rows))
+        # The fill of a finished row (see _greedy and _beam_search), out to the longest part.
+        if num_beams == 1:
+            fill = self.pad if self.pad is not None else self.eos[0]
+        else:
+            fill = self.pad or (self.eos[0] if self.eos else -1)
+        length = max(output.shape[1] for output in outputs)
+        return np.concatenate(
+            [np.pad(output, ((0, 0), (0, length - output.shape[1])), constant_values=fill) for output in outputs]
+        )
+
+    def _generate(self, input_ids, attention_mask, num_beams, max_new_tokens, min_new_tokens, length_penalty, stop):
         encoded = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
         cross = dict(zip(self.cross_names, encoded[1:]))
-        num_beams = num_beams or self.num_beams
-        max_new_tokens = self.max_new_tokens if max_new_tokens is None else max_new_tokens
-        min_new_tokens = self.min_new_tokens if min_new_tokens is None else min_new_tokens
         if num_beams == 1:
             return self._greedy(attention_mask, cross, max_new_tokens, min_new_tokens)
-        length_penalty = self.length_penalty if length_penalty is None else length_penalty
-        early_stopping = self.early_stopping if early_stopping is None else early_stopping
-        return self._beam_search(
-            attention_mask, cross, num_beams, max_new_tokens, length_penalty, early_stopping, min_new_tokens
-        )
+        return self._beam_search(attention_mask, cross, num_beams, max_new_tokens, length_penalty, stop, min_new_tokens)
 
     def _step(
         self, tokens: np.ndarray, mask: np.ndarray, past: list, cross: dict, suppress_eos: bool = False
