@@ -136,7 +136,9 @@ def main(argv: list[str] | None = None) -> dict:
     def hf_generate(module, **options):
         def run(ids, mask):
             with torch.no_grad():
-                output = module.generate(ids, attention_mask=mask, max_new_tokens=max_new_tokens, **options)
+                # max_length (with the start token), the field the saved generation config sets: giving
+                # max_new_tokens beside it makes generate warn at every batch that both are set.
+                output = module.generate(ids, attention_mask=mask, max_length=max_new_tokens + 1, **options)
             return [clean(row, start, eos, pad) for row in output]
 
         return run
