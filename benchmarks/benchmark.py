@@ -829,7 +829,8 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
             "",
             "Deployed engines (generation only, float32 activations): `ours` with the same weights, exported or "
             "quantized before the rounds (not timed), decoding the same batch in the same interleaved rounds as "
-            "Marian's `generate`; the CTranslate2 and ONNX Runtime ones with as many threads as torch.",
+            "Marian's `generate`; the CTranslate2 and ONNX Runtime ones use as many cores as torch has threads, "
+            "as that many one-thread workers each decoding a part of the batch (`for_cpu`).",
         ]
     stated = header.get("stated_peak_tflops")
     for result in results:
