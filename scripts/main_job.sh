@@ -27,23 +27,35 @@ started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
 model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
 
-# 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 32k tokenizer first):
-#    600 steps of 128 reviews, about half an epoch.
-python scripts/pretrain_denoising.py \
-    --output_dir "$pretrained_dir" --data_dir "$data_dir" --vocab_size 32000 "${model_args[@]}" \
-    --mlm_probability 0.15 --max_steps 600 --per_device_train_batch_size 128 \
-    --learning_rate 2e-3 --warmup_steps 150 --weight_decay 0.01 --train_sampling_strategy group_by_length \
-    --eval_strategy no --save_strategy no --max_eval_samples 2000 --logging_steps 100 --report_to none --seed 42
+# bfloat16 autocast where the hardware computes in it (a GPU, or a CPU with AVX512-BF16 or AMX): about 1.4-1.9x
+# the steps per second of float32 on a CPU; the weights and the optimizer stay in float32. Elsewhere float32.
+precision_args=()
+if python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    precision_args=(--bf16 true)
+elif grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo 2>/dev/null; then
+    precision_args=(--bf16 true --use_cpu true)
+fi
 
-# 2. The classifier starts from that encoder and its tokenizer; chosen on the validation split, scored on test.
+# 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 16k tokenizer first):
+#    4,500 steps of 128 reviews, about 4.3 epochs.
+python scripts/pretrain_denoising.py \
+    --output_dir "$pretrained_dir" --data_dir "$data_dir" --vocab_size 16000 "${model_args[@]}" \
+    --mlm_probability 0.15 --max_steps 4500 --per_device_train_batch_size 128 \
+    --learning_rate 2e-3 --warmup_steps 300 --weight_decay 0.01 --train_sampling_strategy group_by_length \
+    --eval_strategy no --save_strategy no --max_eval_samples 2000 --logging_steps 500 --report_to none --seed 42 \
+    "${precision_args[@]}"
+
+# 2. The classifier starts from that encoder and its tokenizer: two epochs, the better one on the validation
+#    split kept and scored on test.
 python scripts/train_classifier.py \
     --init_from "$pretrained_dir" --output_dir "$output_dir" --data_dir "$data_dir" \
     "${model_args[@]}" --classifier_pooling mean \
-    --num_train_epochs 1 --per_device_train_batch_size 64 --per_device_eval_batch_size 256 \
+    --num_train_epochs 2 --per_device_train_batch_size 64 --per_device_eval_batch_size 256 \
     --learning_rate 1e-3 --warmup_steps 300 --weight_decay 0.01 \
     --eval_strategy epoch --save_strategy epoch --save_total_limit 1 \
     --load_best_model_at_end --metric_for_best_model accuracy \
-    --train_sampling_strategy group_by_length --logging_steps 200 --report_to none --seed 42
+    --train_sampling_strategy group_by_length --logging_steps 500 --report_to none --seed 42 \
+    "${precision_args[@]}"
 
 python scripts/predict.py "$output_dir" \
     "정말 재미있고 감동적인 영화였어요" \
