@@ -419,7 +419,7 @@ class OnnxSeq2SeqGenerator:
     @classmethod
     def for_cpu(cls, output_dir, threads: int, **kwargs) -> OnnxSeq2SeqGenerator:
         """``threads`` CPU cores used as ``threads`` workers of one ONNX Runtime thread each."""
-        return cls(output_dir, intra_op_num_threads=1, workers=max(1, threads), **kwargs)
+        return cls(output_dir, intra_op_num_threads=1, workers=threads, **kwargs)
 
     def generate(
         self,
@@ -456,15 +456,17 @@ class OnnxSeq2SeqGenerator:
             self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="onnx-generate")
         rows = np.array_split(np.arange(len(input_ids)), parts)
         outputs = list(self._pool.map(lambda r: self._generate(input_ids[r], attention_mask[r], *settings), rows))
-        # The fill of a finished row (see _greedy and _beam_search), out to the longest part.
-        if num_beams == 1:
-            fill = self.pad if self.pad is not None else self.eos[0]
-        else:
-            fill = self.pad or (self.eos[0] if self.eos else -1)
-        length = max(output.shape[1] for output in outputs)
+        fill, length = self._fill(num_beams), max(output.shape[1] for output in outputs)  # out to the longest part
         return np.concatenate(
             [np.pad(output, ((0, 0), (0, length - output.shape[1])), constant_values=fill) for output in outputs]
         )
+
+    def _fill(self, num_beams: int) -> int:
+        """The token after a finished row, as transformers writes it: greedy, the pad token (else the end token);
+        beam search, ``pad_token_id or eos_token_id[0]``."""
+        if num_beams == 1:
+            return self.pad if self.pad is not None else self.eos[0]
+        return self.pad or (self.eos[0] if self.eos else -1)
 
     def _generate(self, input_ids, attention_mask, num_beams, max_new_tokens, min_new_tokens, length_penalty, stop):
         encoded = self.encoder.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
@@ -489,7 +491,7 @@ class OnnxSeq2SeqGenerator:
         return [np.zeros((rows, self.cache_shape[0], 0, self.cache_shape[1]), np.float32)] * len(self.past_names)
 
     def _greedy(self, mask: np.ndarray, cross: dict, max_new_tokens: int, min_new_tokens: int = 0) -> np.ndarray:
-        pad = self.pad if self.pad is not None else self.eos[0]
+        pad = self._fill(1)
         sequences = np.full((mask.shape[0], 1), self.start, dtype=np.int64)
         unfinished = np.ones(mask.shape[0], dtype=bool)
         past = self._empty_cache(mask.shape[0])
@@ -510,8 +512,7 @@ class OnnxSeq2SeqGenerator:
         mask = np.repeat(mask, num_beams, axis=0)
         cross = {name: np.repeat(value, num_beams, axis=0) for name, value in cross.items()}
         max_length, keep = 1 + max_new_tokens, max(2, 1 + len(self.eos)) * num_beams
-        fill = self.pad or (self.eos[0] if self.eos else -1)  # transformers' `pad_token_id or eos_token_id[0]`
-        running = np.full((batch, num_beams, max_length), fill, dtype=np.int64)
+        running = np.full((batch, num_beams, max_length), self._fill(num_beams), dtype=np.int64)
         running[:, :, 0] = self.start
         sequences = running.copy()
         running_scores = np.zeros((batch, num_beams), np.float32)
