@@ -27,14 +27,8 @@ started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
 model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
 
-# bfloat16 autocast where the hardware computes in it (a GPU, or a CPU with AVX512-BF16 or AMX): about 1.4-1.9x
-# the steps per second of float32 on a CPU; the weights and the optimizer stay in float32. Elsewhere float32.
-precision_args=()
-if python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
-    precision_args=(--bf16 true)
-elif grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo 2>/dev/null; then
-    precision_args=(--bf16 true --use_cpu true)
-fi
+# bfloat16 autocast where the hardware computes in it, else float32 (scripts/precision_args.sh).
+. scripts/precision_args.sh
 
 # 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 16k tokenizer first):
 #    4,500 steps of 128 reviews, about 4.3 epochs.

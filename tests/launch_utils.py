@@ -8,6 +8,7 @@ import json
 import os
 import random
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -40,6 +41,49 @@ def _load(name: str, path: Path):
     sys.modules[spec.name] = module  # dataclasses resolve a script's annotations through sys.modules
     spec.loader.exec_module(module)
     return module
+
+
+def precision_choices() -> list:
+    """Every value ``scripts/precision_args.sh`` can give the job scripts' array ``precision_args``, as pytest
+    params; the GPU's (``--bf16 true`` alone) is skipped without a GPU, where TrainingArguments refuses it."""
+    import pytest
+    import torch
+
+    text = (SCRIPTS / "precision_args.sh").read_text()
+    choices = [shlex.split(value) for value in re.findall(r"^\s*precision_args=\((.*)\)$", text, re.M)]
+    return [
+        pytest.param(
+            choice,
+            id=" ".join(choice) or "float32",
+            marks=pytest.mark.skipif(
+                "--bf16" in choice and "--use_cpu" not in choice and not torch.cuda.is_available(),
+                reason="bfloat16 without --use_cpu needs a GPU",
+            ),
+        )
+        for choice in choices
+    ]
+
+
+def job_commands(script: Path, variables: dict[str, str], precision: list[str]) -> dict[str, list[str]]:
+    """``scripts/<name>.py`` -> its arguments in a bash job script, with the script's shell variables (``$name``) and
+    arrays (``"${name[@]}"``) filled in, and ``precision_args`` (scripts/precision_args.sh) given."""
+    text = script.read_text().replace("\\\n", " ")
+    arrays = {name: shlex.split(value) for name, value in re.findall(r"^(\w+)=\((.*)\)$", text, re.M)}
+    arrays["precision_args"] = precision
+    commands = {}
+    for line in text.splitlines():
+        match = re.match(r"\s*python scripts/(\w+)\.py (.*)", line)
+        if not match:
+            continue
+        words = []
+        for word in shlex.split(match.group(2), comments=True):
+            array = re.fullmatch(r"\$\{(\w+)\[@\]\}", word)
+            if array:
+                words += arrays[array.group(1)]
+            else:
+                words.append(re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], word))
+        commands[match.group(1)] = words
+    return commands
 
 
 def write_nsmc(root: Path, rows: int, seed: int, name: str, empty_rows: int = 0) -> None:

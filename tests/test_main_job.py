@@ -6,11 +6,10 @@ out of step with them: a renamed or misspelled flag, or model sizes that differ 
 fine-tuning.
 """
 
-import re
-import shlex
 from pathlib import Path
 
-from launch_utils import load_script
+import pytest
+from launch_utils import job_commands, load_script, precision_choices
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments
@@ -18,29 +17,16 @@ from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments
 MAIN_JOB = Path(__file__).resolve().parents[1] / "scripts" / "main_job.sh"
 
 
-def _commands() -> dict[str, list[str]]:
-    """script name -> its arguments, with the job's shell variables filled in."""
-    text = MAIN_JOB.read_text().replace("\\\n", " ")
-    arrays = {name: shlex.split(value) for name, value in re.findall(r"^(\w+)=\((.*)\)$", text, re.M)}
+def test_precision_choices_are_float32_and_bfloat16():
+    # The job scripts' bfloat16 switch: empty (float32) where the hardware has no bfloat16 arithmetic.
+    choices = [param.values[0] for param in precision_choices()]
+    assert choices == [[], ["--bf16", "true"], ["--bf16", "true", "--use_cpu", "true"]]
+
+
+@pytest.mark.parametrize("precision", precision_choices())
+def test_main_job_commands_parse_and_fit_together(precision):
     variables = {"data_dir": "DATA", "output_dir": "OUT", "pretrained_dir": "OUT-pretrained"}
-    commands = {}
-    for line in text.splitlines():
-        match = re.match(r"\s*python scripts/(\w+)\.py (.*)", line)
-        if not match:
-            continue
-        words = []
-        for word in shlex.split(match.group(2), comments=True):
-            array = re.fullmatch(r"\$\{(\w+)\[@\]\}", word)
-            if array:
-                words += arrays[array.group(1)]
-            else:
-                words.append(re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], word))
-        commands[match.group(1)] = words
-    return commands
-
-
-def test_main_job_commands_parse_and_fit_together():
-    commands = _commands()
+    commands = job_commands(MAIN_JOB, variables, precision)
     assert list(commands) == ["pretrain_denoising", "train_classifier", "predict"]
 
     pretrain = load_script("pretrain_denoising")
@@ -60,3 +46,5 @@ def test_main_job_commands_parse_and_fit_together():
     # The model folder holds the best validation checkpoint, scored on the test set.
     assert training.load_best_model_at_end and training.metric_for_best_model == "accuracy"
     assert training.output_dir == "OUT" and commands["predict"][0] == "OUT"
+    # Both steps take the machine's precision.
+    assert pre_training.bf16 == training.bf16 == ("--bf16" in precision)
