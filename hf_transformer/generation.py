@@ -17,7 +17,7 @@ Checked against transformers 5.23.0:
 - ``GenerationMixin._reorder_cache(past_key_values, beam_idx)`` (private; called by ``_beam_search`` when the model
   defines it), overridden: the cross-attention cache is not reordered when the reordering provably changes
   nothing. The cache keeps transformers' shapes and contents either way.
-- ``Cache.get_mask_sizes(query_length, cache_position)`` and ``EncoderDecoderCache.is_updated`` (read by the
+- ``Cache.get_mask_sizes(query_length, layer_idx)`` and ``EncoderDecoderCache.is_updated`` (read by the
   decoder and the attention layers).
 - ``forward.__signature__``: ``generate`` inspects the forward signature of a model defined outside transformers at
   every step; :func:`precompute_forward_signatures` stores it once.
