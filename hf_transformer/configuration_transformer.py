@@ -127,7 +127,7 @@ class TransformerConfig(PretrainedConfig):
     model_type = "hf_transformer"
     # Trainer puts every output field not named here into its predictions: the cache and the encoder states that
     # the heads return beside their logits are not predictions.
-    keys_to_ignore_at_inference = ["past_key_values", "encoder_last_hidden_state", "last_hidden_state"]
+    keys_to_ignore_at_inference = ["past_key_values", "cache", "encoder_last_hidden_state", "last_hidden_state"]
     attribute_map = dict(_ALIASES, num_hidden_layers="encoder_layers")
 
     vocab_size: int = 8007

@@ -5,7 +5,7 @@ Each is listed with the transformers version it was checked against, and ``tests
 naming the hook, when an installed transformers no longer has it with the expected signature or no longer calls it
 (so an upgrade breaks a test, not a user's decoding).
 
-Checked against transformers 5.23.0:
+Checked against transformers 5.23.0 and 5.24.0:
 
 - ``GenerationMixin.generate`` (public), wrapped: the large linear weights are packed for few-row products on CPU
   while it runs (``speed.packed_linear_weights``).
@@ -19,6 +19,10 @@ Checked against transformers 5.23.0:
   nothing. The cache keeps transformers' shapes and contents either way.
 - ``Cache.get_mask_sizes(query_length, layer_idx)`` and ``EncoderDecoderCache.is_updated`` (read by the
   decoder and the attention layers).
+- The decoding cache's name: transformers 5.24 renames it from ``past_key_values`` to ``cache`` (the argument
+  ``generate`` hands the forward, the output classes' field and ``create_masks_for_generate``'s argument; the output
+  classes still take the old name as a deprecated alias). The forwards take either (:func:`given_cache`) and fill
+  the installed name (:data:`CACHE_NAME`).
 - ``forward.__signature__``: ``generate`` inspects the forward signature of a model defined outside transformers at
   every step; :func:`precompute_forward_signatures` stores it once.
 """
@@ -30,12 +34,29 @@ import inspect
 import torch
 from transformers import EncoderDecoderCache, GenerationMixin
 from transformers.masking_utils import create_masks_for_generate
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from .speed import packed_linear_weights, stop_packing
 
-__all__ = ["TransformerGenerationMixin", "precompute_forward_signatures", "TRANSFORMERS_VERSION_CHECKED"]
+__all__ = [
+    "CACHE_NAME",
+    "TransformerGenerationMixin",
+    "given_cache",
+    "precompute_forward_signatures",
+    "TRANSFORMERS_VERSION_CHECKED",
+]
 
-TRANSFORMERS_VERSION_CHECKED = "5.23.0"
+TRANSFORMERS_VERSION_CHECKED = "5.23.0 and 5.24.0"
+
+# The name the installed transformers gives the decoding cache: `cache` from 5.24 on, `past_key_values` before.
+CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def given_cache(past_key_values=None, cache=None):
+    """The decoding cache a forward was handed, under either name (``generate`` uses :data:`CACHE_NAME`)."""
+    if past_key_values is not None and cache is not None:
+        raise ValueError("The decoding cache was given twice, as `past_key_values` and as `cache`: pass it once.")
+    return past_key_values if past_key_values is not None else cache
 
 
 class TransformerGenerationMixin(GenerationMixin):
@@ -56,16 +77,14 @@ class TransformerGenerationMixin(GenerationMixin):
                 stop_packing(module)
         return compiles
 
-    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, past_key_values, **kwargs):
+    def create_masks_for_generate(self, config, inputs_embeds, attention_mask, *args, **kwargs):
         # Over a static cache, generate asks for a 4-D self-attention mask before every step. Without target
         # padding the decoder builds the same causal mask over the cache's slots itself, inside the (compiled)
-        # step. A 2-D target mask still gets the prepared mask, which keeps one shape across steps.
+        # step. A 2-D target mask still gets the prepared mask, which keeps one shape across steps. (The cache
+        # comes as `past_key_values` or `cache` depending on the transformers release, and goes on as it came.)
         if attention_mask is None:
             return None
-        return create_masks_for_generate(
-            config=config, inputs_embeds=inputs_embeds, attention_mask=attention_mask,
-            past_key_values=past_key_values, **kwargs,
-        )  # fmt: skip
+        return create_masks_for_generate(config, inputs_embeds, attention_mask, *args, **kwargs)
 
     def _reorder_cache(self, past_key_values, beam_idx: torch.LongTensor):
         # Beam search reorders both caches after every step. A cross-attention row holds the keys and values of

@@ -45,7 +45,7 @@ from transformers.modeling_outputs import (
 
 from .checkpoint import CheckedLoadingMixin
 from .configuration_transformer import TransformerConfig
-from .generation import TransformerGenerationMixin, precompute_forward_signatures
+from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
 from .input_checks import check_ids_in_vocabulary, check_prepared_mask, check_token_inputs, value_range
 from .speed import Dropout, attend, capturing_graph, inverted_dropout, output_logits_and_loss
 
@@ -555,7 +555,7 @@ class TransformerDecoder(nn.Module):
                 all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=hidden_states,
-            past_key_values=past_key_values if use_cache else None,
+            **{CACHE_NAME: past_key_values if use_cache else None},
             hidden_states=all_hidden_states,
             attentions=all_self_attentions,
             cross_attentions=all_cross_attentions,
@@ -587,7 +587,7 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     _supports_flash_attn = False
     _supports_flex_attn = False
     _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
 
     # The heads hold the encoder-decoder as `self.model` (`base_model_prefix`) and reach its token table and encoder
     # through it; TransformerModel itself overrides these three.
@@ -689,8 +689,11 @@ class TransformerModel(TransformerPreTrainedModel):
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput | tuple:
+        """The decoding cache is ``past_key_values`` or ``cache`` (its name from transformers 5.24 on), given once."""
+        past_key_values = given_cache(past_key_values, cache)
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)
@@ -741,7 +744,7 @@ class TransformerModel(TransformerPreTrainedModel):
         )
         output = Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -811,11 +814,14 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        cache: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
         """``labels`` (B, T), -100 ignored, are shifted right into ``decoder_input_ids`` when those are absent.
         ``num_items_in_batch`` (given by Trainer) makes the loss a sum over the whole accumulated batch
-        divided by its number of target tokens, so gradient accumulation gives the same update."""
+        divided by its number of target tokens, so gradient accumulation gives the same update. The decoding
+        cache is ``past_key_values`` or ``cache`` (its name from transformers 5.24 on), given once."""
+        past_key_values = given_cache(past_key_values, cache)
         return_dict = _default(return_dict, self.config.return_dict)
         if labels is not None:
             use_cache = False
@@ -851,7 +857,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         output = Seq2SeqLMOutput(
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
+            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,

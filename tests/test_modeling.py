@@ -16,6 +16,7 @@ from hf_transformer import (
     speed,
 )
 from hf_transformer import modeling_transformer as modeling
+from hf_transformer.generation import CACHE_NAME
 from hf_transformer.modeling_transformer import shift_tokens_right, sinusoid_table
 
 
@@ -174,7 +175,9 @@ def test_all_padding_row_gives_finite_outputs(config, attn):
     assert torch.isfinite(out.logits).all()
 
 
-def test_cached_decoding_matches_full_forward(config):
+@pytest.mark.parametrize("cache_name", ["past_key_values", "cache"])
+def test_cached_decoding_matches_full_forward(config, cache_name):
+    # The cache goes in under either name (`cache` is transformers 5.24's) and comes out under the installed one.
     model = TransformerForConditionalGeneration(config).eval()
     source, target = batch_with_padding()
     full = model(input_ids=source, decoder_input_ids=target, use_cache=False).logits
@@ -185,12 +188,14 @@ def test_cached_decoding_matches_full_forward(config):
             encoder_outputs=encoder_outputs,
             attention_mask=source.ne(0),
             decoder_input_ids=target[:, t : t + 1],
-            past_key_values=past,
             use_cache=True,
+            **{cache_name: past},
         )
-        past = out.past_key_values
+        past = getattr(out, CACHE_NAME)
         steps.append(out.logits)
     assert past.get_seq_length() == target.shape[1]
+    with pytest.raises(ValueError, match="given twice"):
+        model(encoder_outputs=encoder_outputs, decoder_input_ids=target[:, :1], past_key_values=past, cache=past)
     # positions of the padding in the targets differ from full decoding only where the target is padding
     real = target.ne(0)
     torch.testing.assert_close(torch.cat(steps, 1)[real], full[real], atol=1e-5, rtol=0)

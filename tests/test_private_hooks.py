@@ -89,11 +89,18 @@ def test_generation_module_lists_each_generation_hook():
     assert f"transformers {generation.TRANSFORMERS_VERSION_CHECKED}" in generation.__doc__
 
 
-def test_generate_still_hands_the_cache_over_as_past_key_values():
-    # The model's forward takes the cache as `past_key_values`; transformers 5.24 renames it `cache` in
-    # prepare_inputs_for_generation (a forward that does not accept it decodes every step without its cache).
-    parameters = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
-    assert "past_key_values" in parameters, (
-        f"GenerationMixin.prepare_inputs_for_generation now takes {list(parameters)}: "
-        "the model's forward must accept the cache under the new name"
-    )
+def test_the_forward_takes_the_cache_under_the_name_generate_hands_it_over():
+    # generate hands the decoding cache to the forward as `past_key_values` (transformers 5.23) or `cache` (5.24);
+    # a forward that does not take the name in use decodes every step without its cache, so the model takes both
+    # and its outputs fill the installed name (hf_transformer.generation.CACHE_NAME).
+    from transformers.modeling_outputs import Seq2SeqLMOutput
+
+    from hf_transformer import TransformerForConditionalGeneration, TransformerModel
+    from hf_transformer.generation import CACHE_NAME
+
+    prepared = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    handed_over = [name for name in ("cache", "past_key_values") if name in prepared]
+    assert handed_over, f"GenerationMixin.prepare_inputs_for_generation now takes {list(prepared)}"
+    assert handed_over[0] == CACHE_NAME and CACHE_NAME in Seq2SeqLMOutput.__dataclass_fields__
+    for model_class in (TransformerModel, TransformerForConditionalGeneration):
+        assert {"cache", "past_key_values"} <= set(inspect.signature(model_class.forward).parameters), model_class
