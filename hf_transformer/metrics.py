@@ -12,10 +12,24 @@ Two conventions are in use for Multi30k, and a figure means little without its c
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Sequence
 from functools import lru_cache
 
-__all__ = ["moses_lc_tok", "bleu", "bleu_lc_tok", "chrf"]
+__all__ = ["moses_lc_tok", "bleu", "bleu_lc_tok", "chrf", "require_scorers"]
+
+# The optional packages the scores need; the `train` extra installs them.
+SCORERS = ("sacrebleu", "sacremoses")
+
+
+def require_scorers() -> None:
+    """Raises at once, naming the install, when a package the scores need is missing: a training script would
+    otherwise find out at its first evaluation, after an epoch or more of training."""
+    missing = [name for name in SCORERS if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(
+            f"BLEU scoring needs {' and '.join(missing)}: pip install 'hf_transformer[train]' (or {' '.join(missing)})"
+        )
 
 
 @lru_cache(maxsize=4)

@@ -7,11 +7,15 @@
 #   bash scripts/train_multi30k.sh SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR]
 #
 # SOURCE_LANG TARGET_LANG: en de or de en. DATA_DIR holds multi30k/ (default: $HF_TRANSFORMER_DATA, else ./data);
-# OUTPUT_DIR defaults to runs/m30k-SOURCE-TARGET. Run with the package installed (README, "Install"). Both directions
-# side by side on a 2-core machine: one thread each (OMP_NUM_THREADS=1), about 100 minutes each with bfloat16
-# arithmetic (docs/results.md), about twice that in float32.
+# OUTPUT_DIR defaults to runs/m30k-SOURCE-TARGET. Needs the package with its `train` extra (sacreBLEU, sacremoses):
+# pip install -e ".[train]" (the README's test install has it); .venv is used unless another environment is active.
+# Both directions side by side on a 2-core machine: one thread each (OMP_NUM_THREADS=1), about 100 minutes each with
+# bfloat16 arithmetic (docs/results.md), about twice that in float32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then
+    . .venv/bin/activate
+fi
 
 usage="usage: bash scripts/train_multi30k.sh SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR]  (en de, or de en)"
 source_lang=${1:?$usage}

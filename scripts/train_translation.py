@@ -51,7 +51,7 @@ from hf_transformer.data import (
     tokenize_translation,
 )
 from hf_transformer.hub import model_card
-from hf_transformer.metrics import bleu, bleu_lc_tok, chrf
+from hf_transformer.metrics import bleu, bleu_lc_tok, chrf, require_scorers
 from hf_transformer.training import (
     SplitLimits,
     average_checkpoints,
@@ -361,6 +361,7 @@ def main(argv: list[str] | None = None) -> dict:
         )
     if not training_args.predict_with_generate:
         raise ValueError("BLEU needs generated text: keep --predict_with_generate on")
+    require_scorers()  # before any training: the scores come at the first evaluation
     if training_args.average_checkpoints < 1:
         raise ValueError(f"--average_checkpoints must be 1 or more, got {training_args.average_checkpoints}")
     kept = training_args.save_total_limit

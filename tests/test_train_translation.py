@@ -234,3 +234,14 @@ def test_averaging_more_checkpoints_than_kept_is_refused(tmp_path):
         load_script("train_translation").main(
             ["--output_dir", str(tmp_path), "--use_cpu", "--average_checkpoints", "3", "--save_total_limit", "2"]
         )
+
+
+def test_a_missing_scorer_is_named_before_any_training(tmp_path, monkeypatch):
+    from hf_transformer import metrics
+
+    monkeypatch.setattr(metrics, "SCORERS", ("sacrebleu", "a_scorer_that_is_not_installed"))
+    with pytest.raises(
+        ImportError, match="needs a_scorer_that_is_not_installed: pip install 'hf_transformer\\[train\\]'"
+    ):
+        load_script("train_translation").main(["--output_dir", str(tmp_path / "run"), "--use_cpu"])
+    assert not (tmp_path / "run").exists()
