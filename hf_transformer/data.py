@@ -26,6 +26,7 @@ from typing import Any
 
 import datasets
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Translation, Value
+from torch.utils import data as torch_data
 
 logger = logging.getLogger(__name__)
 
@@ -596,13 +597,7 @@ def tokenize_translation(
         )
     max_source_length = resolve_max_length(tokenizer, max_source_length)
     max_target_length = resolve_max_length(tokenizer, max_target_length)
-    if "translation" not in dataset.column_names:
-        raise KeyError(f"the dataset has no 'translation' column; its columns are {dataset.column_names}")
-    languages = dataset.features["translation"]
-    languages = getattr(languages, "languages", None) or list(languages)
-    absent = [lang for lang in (source_lang, target_lang) if lang not in languages]
-    if absent:
-        raise KeyError(f"the translation column has no language(s) {absent}; it has {list(languages)}")
+    _check_languages(dataset, source_lang, target_lang)
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
         pairs = batch["translation"]
@@ -614,6 +609,66 @@ def tokenize_translation(
         return encoded
 
     return dataset.map(encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenizing")
+
+
+class SubwordSampledTranslation(torch_data.Dataset):
+    """Training pairs tokenized anew each time a row is drawn, with BPE-dropout (Provilkov et al., 2020).
+
+    Each merge of the BPE tokenizer is skipped with probability `dropout` at every encoding, so one
+    sentence is seen under many segmentations over the epochs: a regulariser for small corpora. The rows
+    have the keys `tokenize_translation` writes (`input_ids`, `attention_mask`, `labels`), for the same
+    collator. The given tokenizer is left deterministic (a copy samples), so the saved one segments as
+    usual at inference. The sampling draws from the tokenizers library's own random source, so a run
+    with dropout is not repeatable bit for bit.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        tokenizer,
+        *,
+        source_lang: str,
+        target_lang: str,
+        dropout: float,
+        max_source_length: int | None = None,
+        max_target_length: int | None = None,
+    ):
+        import copy
+
+        if not 0.0 < dropout < 1.0:
+            raise ValueError(f"subword dropout is a probability in (0, 1), not {dropout}")
+        model = tokenizer.backend_tokenizer.model
+        if type(model).__name__ != "BPE":
+            raise ValueError(
+                f"subword dropout needs a BPE tokenizer (merges to skip); this one is {type(model).__name__}"
+            )
+        _check_languages(dataset, source_lang, target_lang)
+        self.sources = [pair[source_lang] for pair in dataset["translation"]]
+        self.targets = [pair[target_lang] for pair in dataset["translation"]]
+        self.max_source_length = resolve_max_length(tokenizer, max_source_length)
+        self.max_target_length = resolve_max_length(tokenizer, max_target_length)
+        self.tokenizer = copy.deepcopy(tokenizer)
+        self.tokenizer.backend_tokenizer.model.dropout = dropout
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        row = dict(self.tokenizer(self.sources[index], truncation=True, max_length=self.max_source_length))
+        target = self.tokenizer(text_target=self.targets[index], truncation=True, max_length=self.max_target_length)
+        row["labels"] = target["input_ids"]
+        return row
+
+
+def _check_languages(dataset: Dataset, source_lang: str, target_lang: str) -> None:
+    """A clear error when the dataset has no `translation` column holding both languages."""
+    if "translation" not in dataset.column_names:
+        raise KeyError(f"the dataset has no 'translation' column; its columns are {dataset.column_names}")
+    languages = dataset.features["translation"]
+    languages = getattr(languages, "languages", None) or list(languages)
+    absent = [lang for lang in (source_lang, target_lang) if lang not in languages]
+    if absent:
+        raise KeyError(f"the translation column has no language(s) {absent}; it has {list(languages)}")
 
 
 def classification_collator(tokenizer, *, pad_to_multiple_of: int | None = None):

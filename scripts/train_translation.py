@@ -44,6 +44,7 @@ import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.data import (
     IGNORE_INDEX,
+    SubwordSampledTranslation,
     first_rows,
     load_multi30k,
     load_multi30k_tok_references,
@@ -73,6 +74,13 @@ class ModelArguments:
     tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer folder; else one is trained"})
     vocab_size: int = field(default=8000, metadata={"help": "size of a newly trained shared vocabulary"})
     tokenizer_type: str = field(default="unigram", metadata={"help": "unigram or bpe (a newly trained tokenizer)"})
+    subword_dropout: float = field(
+        default=0.0,
+        metadata={
+            "help": "BPE-dropout on the training pairs: each merge is skipped with this probability every time a "
+            "pair is drawn (0: off; needs a BPE tokenizer, e.g. --tokenizer_type bpe)"
+        },
+    )
     max_source_length: int = field(default=128, metadata={"help": "sources are truncated to this many tokens"})
     max_target_length: int = field(
         default=128, metadata={"help": "targets are truncated to this many tokens; also the longest generation"}
@@ -419,10 +427,23 @@ def main(argv: list[str] | None = None) -> dict:
     model.generation_config.num_beams = model_args.num_beams
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
 
+    train_dataset = tokenized["train"]
+    if model_args.subword_dropout:
+        train_dataset = SubwordSampledTranslation(
+            splits["train"],
+            tokenizer,
+            source_lang=source,
+            target_lang=target,
+            dropout=model_args.subword_dropout,
+            max_source_length=model_args.max_source_length,
+            max_target_length=model_args.max_target_length,
+        )
+        logger.info("training pairs re-tokenized at each draw with BPE-dropout %s", model_args.subword_dropout)
+
     trainer = Seq2SeqTrainer(
         model=model,
         args=training_args,
-        train_dataset=tokenized["train"],
+        train_dataset=train_dataset,
         eval_dataset=tokenized["validation"],
         data_collator=seq2seq_collator(tokenizer, model),
         processing_class=tokenizer,

@@ -17,6 +17,7 @@ from hf_transformer import data
 from hf_transformer.data import (
     DATA_DIR_ENV,
     DataFileNotFoundError,
+    SubwordSampledTranslation,
     classification_collator,
     ensure_corpus_file,
     length_grouped_dataloader,
@@ -313,6 +314,67 @@ def test_translation_pipeline_pads_labels_with_minus_100(tokenizer, tmp_path):
         assert batch["labels"][i, : len(row["labels"])].tolist() == row["labels"]
         assert batch["input_ids"][i, len(row["input_ids"]) :].eq(tokenizer.pad_token_id).all()
     assert (batch["labels"] == -100).any()  # the rows differ in length, so some padding is there
+
+
+@pytest.fixture(scope="module")
+def bpe_tokenizer():
+    texts = [sentence for english, german in MULTI30K.values() for sentence in english + german]
+    return train_tokenizer(texts * 10, vocab_size=150, model_type="bpe", model_max_length=64, show_progress=False)
+
+
+def test_subword_dropout_samples_new_segmentations_of_the_same_text(bpe_tokenizer, tmp_path):
+    multi30k = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")
+    train = multi30k["train"]
+    fixed = tokenize_translation(train, bpe_tokenizer, source_lang="en", target_lang="de")
+    sampled = SubwordSampledTranslation(train, bpe_tokenizer, source_lang="en", target_lang="de", dropout=0.5)
+    assert len(sampled) == len(fixed)
+    for i, pair in enumerate(train["translation"]):
+        draws = [sampled[i] for _ in range(20)]
+        assert all(sorted(row) == ["attention_mask", "input_ids", "labels"] for row in draws)
+        # Another segmentation of the same text: it decodes back to the same sentence and still ends with [EOS].
+        assert len({tuple(row["input_ids"]) for row in draws}) > 1
+        assert len({tuple(row["labels"]) for row in draws}) > 1
+        source_text = bpe_tokenizer.decode(fixed[i]["input_ids"], skip_special_tokens=True)
+        target_text = bpe_tokenizer.decode(fixed[i]["labels"], skip_special_tokens=True)
+        assert source_text == pair["en"]
+        for row in draws:
+            assert bpe_tokenizer.decode(row["input_ids"], skip_special_tokens=True) == source_text
+            assert bpe_tokenizer.decode(row["labels"], skip_special_tokens=True) == target_text
+            assert row["labels"][-1] == row["input_ids"][-1] == bpe_tokenizer.eos_token_id
+            assert row["attention_mask"] == [1] * len(row["input_ids"])
+            # Skipped merges only split tokens: never fewer than the deterministic segmentation.
+            assert len(row["input_ids"]) >= len(fixed[i]["input_ids"])
+    # The caller's tokenizer (the one saved with the model) stays deterministic.
+    assert bpe_tokenizer.backend_tokenizer.model.dropout is None
+    assert [bpe_tokenizer(pair["en"])["input_ids"] for pair in train["translation"]] == fixed["input_ids"]
+
+
+def test_subword_dropout_truncates_like_the_fixed_tokenization(bpe_tokenizer, tmp_path):
+    multi30k = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")
+    sampled = SubwordSampledTranslation(
+        multi30k["train"],
+        bpe_tokenizer,
+        source_lang="de",
+        target_lang="en",
+        dropout=0.9,
+        max_source_length=5,
+        max_target_length=4,
+    )
+    for i in range(len(sampled)):
+        row = sampled[i]
+        assert len(row["input_ids"]) == 5 and len(row["labels"]) == 4  # heavy dropout makes every row longer
+        assert row["labels"][-1] == bpe_tokenizer.eos_token_id
+
+
+def test_subword_dropout_refuses_what_it_cannot_do(tokenizer, bpe_tokenizer, tmp_path):
+    train = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")["train"]
+    with pytest.raises(ValueError, match="needs a BPE tokenizer.*Unigram"):
+        SubwordSampledTranslation(train, tokenizer, source_lang="en", target_lang="de", dropout=0.1)
+    for dropout in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="probability in \\(0, 1\\)"):
+            SubwordSampledTranslation(train, bpe_tokenizer, source_lang="en", target_lang="de", dropout=dropout)
+    with pytest.raises(KeyError, match="no language\\(s\\) \\['fr'\\]"):
+        SubwordSampledTranslation(train, bpe_tokenizer, source_lang="en", target_lang="fr", dropout=0.1)
 
 
 def test_seq2seq_collator_with_the_model_builds_decoder_inputs(tokenizer, tmp_path):

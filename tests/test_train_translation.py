@@ -245,3 +245,41 @@ def test_a_missing_scorer_is_named_before_any_training(tmp_path, monkeypatch):
     ):
         load_script("train_translation").main(["--output_dir", str(tmp_path / "run"), "--use_cpu"])
     assert not (tmp_path / "run").exists()
+
+
+def test_subword_dropout_trains_on_sampled_segmentations_and_saves_the_fixed_tokenizer(tmp_path, monkeypatch):
+    from hf_transformer.data import SubwordSampledTranslation
+
+    write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
+    script = load_script("train_translation")
+    trained_on = []
+
+    class RecordingTrainer(script.Seq2SeqTrainer):
+        def train(self, *args, **kwargs):
+            trained_on.append(self.train_dataset)
+            return super().train(*args, **kwargs)
+
+    monkeypatch.setattr(script, "Seq2SeqTrainer", RecordingTrainer)
+    output_dir = tmp_path / "model"
+    script.main(
+        [
+            "--output_dir", str(output_dir), "--data_dir", str(tmp_path / "data"), *TINY_MODEL,
+            "--subword_dropout", "0.2", "--max_steps", "2", "--eval_strategy", "no", "--num_beams", "1",
+            "--train_sampling_strategy", "group_by_length",
+        ]
+    )  # fmt: skip
+    (dataset,) = trained_on
+    assert isinstance(dataset, SubwordSampledTranslation) and len(dataset) == 64
+    assert dataset.tokenizer.backend_tokenizer.model.dropout == pytest.approx(0.2)
+    saved = json.loads((output_dir / "tokenizer.json").read_text(encoding="utf-8"))
+    assert saved["model"]["type"] == "BPE" and saved["model"]["dropout"] is None  # inference segments as usual
+
+
+def test_subword_dropout_with_a_unigram_tokenizer_is_refused_before_training(tmp_path):
+    write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
+    arguments = [*TINY_MODEL, "--tokenizer_type", "unigram", "--subword_dropout", "0.1"]
+    with pytest.raises(ValueError, match="subword dropout needs a BPE tokenizer"):
+        load_script("train_translation").main(
+            ["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments]
+        )
+    assert not (tmp_path / "model" / "model.safetensors").exists()
