@@ -11,6 +11,7 @@ This module does not import the model code, so it works on its own.
 
 from __future__ import annotations
 
+import copy
 import gzip
 import hashlib
 import logging
@@ -26,6 +27,7 @@ from typing import Any
 
 import datasets
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Translation, Value
+from tokenizers import models as tokenizer_models
 from torch.utils import data as torch_data
 
 logger = logging.getLogger(__name__)
@@ -633,15 +635,12 @@ class SubwordSampledTranslation(torch_data.Dataset):
         max_source_length: int | None = None,
         max_target_length: int | None = None,
     ):
-        import copy
-
         if not 0.0 < dropout < 1.0:
             raise ValueError(f"subword dropout is a probability in (0, 1), not {dropout}")
-        model = tokenizer.backend_tokenizer.model
-        if type(model).__name__ != "BPE":
-            raise ValueError(
-                f"subword dropout needs a BPE tokenizer (merges to skip); this one is {type(model).__name__}"
-            )
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is None or not isinstance(backend.model, tokenizer_models.BPE):
+            kind = type(backend.model).__name__ if backend is not None else f"a slow {type(tokenizer).__name__}"
+            raise ValueError(f"subword dropout needs a fast BPE tokenizer (merges to skip); this one is {kind}")
         _check_languages(dataset, source_lang, target_lang)
         self.sources = [pair[source_lang] for pair in dataset["translation"]]
         self.targets = [pair[target_lang] for pair in dataset["translation"]]

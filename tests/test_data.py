@@ -368,8 +368,10 @@ def test_subword_dropout_truncates_like_the_fixed_tokenization(bpe_tokenizer, tm
 
 def test_subword_dropout_refuses_what_it_cannot_do(tokenizer, bpe_tokenizer, tmp_path):
     train = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")["train"]
-    with pytest.raises(ValueError, match="needs a BPE tokenizer.*Unigram"):
+    with pytest.raises(ValueError, match="needs a fast BPE tokenizer.*Unigram"):
         SubwordSampledTranslation(train, tokenizer, source_lang="en", target_lang="de", dropout=0.1)
+    with pytest.raises(ValueError, match="needs a fast BPE tokenizer.*a slow object"):
+        SubwordSampledTranslation(train, object(), source_lang="en", target_lang="de", dropout=0.1)
     for dropout in (0.0, 1.0, -0.1):
         with pytest.raises(ValueError, match="probability in \\(0, 1\\)"):
             SubwordSampledTranslation(train, bpe_tokenizer, source_lang="en", target_lang="de", dropout=dropout)

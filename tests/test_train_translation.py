@@ -278,7 +278,7 @@ def test_subword_dropout_trains_on_sampled_segmentations_and_saves_the_fixed_tok
 def test_subword_dropout_with_a_unigram_tokenizer_is_refused_before_training(tmp_path):
     write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
     arguments = [*TINY_MODEL, "--tokenizer_type", "unigram", "--subword_dropout", "0.1"]
-    with pytest.raises(ValueError, match="subword dropout needs a BPE tokenizer"):
+    with pytest.raises(ValueError, match="subword dropout needs a fast BPE tokenizer"):
         load_script("train_translation").main(
             ["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments]
         )
