@@ -1014,9 +1014,12 @@ def main(argv: list[str] | None = None) -> dict:
     peak = matmul_peak(device, dtype, peak_size)
     log(f"matmul peak {peak / 1e9:.1f} GFLOP/s ({args.dtype}, {peak_size}x{peak_size})")
     results = []
+    threads = torch.get_num_threads()
     for name in args.configs:
         log(f"config {name}")
         results.append(run_config(name, args.models, device, dtype, args, log))
+        if torch.get_num_threads() != threads:  # an engine changed torch's threads: the rounds were not like for like
+            raise RuntimeError(f"torch threads went from {threads} to {torch.get_num_threads()} during {name}")
     peak = max(peak, matmul_peak(device, dtype, peak_size))  # the better of the probes before and after
 
     header = dict(

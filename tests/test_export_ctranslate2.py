@@ -221,6 +221,22 @@ def test_workers_decode_parts_of_the_batch_in_input_order(converted, tokenizer, 
     assert generator.translator.max_batch_sizes == [-(-len(INPUTS) // threads)] * 2
 
 
+def test_a_generator_leaves_the_process_torch_threads_as_they_were(converted, tokenizer):
+    """CTranslate2 sets the calling thread's OpenMP thread count to its intra_threads, which torch shares: building
+    one-thread workers and decoding with them must not leave the caller's torch on one thread."""
+    _, output_dir = converted("post_ln_sinusoidal_gelu")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        generator = CTranslate2Generator.for_cpu(output_dir, 2)
+        assert torch.get_num_threads() == 3
+        generator.generate(batch["input_ids"], batch["attention_mask"], max_new_tokens=MAX_NEW_TOKENS)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_texts_and_the_one_off_helper(converted, tokenizer):
     model, output_dir = converted("pre_ln_learned_relu")
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)

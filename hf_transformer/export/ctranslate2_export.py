@@ -55,8 +55,9 @@ output folder, and the model's own config is saved there as ``transformer_config
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -323,6 +324,18 @@ def _read_json(path: Path):
         return json.load(file)
 
 
+@contextlib.contextmanager
+def _keeping_torch_threads() -> Iterator[None]:
+    """CTranslate2 sets the calling thread's OpenMP thread count to its `intra_threads`, which torch shares: without
+    this, building a one-thread-per-worker translator would leave the rest of the process's torch at one thread."""
+    threads = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
 class CTranslate2Generator:
     """A ``ctranslate2.Translator`` over a folder written by :func:`to_ctranslate2`, speaking token ids.
 
@@ -347,13 +360,14 @@ class CTranslate2Generator:
         ctranslate2 = _ctranslate2()
         self.model_dir = Path(model_dir)
         self.inter_threads = inter_threads
-        self.translator = ctranslate2.Translator(
-            str(self.model_dir),
-            device=device,
-            compute_type=compute_type,
-            inter_threads=inter_threads,
-            intra_threads=intra_threads,
-        )
+        with _keeping_torch_threads():
+            self.translator = ctranslate2.Translator(
+                str(self.model_dir),
+                device=device,
+                compute_type=compute_type,
+                inter_threads=inter_threads,
+                intra_threads=intra_threads,
+            )
         if (self.model_dir / "shared_vocabulary.json").is_file():
             self.source_tokens = self.target_tokens = _read_json(self.model_dir / "shared_vocabulary.json")
         else:
@@ -441,18 +455,19 @@ class CTranslate2Generator:
         source = self._source_tokens(input_ids, attention_mask)
         if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
             max_batch_size = -(-len(source) // self.inter_threads)
-        results = self.translator.translate_batch(
-            source,
-            beam_size=num_beams,
-            num_hypotheses=num_return_sequences,
-            length_penalty=length_penalty,
-            max_decoding_length=max_new_tokens,
-            min_decoding_length=min_new_tokens,
-            max_input_length=0,
-            return_end_token=True,
-            return_scores=return_scores,
-            max_batch_size=max_batch_size,
-        )
+        with _keeping_torch_threads():
+            results = self.translator.translate_batch(
+                source,
+                beam_size=num_beams,
+                num_hypotheses=num_return_sequences,
+                length_penalty=length_penalty,
+                max_decoding_length=max_new_tokens,
+                min_decoding_length=min_new_tokens,
+                max_input_length=0,
+                return_end_token=True,
+                return_scores=return_scores,
+                max_batch_size=max_batch_size,
+            )
         sequences, scores = [], []
         for result in results:
             for index, hypothesis in enumerate(result.hypotheses):
