@@ -603,12 +603,8 @@ def tokenize_translation(
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
         pairs = batch["translation"]
-        encoded = tokenizer([pair[source_lang] for pair in pairs], truncation=True, max_length=max_source_length)
-        targets = tokenizer(
-            text_target=[pair[target_lang] for pair in pairs], truncation=True, max_length=max_target_length
-        )
-        encoded["labels"] = targets["input_ids"]
-        return encoded
+        sources, targets = [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
+        return _encode_pairs(tokenizer, sources, targets, max_source_length, max_target_length)
 
     return dataset.map(encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenizing")
 
@@ -642,8 +638,9 @@ class SubwordSampledTranslation(torch_data.Dataset):
             kind = type(backend.model).__name__ if backend is not None else f"a slow {type(tokenizer).__name__}"
             raise ValueError(f"subword dropout needs a fast BPE tokenizer (merges to skip); this one is {kind}")
         _check_languages(dataset, source_lang, target_lang)
-        self.sources = [pair[source_lang] for pair in dataset["translation"]]
-        self.targets = [pair[target_lang] for pair in dataset["translation"]]
+        pairs = dataset["translation"]
+        self.sources = [pair[source_lang] for pair in pairs]
+        self.targets = [pair[target_lang] for pair in pairs]
         self.max_source_length = resolve_max_length(tokenizer, max_source_length)
         self.max_target_length = resolve_max_length(tokenizer, max_target_length)
         self.tokenizer = copy.deepcopy(tokenizer)
@@ -653,10 +650,23 @@ class SubwordSampledTranslation(torch_data.Dataset):
         return len(self.sources)
 
     def __getitem__(self, index: int) -> dict[str, list[int]]:
-        row = dict(self.tokenizer(self.sources[index], truncation=True, max_length=self.max_source_length))
-        target = self.tokenizer(text_target=self.targets[index], truncation=True, max_length=self.max_target_length)
-        row["labels"] = target["input_ids"]
-        return row
+        return dict(
+            _encode_pairs(
+                self.tokenizer,
+                self.sources[index],
+                self.targets[index],
+                self.max_source_length,
+                self.max_target_length,
+            )
+        )
+
+
+def _encode_pairs(tokenizer, sources, targets, max_source_length: int, max_target_length: int):
+    """Sources as `input_ids` / `attention_mask`, targets (through `text_target=`) as `labels`, each truncated;
+    one pair (strings) or a batch (lists of strings)."""
+    encoded = tokenizer(sources, truncation=True, max_length=max_source_length)
+    encoded["labels"] = tokenizer(text_target=targets, truncation=True, max_length=max_target_length)["input_ids"]
+    return encoded
 
 
 def _check_languages(dataset: Dataset, source_lang: str, target_lang: str) -> None:

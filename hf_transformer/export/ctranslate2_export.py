@@ -326,8 +326,9 @@ def _read_json(path: Path):
 
 @contextlib.contextmanager
 def _keeping_torch_threads() -> Iterator[None]:
-    """CTranslate2 sets the calling thread's OpenMP thread count to its `intra_threads`, which torch shares: without
-    this, building a one-thread-per-worker translator would leave the rest of the process's torch at one thread."""
+    """Building a translator sets the calling thread's OpenMP thread count to its `intra_threads`, which torch
+    shares: without this, one-thread workers would leave the rest of the process's torch at one thread. (Decoding
+    runs on the workers' own threads and leaves the caller's count alone.)"""
     threads = torch.get_num_threads()
     try:
         yield
@@ -455,19 +456,18 @@ class CTranslate2Generator:
         source = self._source_tokens(input_ids, attention_mask)
         if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
             max_batch_size = -(-len(source) // self.inter_threads)
-        with _keeping_torch_threads():
-            results = self.translator.translate_batch(
-                source,
-                beam_size=num_beams,
-                num_hypotheses=num_return_sequences,
-                length_penalty=length_penalty,
-                max_decoding_length=max_new_tokens,
-                min_decoding_length=min_new_tokens,
-                max_input_length=0,
-                return_end_token=True,
-                return_scores=return_scores,
-                max_batch_size=max_batch_size,
-            )
+        results = self.translator.translate_batch(
+            source,
+            beam_size=num_beams,
+            num_hypotheses=num_return_sequences,
+            length_penalty=length_penalty,
+            max_decoding_length=max_new_tokens,
+            min_decoding_length=min_new_tokens,
+            max_input_length=0,
+            return_end_token=True,
+            return_scores=return_scores,
+            max_batch_size=max_batch_size,
+        )
         sequences, scores = [], []
         for result in results:
             for index, hypothesis in enumerate(result.hypotheses):
