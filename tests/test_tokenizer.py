@@ -209,6 +209,23 @@ def test_bpe_option():
         assert bpe.decode(bpe(text)["input_ids"], skip_special_tokens=True) == visible_form(text)
 
 
+def test_lowercase_option_folds_case_everywhere_and_survives_reloading(tmp_path):
+    lower = train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, lowercase=True, show_progress=False)
+    # No capital reaches the vocabulary (the special tokens aside), and a text encodes as its lowercase form does.
+    pieces = set(lower.get_vocab()) - set(SPECIAL_TOKENS)
+    assert any(char.isalpha() for piece in pieces for char in piece)
+    assert not any(char.isupper() for piece in pieces for char in piece)
+    for text in OTHER:
+        assert lower(text)["input_ids"] == lower(text.lower())["input_ids"]
+        assert lower.decode(lower(text)["input_ids"], skip_special_tokens=True) == visible_form(text).lower()
+    lower.save_pretrained(tmp_path)
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert reloaded("Ein MANN.")["input_ids"] == lower("ein mann.")["input_ids"]
+    # The default keeps case.
+    cased = train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, show_progress=False)
+    assert cased("Ein MANN.")["input_ids"] != cased("ein mann.")["input_ids"]
+
+
 def test_fewer_pieces_than_asked_is_logged(caplog):
     with caplog.at_level(logging.WARNING, logger="hf_transformer.tokenization.train"):
         small = train_tokenizer(KOREAN, vocab_size=5000, show_progress=False)
@@ -322,6 +339,9 @@ def test_cli_trains_saves_and_encodes(tmp_path, capsys):
     assert cli_main(["-q", "encode", str(output), "겨울은 추워요."]) == 0
     printed = capsys.readouterr().out
     assert "▁겨울 / 은" in printed and "[EOS]" in printed
+    lower = tmp_path / "lower"
+    assert cli_main(["-q", "train", str(corpus), "--vocab-size", str(VOCAB_SIZE), "-o", str(lower), "--lowercase"]) == 0
+    assert AutoTokenizer.from_pretrained(lower).backend_tokenizer.normalizer.normalize_str("Zwei") == "zwei"
 
 
 def test_cli_trains_on_a_csv_column(tmp_path):

@@ -283,3 +283,46 @@ def test_subword_dropout_with_a_unigram_tokenizer_is_refused_before_training(tmp
             ["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments]
         )
     assert not (tmp_path / "model" / "model.safetensors").exists()
+
+
+def test_lowercase_model_is_chosen_on_lowercased_bleu_and_writes_lowercase(tmp_path, monkeypatch):
+    data_dir = tmp_path / "data"
+    written = write_multi30k(data_dir, sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
+    for path in (data_dir / "multi30k").glob("*.*"):  # sentences start with a capital, as Multi30k's do
+        lines = path.read_text(encoding="utf-8").splitlines()
+        path.write_text("\n".join(line[:1].upper() + line[1:] for line in lines) + "\n", encoding="utf-8")
+    tok = data_dir / "multi30k" / "tok"
+    tok.mkdir()
+    for stem in ("val", "test_2016_flickr"):
+        lines = [target.replace(".", " .") for _, target in written[stem]]
+        (tok / f"{stem}.lc.norm.tok.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    script = load_script("train_translation")
+
+    class RankingTrainer(script.Seq2SeqTrainer):
+        """Scores that rank the length penalties one way by cased BLEU and the other way by lc-tok BLEU."""
+
+        def evaluate(self, *args, length_penalty=None, **kwargs):
+            metrics = super().evaluate(
+                *args, **kwargs, **({} if length_penalty is None else {"length_penalty": length_penalty})
+            )
+            if length_penalty is not None:
+                metrics.update(eval_bleu=10 * length_penalty, eval_bleu_lc_tok=10 / length_penalty)
+            return metrics
+
+    monkeypatch.setattr(script, "Seq2SeqTrainer", RankingTrainer)
+    output_dir = tmp_path / "model"
+    results = script.main(
+        [
+            "--output_dir", str(output_dir), "--data_dir", str(data_dir), *TINY_MODEL, "--lowercase", "true",
+            "--max_steps", "2", "--eval_strategy", "no", "--num_beams", "2", "--length_penalty", "0.5", "1.0",
+        ]
+    )  # fmt: skip
+    assert results["selected_on"] == "eval_bleu_lc_tok"
+    assert results["eval_bleu_lc_tok_by_length_penalty"] == {"0.5": 20.0, "1.0": 10.0}
+    assert results["length_penalty"] == 0.5
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    assert script.lowercases(tokenizer)
+    assert tokenizer("Der Mann.")["input_ids"] == tokenizer("der mann.")["input_ids"]
+    # Nothing it can write holds a capital, though every training sentence began with one.
+    assert not any(char.isupper() for piece in tokenizer.get_vocab() if not piece.startswith("[") for char in piece)
+    assert "lowercase" in (output_dir / "README.md").read_text(encoding="utf-8")

@@ -91,6 +91,7 @@ def command_train(args: argparse.Namespace) -> None:
         args.vocab_size,
         model_type=args.model,
         model_max_length=args.model_max_length,
+        lowercase=args.lowercase,
         show_progress=not args.quiet,
         save_directory=args.output,
     )
@@ -140,6 +141,7 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     train.add_argument("--vocab-size", type=int, default=8000, help="whole vocabulary, special tokens included")
     train.add_argument("--model", choices=MODEL_TYPES, default="unigram")
     train.add_argument("--model-max-length", type=int, default=DEFAULT_MODEL_MAX_LENGTH)
+    train.add_argument("--lowercase", action="store_true", help="the tokenizer lowercases every text it encodes")
     train.add_argument("--sample", action="append", help="text to show split after training (repeatable)")
     train.set_defaults(run=command_train)
 
