@@ -230,3 +230,29 @@ def test_deployed_option_adds_the_engines_and_its_own_report():
     default = benchmark.parse_arguments([])
     assert not set(default.models) & set(benchmark.DEPLOYED_MODELS) and default.output == "docs/performance.md"
     assert default.generation_batch_sizes == [8]
+
+
+def test_encoder_share_times_both_halves_of_a_call_and_bounds_each_engine(tmp_path):
+    pytest.importorskip("ctranslate2")
+    share = load_benchmark_module("encoder_share")
+    output = tmp_path / "share.md"
+    record = share.main(
+        ["--configs", "tiny", "--batch-sizes", "3", "--rounds", "3", "--budget", "0", "--output", str(output)]
+    )
+    (row,) = record["results"]
+    assert row["config"] == "tiny" and row["batch"] == 3 and row["rounds"] == 3
+    seconds = row["seconds"]
+    for kind in ("greedy", "beam4"):
+        # The encoder is part of Marian's call; one new token is part of 32.
+        assert 0 < seconds["marian_encoder"] < seconds[f"marian_{kind}"]
+        assert 0 < row[f"marian_{kind}_encoder_share"] < 1
+        for name in ("ct2", "ct2_int8"):
+            assert 0 < seconds[f"{name}_{kind}_first_step"] < seconds[f"{name}_{kind}"], (name, kind)
+            assert row[f"{name}_{kind}_vs_marian"] == seconds[f"marian_{kind}"] / seconds[f"{name}_{kind}"]
+            assert row[f"{name}_{kind}_vs_marian"] < row[f"{name}_{kind}_bound"], (name, kind)
+    assert json.loads(output.with_suffix(".json").read_text()) == json.loads(json.dumps(record))
+    report = output.read_text()
+    assert (
+        f"| tiny | 3 | greedy | {row['marian_greedy_encoder_share']:.0%} | {row['ct2_greedy_vs_marian']:.2f} |"
+        in report
+    )
