@@ -260,7 +260,7 @@ def test_encoder_share_times_both_halves_of_a_call_and_bounds_each_engine(tmp_pa
     )
 
 
-def test_thread_layouts_time_each_engine_in_each_layout_against_marian(tmp_path):
+def test_thread_layouts_time_each_engine_in_each_layout_beside_marian(tmp_path):
     pytest.importorskip("ctranslate2")
     layouts = load_benchmark_module("thread_layouts")
     output = tmp_path / "layouts.md"
@@ -269,14 +269,21 @@ def test_thread_layouts_time_each_engine_in_each_layout_against_marian(tmp_path)
          "--output", str(output)]
     )  # fmt: skip
     threads = record["threads"]
-    names = [f"ct2_{layout}" for layout in ("1x1", f"1x{threads}", f"{threads}x1")]
+    names = list(dict.fromkeys(("1x1", f"1x{threads}", f"{threads}x1")))
+    assert record["layouts"] == names and record["engines"] == ["ct2"]
     assert [(row["batch"], row["search"]) for row in record["results"]] == [(3, "greedy"), (3, "beam4")]
     for row in record["results"]:
-        assert list(row["vs_marian"]) == list(dict.fromkeys(names)) and row["rounds"] == 3
-        assert all(ratio > 0 for ratio in row["vs_marian"].values())
-        assert set(row["seconds"]) == {"marian", *names}
+        expected = {f"{kind}_{layout}" for kind in ("ct2", "marian_beside") for layout in names}
+        assert set(row["seconds"]) == expected and all(value > 0 for value in row["seconds"].values())
+        for layout in names:  # each layout against the same engine's for_cpu layout (itself: 1)
+            assert (
+                row["vs_spread"][f"ct2_{layout}"]
+                == row["seconds"][f"ct2_{names[-1]}"] / row["seconds"][f"ct2_{layout}"]
+            )
+        assert row["vs_spread"][f"ct2_{names[-1]}"] == 1.0
     assert json.loads(output.with_suffix(".json").read_text()) == json.loads(json.dumps(record))
     first = record["results"][0]
-    assert f"| tiny | 3 | greedy | {first['vs_marian'][names[0]]:.2f} |" in output.read_text()
+    cell = f"{first['seconds']['ct2_1x1'] * 1e3:.0f} ({first['vs_spread']['ct2_1x1']:.2f})"
+    assert f"| tiny | 3 | greedy | 1x1 | {cell} |" in output.read_text()
     with pytest.raises(SystemExit):
         layouts.main(["--engines", "ct2,tensorrt", "--output", str(output)])
