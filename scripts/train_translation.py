@@ -309,7 +309,7 @@ def card(model_args: ModelArguments, data_args: DataArguments, results: dict, mo
     tried = results.get(f"{selection}_by_length_penalty")
     metric_name = "lc-tok BLEU" if selection == "eval_bleu_lc_tok" else "BLEU"
     chosen = f" The length penalty was chosen by validation {metric_name} among {', '.join(tried)}." if tried else ""
-    if model_args.lowercase:
+    if results.get("lowercase"):
         tables += "; its tokenizer lowercases every text, so the model reads and writes lowercase"
     beams = model_args.num_beams
     return model_card(
@@ -422,6 +422,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     # One tokenizer for every process and for a resumed run (hf_transformer.training.one_tokenizer).
     tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
+    if model_args.lowercase and not lowercases(tokenizer):
+        given = model_args.tokenizer or "the run's own"
+        raise ValueError(
+            f"--lowercase asks for a tokenizer that lowercases, but the one given ({given}) keeps case: train a new "
+            "one (leave out --tokenizer) or one with `hf-transformer-tokenizer train --lowercase`"
+        )
     tokenized = tokenize_translation(
         splits,
         tokenizer,
@@ -503,6 +509,7 @@ def main(argv: list[str] | None = None) -> dict:
         results[f"eval_{selection}_by_length_penalty"] = {str(k): v[f"eval_{selection}"] for k, v in by_penalty.items()}
     results["length_penalty"] = length_penalty
     results["selected_on"] = f"eval_{selection}"
+    results["lowercase"] = lowercases(tokenizer)
     model.generation_config.length_penalty = length_penalty
 
     test_metric = metric("test")

@@ -326,3 +326,17 @@ def test_lowercase_model_is_chosen_on_lowercased_bleu_and_writes_lowercase(tmp_p
     # Nothing it can write holds a capital, though every training sentence began with one.
     assert not any(char.isupper() for piece in tokenizer.get_vocab() if not piece.startswith("[") for char in piece)
     assert "lowercase" in (output_dir / "README.md").read_text(encoding="utf-8")
+
+
+def test_lowercase_with_a_tokenizer_that_keeps_case_is_refused_before_training(tmp_path):
+    from hf_transformer.tokenization import train_tokenizer
+
+    write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
+    cased = tmp_path / "cased"
+    train_tokenizer(["Der Mann läuft.", "The man runs."] * 20, vocab_size=60, show_progress=False, save_directory=cased)
+    arguments = [*TINY_MODEL, "--tokenizer", str(cased), "--lowercase", "true"]
+    with pytest.raises(ValueError, match="--lowercase asks for a tokenizer that lowercases"):
+        load_script("train_translation").main(
+            ["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments]
+        )
+    assert not (tmp_path / "model" / "model.safetensors").exists()
