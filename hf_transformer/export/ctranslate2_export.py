@@ -347,7 +347,8 @@ class CTranslate2Generator:
     Threads (CTranslate2's two kinds): ``inter_threads`` workers decode parts of a batch in parallel (``generate``
     splits each batch between them unless given ``max_batch_size``), each with ``intra_threads`` threads inside
     its matrix products. For the small products of step-by-step decoding on a CPU, N workers of one thread are
-    the faster use of N cores (docs/deployment.md); :meth:`for_cpu` builds that layout.
+    the faster use of N cores (docs/deployment.md); :meth:`for_cpu` builds that layout. A translator with several
+    ``intra_threads`` also slows torch in the same process while it exists (their OpenMP threads compete).
     """
 
     def __init__(
