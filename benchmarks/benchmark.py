@@ -773,6 +773,15 @@ def _run_config(name, models, device, dtype, args, log, deployment: Deployment |
 # ---------------------------------------------------------------------------------------------------
 
 
+def write_report(output, markdown: str, record: dict) -> None:
+    """The report at ``output`` (Markdown) and its record beside it (``.json``), the folder made if missing."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(markdown, encoding="utf-8")
+    output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {output} and {output.with_suffix('.json')} in {record['seconds']} s")
+
+
 def machine_description(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)

@@ -21,7 +21,6 @@ Writes ``docs/performance-encoder-share.md`` and ``.json`` (``--output``) and pr
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -156,11 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch=torch.__version__, transformers=transformers.__version__, ctranslate2=ctranslate2.__version__,
         new_tokens=bench.NEW_TOKENS, seconds=round(time.perf_counter() - began, 1), results=results,
     )  # fmt: skip
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(report(record), encoding="utf-8")
-    output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {output} and {output.with_suffix('.json')} in {record['seconds']} s")
+    bench.write_report(args.output, report(record), record)
     return record
 
 

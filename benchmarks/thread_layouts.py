@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import statistics
 import sys
 import time
@@ -141,11 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
         seconds=round(time.perf_counter() - began, 1), engines=names, layouts=list(layouts(threads)),
         results=results,
     )  # fmt: skip
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(report(record), encoding="utf-8")
-    output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {output} and {output.with_suffix('.json')} in {record['seconds']} s")
+    bench.write_report(args.output, report(record), record)
     return record
 
 
