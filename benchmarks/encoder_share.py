@@ -35,10 +35,6 @@ ENGINES = {"ct2": None, "ct2_int8": "int8"}  # name -> CTranslate2 quantization
 KINDS = (("greedy", 1), ("beam4", 4))
 
 
-def _median(times: list[float]) -> float:
-    return statistics.median(times)
-
-
 def measure(config: str, batch_size: int, rounds: int, budget_s: float, log=print) -> dict:
     """One configuration and batch: median seconds of each timed call, and the derived ratios."""
     from hf_transformer.export.ctranslate2_export import CTranslate2Generator
@@ -81,7 +77,7 @@ def measure(config: str, batch_size: int, rounds: int, budget_s: float, log=prin
         seconds = bench.interleaved(tasks, device, warmup=1, rounds=rounds, budget_s=budget_s)
     finally:
         deployment.close()
-    median = {name: _median(times) for name, times in seconds.items()}
+    median = {name: statistics.median(times) for name, times in seconds.items()}
     row = dict(config=config, batch=batch_size, rounds=len(seconds["marian_encoder"]), seconds=median)
     for kind, _ in KINDS:
         marian_s = median[f"marian_{kind}"]
