@@ -35,8 +35,9 @@ ENGINES = {"ct2": None, "ct2_int8": "int8"}  # name -> CTranslate2 quantization
 KINDS = (("greedy", 1), ("beam4", 4))
 
 
-def measure(config: str, batch_size: int, rounds: int, budget_s: float, log=print) -> dict:
-    """One configuration and batch: median seconds of each timed call, and the derived ratios."""
+def measure(config: str, batch_sizes: list[int], rounds: int, budget_s: float, log=print) -> list[dict]:
+    """One configuration, converted once: per batch size, median seconds of each timed call and the derived
+    ratios."""
     from hf_transformer.export.ctranslate2_export import CTranslate2Generator
 
     c = bench.CONFIGS[config]
@@ -50,33 +51,39 @@ def measure(config: str, batch_size: int, rounds: int, budget_s: float, log=prin
             name: CTranslate2Generator.for_cpu(deployment.ctranslate2(ours, quantization), torch.get_num_threads())
             for name, quantization in ENGINES.items()
         }
-        batch = bench.make_batch(c, batch_size, device, seed=1)
         encoder = marian.model.get_encoder().eval()
-
-        def marian_encoder():
-            with torch.inference_mode():
-                encoder(input_ids=batch["source"], attention_mask=batch["source_mask"])
-
-        def engine(generator, beams: int, new_tokens: int):
-            def call():
-                rows = generator.generate(
-                    batch["source"], batch["source_mask"], num_beams=beams, max_new_tokens=new_tokens,
-                    min_new_tokens=new_tokens, length_penalty=1.0,
-                )  # fmt: skip
-                if any(len(row) != new_tokens for row in rows):
-                    raise RuntimeError(f"generated {sorted({len(row) for row in rows})} tokens, not {new_tokens}")
-
-            return call
-
-        tasks = {"marian_encoder": marian_encoder}
-        for kind, beams in KINDS:
-            tasks[f"marian_{kind}"] = lambda beams=beams: marian.generate(batch, beams)
-            for name, generator in generators.items():
-                tasks[f"{name}_{kind}"] = engine(generator, beams, bench.NEW_TOKENS)
-                tasks[f"{name}_{kind}_first_step"] = engine(generator, beams, 1)
-        seconds = bench.interleaved(tasks, device, warmup=1, rounds=rounds, budget_s=budget_s)
+        return [
+            _measure_batch(config, size, bench.make_batch(c, size, device, seed=1), marian, encoder, generators,
+                           rounds, budget_s, log)
+            for size in batch_sizes
+        ]  # fmt: skip
     finally:
         deployment.close()
+
+
+def _measure_batch(config, batch_size, batch, marian, encoder, generators, rounds, budget_s, log) -> dict:
+    def marian_encoder():
+        with torch.inference_mode():
+            encoder(input_ids=batch["source"], attention_mask=batch["source_mask"])
+
+    def engine(generator, beams: int, new_tokens: int):
+        def call():
+            rows = generator.generate(
+                batch["source"], batch["source_mask"], num_beams=beams, max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens, length_penalty=1.0,
+            )  # fmt: skip
+            if any(len(row) != new_tokens for row in rows):
+                raise RuntimeError(f"generated {sorted({len(row) for row in rows})} tokens, not {new_tokens}")
+
+        return call
+
+    tasks = {"marian_encoder": marian_encoder}
+    for kind, beams in KINDS:
+        tasks[f"marian_{kind}"] = lambda beams=beams: marian.generate(batch, beams)
+        for name, generator in generators.items():
+            tasks[f"{name}_{kind}"] = engine(generator, beams, bench.NEW_TOKENS)
+            tasks[f"{name}_{kind}_first_step"] = engine(generator, beams, 1)
+    seconds = bench.interleaved(tasks, torch.device("cpu"), warmup=1, rounds=rounds, budget_s=budget_s)
     median = {name: statistics.median(times) for name, times in seconds.items()}
     row = dict(config=config, batch=batch_size, rounds=len(seconds["marian_encoder"]), seconds=median)
     for kind, _ in KINDS:
@@ -142,9 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     began = time.perf_counter()
     results = [
-        measure(config, batch_size, args.rounds, args.budget)
-        for config in args.configs.split(",")
-        for batch_size in args.batch_sizes
+        row for config in args.configs.split(",") for row in measure(config, args.batch_sizes, args.rounds, args.budget)
     ]
     record = dict(
         machine=bench.machine_description(torch.device("cpu")), threads=torch.get_num_threads(),

@@ -422,7 +422,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     # One tokenizer for every process and for a resumed run (hf_transformer.training.one_tokenizer).
     tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
-    if model_args.lowercase and not lowercases(tokenizer):
+    lowercase = lowercases(tokenizer)
+    if model_args.lowercase and not lowercase:
         given = model_args.tokenizer or "the run's own"
         raise ValueError(
             f"--lowercase asks for a tokenizer that lowercases, but the one given ({given}) keeps case: train a new "
@@ -492,7 +493,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # Beam search settings are chosen on the validation set only; test2016 is decoded once with the choice. A model
     # that writes lowercase is chosen on the lowercased metric: its cased BLEU counts every capital as an error.
-    selection = "bleu_lc_tok" if lowercases(tokenizer) and "validation" in tokenized_references else "bleu"
+    selection = "bleu_lc_tok" if lowercase and "validation" in tokenized_references else "bleu"
     penalties = list(dict.fromkeys(model_args.length_penalty))
     trainer.compute_metrics = metric("validation")
     by_penalty = {}
@@ -509,7 +510,7 @@ def main(argv: list[str] | None = None) -> dict:
         results[f"eval_{selection}_by_length_penalty"] = {str(k): v[f"eval_{selection}"] for k, v in by_penalty.items()}
     results["length_penalty"] = length_penalty
     results["selected_on"] = f"eval_{selection}"
-    results["lowercase"] = lowercases(tokenizer)
+    results["lowercase"] = lowercase
     model.generation_config.length_penalty = length_penalty
 
     test_metric = metric("test")
