@@ -16,7 +16,8 @@ Checked against transformers 5.23.0 and 5.24.0:
   causal mask inside the step).
 - ``GenerationMixin._reorder_cache(past_key_values, beam_idx)`` (private; called by ``_beam_search`` when the model
   defines it), overridden: the cross-attention cache is not reordered when the reordering provably changes
-  nothing. The cache keeps transformers' shapes and contents either way.
+  nothing. The cache keeps transformers' shapes and contents either way. ``hf_transformer.ensemble`` overrides it
+  once more, to reorder each member's cache this way.
 - ``Cache.get_mask_sizes(query_length, layer_idx)`` and ``EncoderDecoderCache.is_updated`` (read by the
   decoder and the attention layers).
 - The decoding cache's name: transformers 5.24 renames it from ``past_key_values`` to ``cache`` (the argument

@@ -123,7 +123,7 @@ class Predictor:
     @classmethod
     def from_pretrained(
         cls,
-        model_dir: str | Path,
+        model_dir: str | Path | Sequence[str | Path],
         *,
         device: str = "cpu",
         engine: str = "torch",
@@ -131,7 +131,15 @@ class Predictor:
         threads: int | None = None,
         **options,
     ) -> Predictor:
-        """Load `model_dir` (a saved folder or Hub id; for `engine="ctranslate2"` also a CTranslate2 folder)."""
+        """Load `model_dir` (a saved folder or Hub id; for `engine="ctranslate2"` also a CTranslate2 folder). A list
+        of seq2seq folders that share one tokenizer translates as their ensemble (:mod:`hf_transformer.ensemble`)."""
+        if not isinstance(model_dir, (str, Path)):
+            if engine != "torch" or quantization is not None:
+                raise ValueError("an ensemble of folders decodes with engine='torch' and without quantization")
+            from .ensemble import TransformerEnsemble
+
+            ensemble, tokenizer = TransformerEnsemble.from_folders(model_dir)
+            return cls(ensemble.to(device), tokenizer, SEQ2SEQ, **options)
         model_dir = str(model_dir)
         if engine == "ctranslate2":
             return cls._from_ctranslate2(

@@ -348,6 +348,55 @@ def card(model_args: ModelArguments, data_args: DataArguments, results: dict, mo
 # --------------------------------------------------------------------------------------------------
 
 
+def select_and_score(
+    trainer: Seq2SeqTrainer,
+    test_dataset,
+    metric,
+    *,
+    num_beams: int,
+    length_penalties: Sequence[float],
+    lowercase: bool,
+    has_lc_tok_validation: bool,
+) -> tuple[dict, list[str]]:
+    """Beam search's length penalty chosen on the validation set (the trainer's eval dataset), then test decoded
+    once with it and once greedily; the scores and the beam search's test hypotheses in the test file's order.
+
+    ``metric(split)`` gives a fresh :class:`BleuMetric` for ``validation`` or ``test``. A model that writes
+    lowercase is chosen on the lowercased metric: its cased BLEU counts every capital as an error. The chosen
+    penalty becomes the model's generation default.
+    """
+    selection = "bleu_lc_tok" if lowercase and has_lc_tok_validation else "bleu"
+    penalties = list(dict.fromkeys(length_penalties))
+    trainer.compute_metrics = metric("validation")
+    by_penalty = {}
+    for penalty in penalties:
+        by_penalty[penalty] = trainer.evaluate(metric_key_prefix="eval", num_beams=num_beams, length_penalty=penalty)
+        logger.info(
+            "length penalty %s: validation %s %.2f", penalty, selection, by_penalty[penalty][f"eval_{selection}"]
+        )
+    length_penalty = max(penalties, key=lambda penalty: by_penalty[penalty][f"eval_{selection}"])
+    results = dict(by_penalty[length_penalty])
+    if len(penalties) > 1:
+        results[f"eval_{selection}_by_length_penalty"] = {str(k): v[f"eval_{selection}"] for k, v in by_penalty.items()}
+    results["length_penalty"] = length_penalty
+    results["selected_on"] = f"eval_{selection}"
+    results["lowercase"] = lowercase
+    trainer.model.generation_config.length_penalty = length_penalty
+
+    test_metric = metric("test")
+    for prefix, beams in (("", num_beams), ("greedy_", 1)):
+        if beams == 1:
+            trainer.compute_metrics = metric("validation")
+            results.update(trainer.evaluate(metric_key_prefix="eval_greedy", num_beams=1))
+        trainer.compute_metrics = test_metric
+        extra = {"length_penalty": length_penalty} if beams > 1 else {}
+        test = trainer.predict(test_dataset, metric_key_prefix=f"test_{prefix}".rstrip("_"), num_beams=beams, **extra)
+        results.update(test.metrics)
+        if beams == num_beams:
+            test_hypotheses = test_metric.in_dataset_order()
+    return results, test_hypotheses
+
+
 def build_config(model_args: ModelArguments, tokenizer) -> TransformerConfig:
     return TransformerConfig(
         vocab_size=len(tokenizer),
@@ -491,41 +540,17 @@ def main(argv: list[str] | None = None) -> dict:
         results["averaged_checkpoints"] = [folder.name for folder in folders]
         logger.info("evaluating the mean of the weights of %s", ", ".join(results["averaged_checkpoints"]))
 
-    # Beam search settings are chosen on the validation set only; test2016 is decoded once with the choice. A model
-    # that writes lowercase is chosen on the lowercased metric: its cased BLEU counts every capital as an error.
-    selection = "bleu_lc_tok" if lowercase and "validation" in tokenized_references else "bleu"
-    penalties = list(dict.fromkeys(model_args.length_penalty))
-    trainer.compute_metrics = metric("validation")
-    by_penalty = {}
-    for penalty in penalties:
-        by_penalty[penalty] = trainer.evaluate(
-            metric_key_prefix="eval", num_beams=model_args.num_beams, length_penalty=penalty
-        )
-        logger.info(
-            "length penalty %s: validation %s %.2f", penalty, selection, by_penalty[penalty][f"eval_{selection}"]
-        )
-    length_penalty = max(penalties, key=lambda penalty: by_penalty[penalty][f"eval_{selection}"])
-    results.update(by_penalty[length_penalty])
-    if len(penalties) > 1:
-        results[f"eval_{selection}_by_length_penalty"] = {str(k): v[f"eval_{selection}"] for k, v in by_penalty.items()}
-    results["length_penalty"] = length_penalty
-    results["selected_on"] = f"eval_{selection}"
-    results["lowercase"] = lowercase
-    model.generation_config.length_penalty = length_penalty
-
-    test_metric = metric("test")
-    for prefix, beams in (("", model_args.num_beams), ("greedy_", 1)):
-        if beams == 1:
-            trainer.compute_metrics = metric("validation")
-            results.update(trainer.evaluate(metric_key_prefix="eval_greedy", num_beams=1))
-        trainer.compute_metrics = test_metric
-        extra = {"length_penalty": length_penalty} if beams > 1 else {}
-        test = trainer.predict(
-            tokenized["test"], metric_key_prefix=f"test_{prefix}".rstrip("_"), num_beams=beams, **extra
-        )
-        results.update(test.metrics)
-        if beams == model_args.num_beams:
-            test_hypotheses = test_metric.in_dataset_order()
+    # Beam search settings are chosen on the validation set only; test2016 is decoded once with the choice.
+    scores, test_hypotheses = select_and_score(
+        trainer,
+        tokenized["test"],
+        metric,
+        num_beams=model_args.num_beams,
+        length_penalties=model_args.length_penalty,
+        lowercase=lowercase,
+        has_lc_tok_validation="validation" in tokenized_references,
+    )
+    results.update(scores)
     results.update(
         bleu=results["test_bleu"],
         **({"bleu_lc_tok": results["test_bleu_lc_tok"]} if "test_bleu_lc_tok" in results else {}),

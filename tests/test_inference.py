@@ -77,6 +77,24 @@ def test_translations_come_back_in_input_order_whatever_the_batching(translator,
     assert predictor.translate(texts, num_beams=1, max_new_tokens=3) == greedy
 
 
+def test_a_list_of_folders_translates_as_their_ensemble(translator, tokenizer, tmp_path):
+    folder, model = translator
+    texts = SENTENCES[:9]
+    # Two copies of one model are that model; a second, different model changes the translations.
+    assert Predictor.from_pretrained([folder, folder], batch_size=4).translate(texts) == one_by_one(
+        model, tokenizer, texts
+    )
+    torch.manual_seed(1)
+    other = TransformerForConditionalGeneration(model.config).eval()
+    other.save_pretrained(tmp_path / "other")
+    tokenizer.save_pretrained(tmp_path / "other")
+    ensemble = Predictor.from_pretrained([folder, tmp_path / "other"], num_beams=1)
+    assert ensemble.translate(texts) != Predictor.from_pretrained(folder, num_beams=1).translate(texts)
+    assert ensemble.input_length_limit() == 12  # the first member's position table, as for one folder
+    with pytest.raises(ValueError, match="engine='torch'"):
+        Predictor.from_pretrained([folder, folder], engine="ctranslate2")
+
+
 def test_inputs_are_truncated_at_the_smaller_of_tokenizer_and_position_table(translator, tokenizer):
     folder, model = translator
     long_text = " ".join(SENTENCES[:4])

@@ -1,0 +1,164 @@
+"""Score saved Multi30k translation models, alone or as an ensemble, as train_translation.py scores its own:
+beam search's length penalty chosen on validation, then test2016 decoded once with it (and once greedily), both
+BLEU forms (cased sacreBLEU, lowercased Moses-tokenised `bleu_lc_tok`).
+
+    python scripts/evaluate_translation.py --model_dirs runs/m30k-en-de-v7 runs/m30k-en-de-v7s43 \
+        --output_dir runs/m30k-en-de-ens2 --data_dir ../shared/data --source_lang en --target_lang de \
+        --num_beams 5 --length_penalty 1.0 1.4 1.8
+
+With several `--model_dirs` the models decode as one ensemble (hf_transformer.ensemble: the log of the members'
+mean next-token probability); they must share one tokenizer (train them with `train_translation.py --tokenizer
+FOLDER`). The output folder gets `results.json` (the members' own test figures beside the ensemble's) and
+`test_predictions.txt`; `scripts/collect_results.py` reads it like a training run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+import hf_transformer  # noqa: F401  (registers the Auto classes)
+from hf_transformer.data import first_rows, load_multi30k, seq2seq_collator, tokenize_translation
+from hf_transformer.ensemble import TransformerEnsemble
+from hf_transformer.metrics import require_scorers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_translation import (  # noqa: E402  (the training script's scoring, shared)
+    BleuMetric,
+    DataArguments,
+    ReferenceIndex,
+    lc_tok_references,
+    lowercases,
+    select_and_score,
+)
+
+logger = logging.getLogger("evaluate_translation")
+
+
+@dataclass
+class EvaluationArguments:
+    model_dirs: list[str] = field(metadata={"help": "saved translation model folders; several decode as an ensemble"})
+    output_dir: str = field(metadata={"help": "where results.json and test_predictions.txt go"})
+    num_beams: int = field(default=5, metadata={"help": "beam size of the scoring"})
+    length_penalty: list[float] = field(
+        default_factory=lambda: [1.0],
+        metadata={"help": "beam search length penalties tried on validation; the best is used for test"},
+    )
+    per_device_eval_batch_size: int = field(default=128, metadata={"help": "sentences per decoding batch"})
+    bf16: bool = field(
+        default=False,
+        metadata={
+            "help": "decode under bfloat16 autocast, as train_translation.py scores a run trained with --bf16 true "
+            "(its Trainer evaluates under the training precision)"
+        },
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((EvaluationArguments, DataArguments))
+    args, data_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    require_scorers()
+    started = time.time()
+    source, target = data_args.source_lang, data_args.target_lang
+
+    model, tokenizer = TransformerEnsemble.from_folders(args.model_dirs)
+    if len(model.members) == 1:
+        model = model.members[0]  # one folder: the model itself, exactly as trained
+    config = model.config
+    splits = first_rows(
+        load_multi30k(data_args.data_dir, source_lang=source, target_lang=target), data_args.split_limits()
+    )
+    splits.pop("train", None)
+    tokenized = tokenize_translation(
+        splits,
+        tokenizer,
+        source_lang=source,
+        target_lang=target,
+        max_source_length=config.max_position_embeddings,
+        max_target_length=config.decoder_max_position_embeddings or config.max_position_embeddings,
+    )
+    references = {
+        split: ReferenceIndex(tokenized[split]["labels"], [pair[target] for pair in splits[split]["translation"]])
+        for split in ("validation", "test")
+    }
+    tokenized_references = lc_tok_references(splits, data_args)
+
+    def metric(split: str) -> BleuMetric:
+        return BleuMetric(tokenizer, references[split], tokenized_references.get(split), target)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        trainer = Seq2SeqTrainer(
+            model=model,
+            args=Seq2SeqTrainingArguments(
+                output_dir=scratch,
+                per_device_eval_batch_size=args.per_device_eval_batch_size,
+                predict_with_generate=True,
+                # The training script's evaluation: batches of similar length, in the training precision.
+                train_sampling_strategy="group_by_length",
+                bf16=args.bf16,
+                use_cpu=not torch.cuda.is_available(),
+                report_to="none",
+                disable_tqdm=True,
+            ),
+            eval_dataset=tokenized["validation"],
+            data_collator=seq2seq_collator(tokenizer, model),
+            processing_class=tokenizer,
+        )
+        scores, test_hypotheses = select_and_score(
+            trainer,
+            tokenized["test"],
+            metric,
+            num_beams=args.num_beams,
+            length_penalties=args.length_penalty,
+            lowercase=lowercases(tokenizer),
+            has_lc_tok_validation="validation" in tokenized_references,
+        )
+
+    members = []
+    for folder in args.model_dirs:
+        found = Path(folder) / "results.json"
+        own = json.loads(found.read_text()) if found.is_file() else {}
+        members.append({"folder": folder, **{k: own[k] for k in ("bleu", "bleu_lc_tok", "eval_bleu") if k in own}})
+    results = {
+        "task": f"translation_{source}_to_{target}",
+        "dataset": "multi30k",
+        "split": "test2016",
+        "source_lang": source,
+        "target_lang": target,
+        "ensemble": members,
+        **scores,
+        "bleu": scores["test_bleu"],
+        **({"bleu_lc_tok": scores["test_bleu_lc_tok"]} if "test_bleu_lc_tok" in scores else {}),
+        "num_beams": args.num_beams,
+        "eval_samples": len(tokenized["validation"]),
+        "test_samples": len(tokenized["test"]),
+        "parameters": sum(member.num_parameters() for member in getattr(model, "members", [model])),
+        "wall_seconds": round(time.time() - started, 1),
+        "command": " ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
+    }
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
+    (output_dir / "test_predictions.txt").write_text("\n".join(test_hypotheses) + "\n", encoding="utf-8")
+    logger.info(
+        "test2016 BLEU %.2f, lc-tok %s (beam %d, length penalty %s); %s",
+        results["test_bleu"],
+        f"{results['bleu_lc_tok']:.2f}" if "bleu_lc_tok" in results else "-",
+        args.num_beams,
+        results["length_penalty"],
+        output_dir / "results.json",
+    )
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Ensembles of translation models decoding through generate (hf_transformer.ensemble), and the evaluation script
+that scores them (scripts/evaluate_translation.py)."""
+
+import copy
+import json
+
+import pytest
+import torch
+from launch_utils import load_script
+from test_train_translation import TINY_MODEL, write_multi30k
+
+from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
+from hf_transformer.ensemble import EnsembleCache, TransformerEnsemble
+
+PAD, START, EOS = 0, 1, 2
+
+
+def random_model(seed: int, **overrides) -> TransformerForConditionalGeneration:
+    """A random model whose greedy output varies from step to step: pre-LN, learned positions and larger weights
+    than the initialisation's (which would repeat one token)."""
+    settings = dict(
+        vocab_size=40, d_model=32, n_layer=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, pad_token_id=PAD, bos_token_id=START, eos_token_id=EOS, dropout=0.0,
+        layer_norm_position="pre", position_embedding_type="learned",
+    )  # fmt: skip
+    settings.update(overrides)
+    torch.manual_seed(seed)
+    model = TransformerForConditionalGeneration(TransformerConfig(**settings)).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() == 2:
+                parameter.normal_(0.0, 0.5)
+    return model
+
+
+SOURCE = torch.tensor([[5, 6, 7, 8, 9, EOS], [10, 11, 12, EOS, PAD, PAD], [13, 14, 15, 16, EOS, PAD]])
+MASK = SOURCE.ne(PAD)
+
+
+def generate(model, **options):
+    return model.generate(input_ids=SOURCE, attention_mask=MASK, max_new_tokens=10, do_sample=False, **options)
+
+
+@pytest.mark.parametrize("options", [dict(num_beams=1), dict(num_beams=4, length_penalty=1.3)])
+def test_an_ensemble_of_one_decodes_as_its_member(options):
+    member = random_model(0)
+    assert torch.equal(generate(TransformerEnsemble([member]), **options), generate(member, **options))
+
+
+@pytest.mark.parametrize("options", [dict(num_beams=1), dict(num_beams=4, length_penalty=1.3)])
+def test_two_copies_of_a_model_decode_as_the_model(options):
+    # The mean of two equal distributions is that distribution: any difference would come from the second
+    # member's cache (not reordered between beams, not repeated for them, or given the first member's rows).
+    member = random_model(1)
+    expected = generate(member, **options)
+    assert len(set(expected[:, 1:].flatten().tolist())) > 3  # the output varies, so a misplaced cache row shows
+    assert torch.equal(generate(TransformerEnsemble([member, copy.deepcopy(member)]), **options), expected)
+
+
+def test_ensemble_scores_are_the_log_of_the_members_mean_probability():
+    first, second = random_model(2), random_model(3, d_model=48, n_layer=1, num_attention_heads=3)
+    ensemble = TransformerEnsemble([first, second])
+    target = torch.tensor([[START, 5, 6, 7], [START, 8, 9, PAD], [START, 10, EOS, PAD]])
+    with torch.no_grad():
+        probabilities = [
+            model(input_ids=SOURCE, attention_mask=MASK, decoder_input_ids=target).logits.softmax(-1)
+            for model in (first, second)
+        ]
+        scores = ensemble(input_ids=SOURCE, attention_mask=MASK, decoder_input_ids=target).logits
+    torch.testing.assert_close(scores, ((probabilities[0] + probabilities[1]) / 2).log(), atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(probabilities[0], probabilities[1], atol=1e-3)  # the members do differ
+
+
+def test_cached_greedy_decoding_follows_the_ensemble_scores_of_the_whole_prefix():
+    ensemble = TransformerEnsemble([random_model(4), random_model(5, d_model=48, num_attention_heads=2)])
+    generated = generate(ensemble, num_beams=1)
+    prefix = torch.full((SOURCE.shape[0], 1), START)
+    with torch.no_grad():
+        for _ in range(generated.shape[1] - 1):
+            scores = ensemble(input_ids=SOURCE, attention_mask=MASK, decoder_input_ids=prefix, use_cache=False).logits
+            prefix = torch.cat([prefix, scores[:, -1].argmax(-1, keepdim=True)], dim=1)
+    finished = (prefix == EOS).cumsum(1) - (prefix == EOS).int() > 0  # after each row's first end token
+    assert torch.equal(generated[~finished], prefix[~finished])
+    assert len(set(generated[:, 1:].flatten().tolist())) > 3
+
+
+def test_beam_search_returns_an_ensemble_cache_carrying_every_member():
+    ensemble = TransformerEnsemble([random_model(6), random_model(7), random_model(8)])
+    output = generate(ensemble, num_beams=3, return_dict_in_generate=True)
+    cache = output.get("past_key_values", output.get("cache"))
+    assert isinstance(cache, EnsembleCache) and len(cache.members()) == 3
+    lengths = {member.self_attention_cache.get_seq_length() for member in cache.members()}
+    assert lengths == {output.sequences.shape[1] - 1}
+    assert {member.self_attention_cache.layers[0].keys.shape[0] for member in cache.members()} == {9}
+
+
+def test_members_must_share_the_vocabulary_and_special_tokens():
+    with pytest.raises(ValueError, match="member 1 has decoder_vocab_size=41"):
+        TransformerEnsemble([random_model(0), random_model(1, vocab_size=41)])
+    with pytest.raises(ValueError, match="member 1 has eos_token_id=3"):
+        TransformerEnsemble([random_model(0), random_model(1, eos_token_id=3)])
+    with pytest.raises(TypeError, match="members are TransformerForConditionalGeneration"):
+        TransformerEnsemble([random_model(0), torch.nn.Linear(2, 2)])
+    with pytest.raises(NotImplementedError, match="its members' folders"):
+        TransformerEnsemble([random_model(0)]).save_pretrained("anywhere")
+
+
+def test_a_static_cache_is_refused_with_a_clear_error():
+    ensemble = TransformerEnsemble([random_model(0), random_model(1)])
+    with pytest.raises(ValueError, match="dynamic caches"):
+        generate(ensemble, num_beams=1, cache_implementation="static")
+
+
+def train_tiny(data_dir, output_dir, seed: int, *extra: str) -> dict:
+    return load_script("train_translation").main(
+        [
+            "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de",
+            *TINY_MODEL, "--num_train_epochs", "9", "--per_device_train_batch_size", "16", "--learning_rate", "3e-3",
+            "--warmup_steps", "40", "--eval_strategy", "no", "--num_beams", "3", "--length_penalty", "0.5", "1.0",
+            "--per_device_eval_batch_size", "16", "--train_sampling_strategy", "group_by_length", "--seed", str(seed),
+            *extra,
+        ]
+    )  # fmt: skip
+
+
+def test_evaluate_translation_rescores_a_run_and_ensembles_runs_of_one_tokenizer(tmp_path):
+    data_dir = tmp_path / "data"
+    write_multi30k(data_dir, sizes=(("train", 1200), ("val", 40), ("test_2016_flickr", 50)))
+    first = train_tiny(data_dir, tmp_path / "a", 2)
+    train_tiny(data_dir, tmp_path / "b", 3, "--tokenizer", str(tmp_path / "a"))
+    evaluate = load_script("evaluate_translation").main
+    common = ["--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de", "--num_beams", "3",
+              "--length_penalty", "0.5", "1.0", "--per_device_eval_batch_size", "16"]  # fmt: skip
+
+    # One folder: the training run's own scores, decoded the same way.
+    alone = evaluate(["--model_dirs", str(tmp_path / "a"), "--output_dir", str(tmp_path / "a-again"), *common])
+    for key in ("eval_bleu", "length_penalty", "test_bleu", "test_greedy_bleu"):
+        assert alone[key] == pytest.approx(first[key], abs=1e-6), key
+
+    both = evaluate(["--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--output_dir", str(tmp_path / "ab"),
+                     *common])  # fmt: skip
+    assert [member["folder"] for member in both["ensemble"]] == [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert both["ensemble"][0]["bleu"] == first["bleu"]
+    assert first["test_bleu"] > 25  # each member translates the toy language, and so does the ensemble
+    assert both["bleu"] == both["test_bleu"] > 25 and both["test_samples"] == 50
+    saved = json.loads((tmp_path / "ab" / "results.json").read_text())
+    assert saved["test_bleu"] == both["test_bleu"] and saved["parameters"] == 2 * first["parameters"]
+    assert len((tmp_path / "ab" / "test_predictions.txt").read_text(encoding="utf-8").splitlines()) == 50
+
+
+def test_evaluate_translation_refuses_folders_with_different_tokenizers(tmp_path):
+    data_dir = tmp_path / "data"
+    write_multi30k(data_dir, sizes=(("train", 300), ("val", 10), ("test_2016_flickr", 10)))
+    train_tiny(data_dir, tmp_path / "a", 1, "--num_train_epochs", "1")
+    train_tiny(data_dir, tmp_path / "b", 1, "--num_train_epochs", "1", "--vocab_size", "100")
+    with pytest.raises(ValueError, match="must share one vocabulary"):
+        load_script("evaluate_translation").main(
+            ["--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--output_dir", str(tmp_path / "ab"),
+             "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de"]
+        )  # fmt: skip
