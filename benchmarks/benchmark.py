@@ -331,8 +331,7 @@ class Runner:
     def generate(self, batch: dict, num_beams: int):
         if self.engine is not None and self.engine.model is None:
             generated = self.engine.generate(batch, num_beams)
-            if any(count != NEW_TOKENS for count in generated):
-                raise RuntimeError(f"{self.entry.name} generated {sorted(set(generated))} tokens, not {NEW_TOKENS}")
+            check_new_tokens(self.entry.name, generated)
             return generated
         self.model.eval()
         with self._autocast():
@@ -344,8 +343,7 @@ class Runner:
                 )  # fmt: skip
             else:
                 output = self.model.greedy(batch["source"], START, NEW_TOKENS, banned_ids=(PAD, EOS))
-        if output.shape[1] != NEW_TOKENS + 1:
-            raise RuntimeError(f"{self.entry.name} generated {output.shape[1] - 1} tokens instead of {NEW_TOKENS}")
+        check_new_tokens(self.entry.name, [output.shape[1] - 1])
         return output
 
 
@@ -551,6 +549,19 @@ def training_flops(c: dict) -> float:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+def check_new_tokens(name: str, counts, expected: int = NEW_TOKENS) -> None:
+    """Every row decoded exactly ``expected`` new tokens (min = max), or a timing would compare unequal work."""
+    counts = list(counts)
+    if any(count != expected for count in counts):
+        raise RuntimeError(f"{name} generated {sorted(set(counts))} tokens per row, not {expected}")
+
+
+def check_threads(threads: int, during: str) -> None:
+    """torch still runs ``threads`` threads: an engine that changed them would make the rounds unlike."""
+    if torch.get_num_threads() != threads:
+        raise RuntimeError(f"torch threads went from {threads} to {torch.get_num_threads()} {during}")
 
 
 def interleaved(tasks: dict[str, Callable[[], object]], device, warmup: int, rounds: int, budget_s: float) -> dict:
@@ -1027,8 +1038,7 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.configs:
         log(f"config {name}")
         results.append(run_config(name, args.models, device, dtype, args, log))
-        if torch.get_num_threads() != threads:  # an engine changed torch's threads: the rounds were not like for like
-            raise RuntimeError(f"torch threads went from {threads} to {torch.get_num_threads()} during {name}")
+        check_threads(threads, f"during {name}")
     peak = max(peak, matmul_peak(device, dtype, peak_size))  # the better of the probes before and after
 
     header = dict(

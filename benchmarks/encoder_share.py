@@ -72,8 +72,7 @@ def _measure_batch(config, batch_size, batch, marian, encoder, generators, round
                 batch["source"], batch["source_mask"], num_beams=beams, max_new_tokens=new_tokens,
                 min_new_tokens=new_tokens, length_penalty=1.0,
             )  # fmt: skip
-            if any(len(row) != new_tokens for row in rows):
-                raise RuntimeError(f"generated {sorted({len(row) for row in rows})} tokens, not {new_tokens}")
+            bench.check_new_tokens("CTranslate2", [len(row) for row in rows], new_tokens)
 
         return call
 

@@ -44,12 +44,6 @@ ENGINES = ("ct2", "ct2_int8", "onnx")
 KINDS = (("greedy", 1), ("beam4", 4))
 
 
-def _check_rows(new_tokens: list[int]) -> None:
-    """Every engine decodes exactly ``NEW_TOKENS`` per row (min = max), or the timing compares unequal work."""
-    if any(count != bench.NEW_TOKENS for count in new_tokens):
-        raise RuntimeError(f"generated {sorted(set(new_tokens))} tokens, not {bench.NEW_TOKENS}")
-
-
 def build_engines(ours, deployment: bench.Deployment, workers: int, per_worker: int, names=ENGINES) -> dict:
     """Engine name -> a callable ``(batch, num_beams)`` decoding with ``workers`` workers of ``per_worker`` threads."""
     engines = {}
@@ -59,15 +53,19 @@ def build_engines(ours, deployment: bench.Deployment, workers: int, per_worker: 
 
             folder = deployment.ctranslate2(ours, quantization)
             generator = CTranslate2Generator(folder, inter_threads=workers, intra_threads=per_worker)
-            engines[name] = lambda batch, beams, g=generator: _check_rows([len(row) for row in g.generate(
-                batch["source"], batch["source_mask"], num_beams=beams, max_new_tokens=bench.NEW_TOKENS,
-                min_new_tokens=bench.NEW_TOKENS, length_penalty=1.0,
-            )])  # fmt: skip
+            engines[name] = lambda batch, beams, g=generator: bench.check_new_tokens(
+                "CTranslate2",
+                [len(row) for row in g.generate(
+                    batch["source"], batch["source_mask"], num_beams=beams, max_new_tokens=bench.NEW_TOKENS,
+                    min_new_tokens=bench.NEW_TOKENS, length_penalty=1.0,
+                )],
+            )  # fmt: skip
     if "onnx" in names:
         from hf_transformer.export.onnx_export import OnnxSeq2SeqGenerator
 
         generator = OnnxSeq2SeqGenerator(deployment.onnx(ours), intra_op_num_threads=per_worker, workers=workers)
-        engines["onnx"] = lambda batch, beams, g=generator: _check_rows(
+        engines["onnx"] = lambda batch, beams, g=generator: bench.check_new_tokens(
+            "ONNX Runtime",
             [
                 g.generate(
                     batch["source"].numpy(),
@@ -78,7 +76,7 @@ def build_engines(ours, deployment: bench.Deployment, workers: int, per_worker: 
                     length_penalty=1.0,
                 ).shape[1]
                 - 1
-            ]
+            ],
         )  # fmt: skip  (B, 1 + new): the start token first
     return engines
 
@@ -106,8 +104,7 @@ def measure_config(config: str, names: list[str], args, threads: int) -> list[di
         ours = bench.build_ours(c).eval()
         for layout, (workers, per_worker) in layouts(threads).items():
             engines = build_engines(ours, deployment, workers, per_worker, names)
-            if torch.get_num_threads() != threads:
-                raise RuntimeError(f"building the engines changed torch's threads to {torch.get_num_threads()}")
+            bench.check_threads(threads, f"building the {layout} engines")
             for size, batch in batches.items():
                 for kind, beams in KINDS:
                     seconds = time_section(marian, engines, batch, beams, args.rounds, args.budget)

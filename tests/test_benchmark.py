@@ -5,6 +5,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from launch_utils import REPO, load_benchmark_module
 
 
@@ -287,3 +288,20 @@ def test_thread_layouts_time_each_engine_in_each_layout_beside_marian(tmp_path):
     assert f"| tiny | 3 | greedy | 1x1 | {cell} |" in output.read_text()
     with pytest.raises(SystemExit):
         layouts.main(["--engines", "ct2,tensorrt", "--output", str(output)])
+
+
+def test_engine_calls_are_checked_for_equal_work_and_unchanged_threads():
+    bench = load_benchmark_module("benchmark")
+    bench.check_new_tokens("ct2", [32, 32, 32])
+    with pytest.raises(RuntimeError, match=r"ct2 generated \[31, 32\] tokens per row, not 32"):
+        bench.check_new_tokens("ct2", [32, 31, 32])
+    with pytest.raises(RuntimeError, match=r"generated \[2\] tokens per row, not 1"):
+        bench.check_new_tokens("first step", [2], expected=1)
+    threads = torch.get_num_threads()
+    bench.check_threads(threads, "here")
+    try:
+        torch.set_num_threads(threads + 1)
+        with pytest.raises(RuntimeError, match=f"torch threads went from {threads} to {threads + 1} while building"):
+            bench.check_threads(threads, "while building")
+    finally:
+        torch.set_num_threads(threads)
