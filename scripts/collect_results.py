@@ -113,6 +113,15 @@ def collect_run(entry: dict, base: Path, figures: Path) -> dict:
         if wall is not None and None not in earlier_wall:
             wall = round(wall + sum(earlier_wall), 1)
 
+    # An ensemble's time is its members' training runs (side by side or one after the other) plus its scoring.
+    members = [member for member in results.get("ensemble", []) if "command" in member]
+    members_wall = None
+    if members:
+        command = " && ".join([*(shell_command(m["command"]) for m in members), command])
+        member_walls = [m.get("wall_seconds") for m in members]
+        members_wall = None if None in member_walls else round(sum(member_walls), 1)
+        wall = None if wall is None or members_wall is None else round(wall + members_wall, 1)
+
     curve = None
     try:
         figure, _ = plot_curves(read_log_history(folder), title=name)
@@ -129,6 +138,7 @@ def collect_run(entry: dict, base: Path, figures: Path) -> dict:
         "wall_seconds": wall,
         "run_wall_seconds": results.get("wall_seconds"),
         "pretraining_wall_seconds": sum(r.get("wall_seconds") or 0 for r in pretraining) if pretraining else None,
+        "members_wall_seconds": members_wall,
         "curve": curve,
         "note": entry.get("note", ""),
     }
@@ -212,7 +222,12 @@ def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -
         facts = [f"task `{run['task']}`"]
         if run["params"]:
             facts.append(f"{run['params']:,} parameters")
-        if run["pretraining_wall_seconds"] is not None:
+        if run.get("members_wall_seconds") is not None:
+            facts.append(
+                f"wall time {minutes(run['wall_seconds'])} (the members' runs {minutes(run['members_wall_seconds'])}"
+                f" + this scoring {minutes(run['run_wall_seconds'])})"
+            )
+        elif run["pretraining_wall_seconds"] is not None:
             facts.append(
                 f"wall time {minutes(run['wall_seconds'])} (pretraining {minutes(run['pretraining_wall_seconds'])}"
                 f" + this run {minutes(run['run_wall_seconds'])})"

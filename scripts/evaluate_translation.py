@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> dict:
     for folder in args.model_dirs:
         found = Path(folder) / "results.json"
         own = json.loads(found.read_text()) if found.is_file() else {}
-        members.append({"folder": folder, **{k: own[k] for k in ("bleu", "bleu_lc_tok", "eval_bleu") if k in own}})
+        kept = ("bleu", "bleu_lc_tok", "eval_bleu", "eval_bleu_lc_tok", "wall_seconds", "command")
+        members.append({"folder": folder, **{k: own[k] for k in kept if k in own}})
     results = {
         "task": f"translation_{source}_to_{target}",
         "dataset": "multi30k",

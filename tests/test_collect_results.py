@@ -167,3 +167,32 @@ def test_a_run_without_results_is_an_error(tmp_path):
         load_script("collect_results").main(
             ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "out")]
         )
+
+
+def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
+    member = {"task": "translation_en_to_de", "test_bleu": 30.0, "wall_seconds": 600.0}
+    fake_run(tmp_path / "runs" / "a", {**member, "command": "train_translation.py --output_dir runs/a"}, HISTORY)
+    ensemble_dir = tmp_path / "runs" / "ab"
+    ensemble_dir.mkdir(parents=True)
+    members = [
+        {"folder": f"runs/{name}", "bleu": 30.0, "wall_seconds": seconds, "command": f"train_translation.py {name}"}
+        for name, seconds in (("a", 600.0), ("b", 660.0))
+    ]
+    results = {
+        "task": "translation_en_to_de", "test_bleu": 31.5, "eval_bleu": 32.0, "parameters": 2000,
+        "wall_seconds": 90.0, "ensemble": members, "command": "evaluate_translation.py --model_dirs runs/a runs/b",
+    }  # fmt: skip
+    (ensemble_dir / "results.json").write_text(json.dumps(results))  # no log history: no learning curve
+    manifest = {"title": "Results", "runs": [{"dir": str(ensemble_dir), "name": "ensemble"}]}
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    records = load_script("collect_results").main(
+        ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "docs")]
+    )
+    assert {r["metric"] for r in records} == {"bleu"} and records[0]["value"] == 31.5
+    assert all(r["wall_seconds"] == 1350.0 for r in records)  # 600 + 660 s of training, 90 s of scoring
+    assert records[0]["command"] == (
+        "python scripts/train_translation.py a && python scripts/train_translation.py b && "
+        "python scripts/evaluate_translation.py --model_dirs runs/a runs/b"
+    )
+    text = (tmp_path / "docs" / "results.md").read_text()
+    assert "22 min 30 s (the members' runs 21 min 00 s + this scoring 1 min 30 s)" in text
