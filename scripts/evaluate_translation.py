@@ -31,14 +31,7 @@ from hf_transformer.ensemble import TransformerEnsemble
 from hf_transformer.metrics import require_scorers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_translation import (  # noqa: E402  (the training script's scoring, shared)
-    BleuMetric,
-    DataArguments,
-    ReferenceIndex,
-    lc_tok_references,
-    lowercases,
-    select_and_score,
-)
+from train_translation import DataArguments, lowercases, select_and_score, split_metrics  # noqa: E402
 
 logger = logging.getLogger("evaluate_translation")
 
@@ -86,14 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_source_length=config.max_position_embeddings,
         max_target_length=config.decoder_max_position_embeddings or config.max_position_embeddings,
     )
-    references = {
-        split: ReferenceIndex(tokenized[split]["labels"], [pair[target] for pair in splits[split]["translation"]])
-        for split in ("validation", "test")
-    }
-    tokenized_references = lc_tok_references(splits, data_args)
-
-    def metric(split: str) -> BleuMetric:
-        return BleuMetric(tokenizer, references[split], tokenized_references.get(split), target)
+    metric, has_lc_tok_validation = split_metrics(splits, tokenized, tokenizer, data_args)
 
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Seq2SeqTrainer(
@@ -120,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
             num_beams=args.num_beams,
             length_penalties=args.length_penalty,
             lowercase=lowercases(tokenizer),
-            has_lc_tok_validation="validation" in tokenized_references,
+            has_lc_tok_validation=has_lc_tok_validation,
         )
 
     members = []

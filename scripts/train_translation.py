@@ -33,7 +33,7 @@ import logging
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -348,6 +348,23 @@ def card(model_args: ModelArguments, data_args: DataArguments, results: dict, mo
 # --------------------------------------------------------------------------------------------------
 
 
+def split_metrics(splits, tokenized, tokenizer, data_args: DataArguments) -> tuple[Callable[[str], BleuMetric], bool]:
+    """``metric(split)``, a fresh :class:`BleuMetric` for ``validation`` or ``test`` against the split's raw
+    references (matched through the labels) and, where present, its lowercased tokenised ones; and whether
+    validation has the latter."""
+    target = data_args.target_lang
+    references = {
+        split: ReferenceIndex(tokenized[split]["labels"], [pair[target] for pair in splits[split]["translation"]])
+        for split in ("validation", "test")
+    }
+    tokenized_references = lc_tok_references(splits, data_args)
+
+    def metric(split: str) -> BleuMetric:
+        return BleuMetric(tokenizer, references[split], tokenized_references.get(split), target)
+
+    return metric, "validation" in tokenized_references
+
+
 def select_and_score(
     trainer: Seq2SeqTrainer,
     test_dataset,
@@ -486,14 +503,7 @@ def main(argv: list[str] | None = None) -> dict:
         max_source_length=model_args.max_source_length,
         max_target_length=model_args.max_target_length,
     )
-    references = {
-        split: ReferenceIndex(tokenized[split]["labels"], [pair[target] for pair in splits[split]["translation"]])
-        for split in ("validation", "test")
-    }
-    tokenized_references = lc_tok_references(splits, data_args)
-
-    def metric(split: str) -> BleuMetric:
-        return BleuMetric(tokenizer, references[split], tokenized_references.get(split), target)
+    metric, has_lc_tok_validation = split_metrics(splits, tokenized, tokenizer, data_args)
 
     config = build_config(model_args, tokenizer)
     model = TransformerForConditionalGeneration(config)
@@ -548,7 +558,7 @@ def main(argv: list[str] | None = None) -> dict:
         num_beams=model_args.num_beams,
         length_penalties=model_args.length_penalty,
         lowercase=lowercase,
-        has_lc_tok_validation="validation" in tokenized_references,
+        has_lc_tok_validation=has_lc_tok_validation,
     )
     results.update(scores)
     results.update(
