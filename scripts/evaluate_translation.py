@@ -53,6 +53,7 @@ class EvaluationArguments:
             "(its Trainer evaluates under the training precision)"
         },
     )
+    use_cpu: bool = field(default=False, metadata={"help": "decode on the CPU even where a GPU is present"})
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
                 # The training script's evaluation: batches of similar length, in the training precision.
                 train_sampling_strategy="group_by_length",
                 bf16=args.bf16,
-                use_cpu=not torch.cuda.is_available(),
+                use_cpu=args.use_cpu or not torch.cuda.is_available(),
                 report_to="none",
                 disable_tqdm=True,
             ),

@@ -66,7 +66,8 @@ def precision_choices() -> list:
 
 def job_commands(script: Path, variables: dict[str, str], precision: list[str]) -> dict[str, list[str]]:
     """``scripts/<name>.py`` -> its arguments in a bash job script, with the script's shell variables (``$name``) and
-    arrays (``"${name[@]}"``) filled in, and ``precision_args`` (scripts/precision_args.sh) given."""
+    arrays (``"${name[@]}"``) filled in, ``precision_args`` (scripts/precision_args.sh) given, and output redirections
+    and a trailing ``&`` left out."""
     text = script.read_text().replace("\\\n", " ")
     arrays = {name: shlex.split(value) for name, value in re.findall(r"^(\w+)=\((.*)\)$", text, re.M)}
     arrays["precision_args"] = precision
@@ -76,7 +77,13 @@ def job_commands(script: Path, variables: dict[str, str], precision: list[str]) 
         if not match:
             continue
         words = []
-        for word in shlex.split(match.group(2), comments=True):
+        shell_words = iter(shlex.split(match.group(2), comments=True))
+        for word in shell_words:
+            if word in (">", ">>", "2>", "&>"):  # a redirection and its file: the shell's, not the script's
+                next(shell_words, None)
+                continue
+            if word in ("&", "2>&1"):
+                continue
             array = re.fullmatch(r"\$\{(\w+)\[@\]\}", word)
             if array:
                 words += arrays[array.group(1)]

@@ -82,3 +82,69 @@ def test_multi30k_job_refuses_other_directions(languages, tmp_path):
     assert result.returncode != 0
     assert "usage: bash scripts/train_multi30k.sh" in result.stderr
     assert not any(tmp_path.iterdir())  # nothing was started
+
+
+ENSEMBLE_JOB = REPO / "scripts" / "train_multi30k_ensemble.sh"
+# The runs docs/results.md reports for the ensemble job's members (seeds 42 and 43) and for the ensemble itself.
+REPORTED_ENSEMBLE = {
+    ("en", "de"): (("m30k-en-de-v7", "m30k-en-de-v7s43"), "m30k-en-de-ens2"),
+    ("de", "en"): (("m30k-de-en-v6", "m30k-de-en-v6s43"), "m30k-de-en-ens2"),
+}
+
+
+# What a member of the job sets for itself: its tokenizer (the job's shared one) and its folders.
+PER_MEMBER = {"tokenizer", "tokenizer_type", "output_dir", "logging_dir", "data_dir", "distributed_state"}
+
+
+@pytest.mark.parametrize("direction", list(REPORTED_ENSEMBLE))
+def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direction):
+    source, target = direction
+    (member_runs, ensemble_run) = REPORTED_ENSEMBLE[direction]
+    records = json.loads((REPO / "docs" / "results.json").read_text())
+    commands = {r["run"]: r["command"] for r in records}
+    precision = ["--bf16", "true", "--use_cpu", "true"]
+    variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
+    for seed, reported_run in zip((42, 43), member_runs):
+        job = job_commands(ENSEMBLE_JOB, {**variables, "seed": str(seed)}, precision)
+        assert list(job) == ["train_translation", "evaluate_translation"]
+        member = _parse(job["train_translation"])
+        reported = _parse(shlex.split(commands[reported_run].split(" && ")[-1])[2:])
+        assert member[1].source_lang == reported[1].source_lang == source
+        assert member[0].tokenizer == "OUT/tokenizer" and member[2].output_dir == f"OUT/member-{seed}"
+        # Every other setting is the reported run's: the model, BPE-dropout, schedule, seed, precision.
+        for part, reported_part in zip(member, reported):
+            for name, value in vars(part).items():
+                if name not in (
+                    "tokenizer",
+                    "tokenizer_type",
+                    "output_dir",
+                    "logging_dir",
+                    "data_dir",
+                    "distributed_state",
+                ):
+                    assert value == getattr(reported_part, name), name
+    # The ensemble's scoring is the reported ensemble's, over the two members the job trained.
+    scoring = HfArgumentParser(_evaluation_parts())
+    job_scoring = scoring.parse_args_into_dataclasses(args=job["evaluate_translation"])
+    reported_scoring = scoring.parse_args_into_dataclasses(
+        args=shlex.split(commands[ensemble_run].split(" && ")[-1])[2:]
+    )
+    assert job_scoring[0].model_dirs == ["OUT/member-42", "OUT/member-43"]
+    assert len(reported_scoring[0].model_dirs) == 2
+    for name in ("num_beams", "length_penalty", "bf16", "per_device_eval_batch_size"):
+        assert getattr(job_scoring[0], name) == getattr(reported_scoring[0], name), name
+
+
+def _evaluation_parts():
+    script = load_script("evaluate_translation")
+    return (script.EvaluationArguments, script.DataArguments)
+
+
+@pytest.mark.parametrize("languages", [["en", "fr"], ["de"]])
+def test_ensemble_job_refuses_other_directions(languages, tmp_path):
+    result = subprocess.run(
+        ["bash", str(ENSEMBLE_JOB), *languages, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert "usage: bash scripts/train_multi30k_ensemble.sh" in result.stderr
+    assert not any(tmp_path.iterdir())  # nothing was started
