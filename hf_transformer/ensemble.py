@@ -239,11 +239,13 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
             )
         ensemble_cache = None
         if use_cache is not False and all(isinstance(c, EncoderDecoderCache) for c in returned_caches):
-            ensemble_cache = (
-                past if isinstance(past, EnsembleCache) else EnsembleCache(returned_caches[0], returned_caches[1:])
-            )
-        output = Seq2SeqLMOutput(loss=loss, logits=logits, **{CACHE_NAME: ensemble_cache},
-                                 encoder_last_hidden_state=encoder_states)  # fmt: skip
+            # The first member hands back the cache it was given: the ensemble's own from the first step of
+            # generate on; a forward without a cache gets one made of the members' new caches.
+            first, *others = returned_caches
+            ensemble_cache = first if isinstance(first, EnsembleCache) else EnsembleCache(first, others)
+        output = Seq2SeqLMOutput(
+            loss=loss, logits=logits, encoder_last_hidden_state=encoder_states, **{CACHE_NAME: ensemble_cache}
+        )
         return output if return_dict is not False else output.to_tuple()
 
     def _member_caches(self, past: EncoderDecoderCache) -> list[EncoderDecoderCache]:
