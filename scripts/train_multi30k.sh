@@ -13,18 +13,7 @@
 # bfloat16 arithmetic (docs/results.md), about twice that in float32.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then
-    . .venv/bin/activate
-fi
-
-usage="usage: bash scripts/train_multi30k.sh SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR]  (en de, or de en)"
-source_lang=${1:?$usage}
-target_lang=${2:?$usage}
-case "$source_lang-$target_lang" in
-    en-de | de-en) ;;
-    *) echo "$usage; got $source_lang $target_lang" >&2; exit 2 ;;
-esac
-data_dir=${3:-${HF_TRANSFORMER_DATA:-data}}
+. scripts/multi30k_args.sh "$@"  # .venv, source_lang, target_lang, data_dir
 output_dir=${4:-runs/m30k-$source_lang-$target_lang}
 
 # bfloat16 autocast where the hardware computes in it, else float32 (scripts/precision_args.sh).
