@@ -16,9 +16,15 @@ history (`log_history.json` or a checkpoint's `trainer_state.json`), which is dr
     }
 
 `results.json` is a list of records with the keys `task`, `metric`, `value`, `split`, `command`, `params` and
-`wall_seconds` (plus `run`, `curve` and `note`). A classifier started from a pretrained encoder
+`wall_seconds` (plus `run`, `curve`, `note` and the parts of the wall time: `run_wall_seconds`,
+`pretraining_wall_seconds`, `members_wall_seconds`). A classifier started from a pretrained encoder
 (`--init_from`, followed back through continued pretraining runs) counts the pretraining too: its command is
 every command joined by `&&` and its wall time their sum, when the earlier folders are found.
+
+Run folders stay on the machine that trained them. A manifest entry whose folder is not there at all keeps the
+records already published for its run in the output folder's `results.json` (and its learning curve), with the
+manifest's note; a folder that is there without a `results.json` (an unfinished run), or a missing one with no
+published records, is an error.
 """
 
 from __future__ import annotations
@@ -95,14 +101,46 @@ def earlier_runs(results: dict, base: Path, name: str) -> list[dict]:
     return chain
 
 
-def collect_run(entry: dict, base: Path, figures: Path) -> dict:
-    """One manifest entry -> {name, task, results, command, params, wall_seconds, curve, note, records}."""
+# The parts of a run's wall time, kept in each of its records so that a published run can be shown again.
+WALL_PARTS = ("run_wall_seconds", "pretraining_wall_seconds", "members_wall_seconds")
+
+
+def published_run(entry: dict, name: str, published: list[dict], output_dir: Path) -> dict:
+    """A run whose folder is not on this machine, rebuilt from its records in the published results.json."""
+    records = [dict(record, note=entry.get("note", "")) for record in published]
+    first = records[0]
+    curve = output_dir / first["curve"] if first.get("curve") else None
+    for record in records:
+        record["curve"] = None  # filled in relative to the output folder by write_outputs
+    return {
+        "name": name,
+        "task": first["task"],
+        "command": first["command"],
+        "params": first["params"],
+        "wall_seconds": first["wall_seconds"],
+        **{part: first.get(part) for part in WALL_PARTS},
+        "curve": curve if curve is not None and curve.is_file() else None,
+        "note": entry.get("note", ""),
+        "records": records,
+    }
+
+
+def collect_run(
+    entry: dict, base: Path, figures: Path, published: dict[str, list[dict]] | None = None, output_dir: Path = Path()
+) -> dict:
+    """One manifest entry -> {name, task, results, command, params, wall_seconds, curve, note, records}.
+
+    ``published``: the records of ``output_dir``'s results.json by run name, used for a folder that is not on this
+    machine."""
     folder = resolve(entry["dir"], base)
+    name = entry.get("name", folder.name)
+    if not folder.exists() and (published or {}).get(name):
+        logger.info("%s: %s is not here; keeping its published records", name, folder)
+        return published_run(entry, name, published[name], output_dir)
     results_file = folder / "results.json"
     if not results_file.is_file():
         raise FileNotFoundError(f"{folder} holds no results.json: is the run finished?")
     results = json.loads(results_file.read_text())
-    name = entry.get("name", folder.name)
     task = infer_task(results)
     command = shell_command(results.get("command", "?"))
     wall = results.get("wall_seconds")
@@ -154,6 +192,7 @@ def collect_run(entry: dict, base: Path, figures: Path) -> dict:
             "run": name,
             "curve": None,  # filled in relative to the output folder by write_outputs
             "note": run["note"],
+            **{part: run[part] for part in WALL_PARTS},
         }
         for metric, key, split in metric_keys(task)
         if key in results
@@ -255,7 +294,11 @@ def write_outputs(manifest_path: Path, output_dir: Path, base: Path, command: st
     output_dir.mkdir(parents=True, exist_ok=True)
     figures = output_dir / manifest.get("figures", "results")
     use_cjk_font()  # Hangul in titles, when a CJK font is installed
-    runs = [collect_run(entry, base, figures) for entry in manifest["runs"]]
+    published = {}
+    if (output_dir / "results.json").is_file():
+        for record in json.loads((output_dir / "results.json").read_text()):
+            published.setdefault(record["run"], []).append(record)
+    runs = [collect_run(entry, base, figures, published, output_dir) for entry in manifest["runs"]]
     records = []
     for run in runs:
         for record in run["records"]:

@@ -1,6 +1,7 @@
 """scripts/collect_results.py: docs/results.md, results.json and learning curves from finished run folders."""
 
 import json
+import shutil
 
 import pytest
 from launch_utils import load_script, write_nsmc
@@ -196,3 +197,47 @@ def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
     )
     text = (tmp_path / "docs" / "results.md").read_text()
     assert "22 min 30 s (the members' runs 21 min 00 s + this scoring 1 min 30 s)" in text
+
+
+def test_a_run_folder_not_on_this_machine_keeps_its_published_records(tmp_path):
+    member = {"task": "translation_en_to_de", "test_bleu": 30.0, "eval_bleu": 31.0, "parameters": 500}
+    member.update(wall_seconds=600.0, command="train_translation.py --output_dir runs/a")
+    fake_run(tmp_path / "runs" / "a", member, HISTORY)
+    ensemble_dir = tmp_path / "runs" / "ab"
+    ensemble_dir.mkdir(parents=True)
+    members = [{"folder": "runs/a", "wall_seconds": 600.0, "command": "train_translation.py a"}]
+    ensemble = {"task": "translation_en_to_de", "test_bleu": 31.5, "parameters": 1000, "wall_seconds": 90.0}
+    ensemble.update(ensemble=members, command="evaluate_translation.py --model_dirs runs/a")
+    (ensemble_dir / "results.json").write_text(json.dumps(ensemble))
+    manifest = {
+        "title": "Results",
+        "runs": [
+            {"dir": str(tmp_path / "runs" / "a"), "name": "a", "note": "first words"},
+            {"dir": str(ensemble_dir), "name": "ab", "note": "an ensemble"},
+        ],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    collect = load_script("collect_results").main
+    arguments = ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "docs")]
+    first = collect(arguments)
+    first_text = (tmp_path / "docs" / "results.md").read_text()
+    assert "11 min 30 s (the members' runs 10 min 00 s + this scoring 1 min 30 s)" in first_text
+
+    # Another machine: no run folders, a note rewritten. Every figure, command and time is the published one.
+    shutil.rmtree(tmp_path / "runs")
+    manifest["runs"][0]["note"] = "second words"
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    second = collect(arguments)
+    assert second == [dict(record, note="second words" if record["run"] == "a" else record["note"]) for record in first]
+    assert (tmp_path / "docs" / "results.md").read_text() == first_text.replace("first words", "second words")
+    assert (tmp_path / "docs" / second[0]["curve"]).is_file()
+
+    # An unfinished run is still an error, published records or not.
+    (tmp_path / "runs" / "a").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="results.json"):
+        collect(arguments)
+    shutil.rmtree(tmp_path / "runs")
+    manifest["runs"].append({"dir": str(tmp_path / "runs" / "never"), "name": "never"})
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FileNotFoundError, match="results.json"):
+        collect(arguments)
