@@ -74,9 +74,14 @@ def metric_keys(task: str) -> list[tuple[str, str, str]]:
     return METRICS["translation"] if task.startswith("translation_") else METRICS.get(task, [])
 
 
-def shell_command(command: str) -> str:
-    """`script.py --args` as written by the training scripts -> a command to run from the repository root."""
-    return f"python scripts/{command}" if command.split(" ", 1)[0].endswith(".py") else command
+def shell_command(command: str, world_size: int = 1) -> str:
+    """`script.py --args` as written by the training scripts -> a command to run from the repository root; a run
+    of several processes (its results' `world_size`) is launched as it was, by torchrun."""
+    if not command.split(" ", 1)[0].endswith(".py"):
+        return command
+    if world_size > 1:
+        return f"torchrun --nproc_per_node {world_size} scripts/{command}"
+    return f"python scripts/{command}"
 
 
 def resolve(path: str, base: Path) -> Path:
@@ -142,11 +147,13 @@ def collect_run(
         raise FileNotFoundError(f"{folder} holds no results.json: is the run finished?")
     results = json.loads(results_file.read_text())
     task = infer_task(results)
-    command = shell_command(results.get("command", "?"))
+    command = shell_command(results.get("command", "?"), results.get("world_size", 1))
     wall = results.get("wall_seconds")
     pretraining = earlier_runs(results, base, name)
     if pretraining:
-        command = " && ".join([*(shell_command(r.get("command", "?")) for r in pretraining), command])
+        command = " && ".join(
+            [*(shell_command(r.get("command", "?"), r.get("world_size", 1)) for r in pretraining), command]
+        )
         earlier_wall = [r.get("wall_seconds") for r in pretraining]
         if wall is not None and None not in earlier_wall:
             wall = round(wall + sum(earlier_wall), 1)

@@ -166,7 +166,9 @@ class ReferenceIndex:
 
     `Trainer.predict` may return rows in another order than the dataset's (the evaluation sampler
     groups by length when `train_sampling_strategy="group_by_length"`), so the rows are matched by their
-    token ids, never by position. Rows with identical labels take the dataset's rows in turn.
+    token ids, never by position. Rows with identical labels take the dataset's rows in turn; a row beyond
+    them is a repeat: a multi-process evaluation pads the last batches with rows already given, so that every
+    process decodes as many, and each dataset row must be scored once.
     """
 
     def __init__(self, label_rows: Sequence[Sequence[int]], references: Sequence[str]):
@@ -177,8 +179,8 @@ class ReferenceIndex:
         for index, row in enumerate(label_rows):
             self._rows[tuple(int(t) for t in row)].append(index)
 
-    def positions(self, label_ids: np.ndarray, pad_token_id: int) -> list[int]:
-        """The dataset row of each prediction row; an error when a row is not in the dataset."""
+    def positions(self, label_ids: np.ndarray, pad_token_id: int) -> list[int | None]:
+        """The dataset row of each prediction row, None for a repeat; an error when a row is not in the dataset."""
         taken: dict[tuple[int, ...], int] = defaultdict(int)
         positions = []
         for row in np.asarray(label_ids):
@@ -186,7 +188,7 @@ class ReferenceIndex:
             candidates = self._rows.get(key)
             if not candidates:
                 raise ValueError(f"a prediction row's labels {list(key)[:12]}... match no reference of this split")
-            positions.append(candidates[taken[key] % len(candidates)])
+            positions.append(candidates[taken[key]] if taken[key] < len(candidates) else None)
             taken[key] += 1
         return positions
 
@@ -268,14 +270,17 @@ class BleuMetric:
 
     def __call__(self, prediction) -> dict[str, float]:
         hypotheses = decode_generated(self.tokenizer, prediction.predictions)
+        lengths = generated_lengths(prediction.predictions, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
         if self.index is not None:
             positions = self.index.positions(prediction.label_ids, self.tokenizer.pad_token_id)
+            scored = [row for row, position in enumerate(positions) if position is not None]  # repeats left out
+            hypotheses, lengths = [hypotheses[row] for row in scored], lengths[scored]
+            positions = [positions[row] for row in scored]
             references = [self.index.references[i] for i in positions]
         else:
             positions = list(range(len(hypotheses)))
             references = decode_generated(self.tokenizer, prediction.label_ids)
         self.last_hypotheses, self.last_positions = hypotheses, positions
-        lengths = generated_lengths(prediction.predictions, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
         scores = {"bleu": bleu(hypotheses, references), "chrf": chrf(hypotheses, references)}
         if self.tokenized_references is not None:
             tokenized = [self.tokenized_references[i] for i in positions]

@@ -92,6 +92,7 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
             "target_lang": "de",
             "parameters": 5000,
             "wall_seconds": 1800.0,
+            "world_size": 2,
             "command": "train_translation.py --output_dir runs/m30k",
         },
         HISTORY + [{"eval_loss": 2.4, "eval_bleu": 9.5, "epoch": 2.0, "step": 40}],
@@ -146,6 +147,11 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
     translation = {(r["metric"], r["split"]): r["value"] for r in by_run["m30k-en-de"]}
     assert translation == {("bleu", "test2016"): 30.5, ("bleu_greedy", "test2016"): 29.0, ("bleu", "validation"): 31.0}
     assert by_run["m30k-en-de"][0]["task"] == "translation_en_to_de"
+    # A run of two processes is shown launched as it ran.
+    assert (
+        by_run["m30k-en-de"][0]["command"]
+        == "torchrun --nproc_per_node 2 scripts/train_translation.py --output_dir runs/m30k"
+    )
 
     for run in by_run.values():
         curve = out / run[0]["curve"]

@@ -187,6 +187,32 @@ def test_reference_index_takes_duplicate_rows_in_turn():
     module = load_script("train_translation")
     index = module.ReferenceIndex([[5, 3], [6, 3], [5, 3]], ["x", "y", "x "])
     assert index.positions(np.array([[5, 3], [5, 3], [6, 3]]), pad_token_id=0) == [0, 2, 1]
+    # Beyond a key's rows, a row is a repeat (None): a multi-process evaluation pads its last batches with them.
+    assert index.positions(np.array([[6, 3], [5, 3], [6, 3], [5, 3], [5, 3]]), pad_token_id=0) == [1, 0, None, 2, None]
+
+
+def test_bleu_metric_scores_each_row_once_when_evaluation_repeats_rows():
+    # Two processes decode 3 + 3 rows of a 4-row split: the sampler repeats the first two rows (the longest, when
+    # grouped by length). A repeated bad hypothesis must not count twice, and the output keeps 4 lines.
+    module = load_script("train_translation")
+    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    references = ["a b c d e f", "e f g h", "b a d c", "h g f e"]
+    label_rows = [[words.index(w) + 7 for w in ref.split()] + [3] for ref in references]
+    metric = module.BleuMetric(_Tokenizer(words), module.ReferenceIndex(label_rows, references))
+    hypotheses = [[2, *[words.index(w) + 7 for w in text.split()], 3] for text in ["h h h h", *references[1:]]]
+    order = [0, 1, 2, 3, 0, 1]
+
+    def padded(rows, width=8):
+        return np.array([row + [-100] * (width - len(row)) for row in rows])
+
+    once = metric(EvalPrediction(predictions=padded(hypotheses), label_ids=padded(label_rows)))
+    repeated = metric(
+        EvalPrediction(
+            predictions=padded([hypotheses[i] for i in order]), label_ids=padded([label_rows[i] for i in order])
+        )
+    )
+    assert repeated == pytest.approx(once)
+    assert metric.in_dataset_order() == ["h h h h", *references[1:]]
 
 
 def test_paper_recipe_defaults():
