@@ -162,7 +162,7 @@ def collect_run(
     members = [member for member in results.get("ensemble", []) if "command" in member]
     members_wall = None
     if members:
-        command = " && ".join([*(shell_command(m["command"]) for m in members), command])
+        command = " && ".join([*(shell_command(m["command"], m.get("world_size", 1)) for m in members), command])
         member_walls = [m.get("wall_seconds") for m in members]
         members_wall = None if None in member_walls else round(sum(member_walls), 1)
         wall = None if wall is None or members_wall is None else round(wall + members_wall, 1)

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
     for folder in args.model_dirs:
         found = Path(folder) / "results.json"
         own = json.loads(found.read_text()) if found.is_file() else {}
-        kept = ("bleu", "bleu_lc_tok", "eval_bleu", "eval_bleu_lc_tok", "wall_seconds", "command")
+        kept = ("bleu", "bleu_lc_tok", "eval_bleu", "eval_bleu_lc_tok", "wall_seconds", "world_size", "command")
         members.append({"folder": folder, **{k: own[k] for k in kept if k in own}})
     results = {
         "task": f"translation_{source}_to_{target}",

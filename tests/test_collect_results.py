@@ -185,6 +185,7 @@ def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
         {"folder": f"runs/{name}", "bleu": 30.0, "wall_seconds": seconds, "command": f"train_translation.py {name}"}
         for name, seconds in (("a", 600.0), ("b", 660.0))
     ]
+    members[1]["world_size"] = 2  # trained as two processes
     results = {
         "task": "translation_en_to_de", "test_bleu": 31.5, "eval_bleu": 32.0, "parameters": 2000,
         "wall_seconds": 90.0, "ensemble": members, "command": "evaluate_translation.py --model_dirs runs/a runs/b",
@@ -198,7 +199,7 @@ def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
     assert {r["metric"] for r in records} == {"bleu"} and records[0]["value"] == 31.5
     assert all(r["wall_seconds"] == 1350.0 for r in records)  # 600 + 660 s of training, 90 s of scoring
     assert records[0]["command"] == (
-        "python scripts/train_translation.py a && python scripts/train_translation.py b && "
+        "python scripts/train_translation.py a && torchrun --nproc_per_node 2 scripts/train_translation.py b && "
         "python scripts/evaluate_translation.py --model_dirs runs/a runs/b"
     )
     text = (tmp_path / "docs" / "results.md").read_text()
