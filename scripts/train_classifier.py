@@ -31,6 +31,7 @@ from hf_transformer.data import classification_collator, first_rows, load_nsmc, 
 from hf_transformer.hub import model_card
 from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments, nsmc_config
 from hf_transformer.training import (
+    end_process_group,
     keep_freed_memory,
     one_tokenizer,
     pin_memory_only_with_accelerator,
@@ -183,3 +184,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    end_process_group()

@@ -56,6 +56,7 @@ from hf_transformer.metrics import bleu, bleu_lc_tok, chrf, require_scorers
 from hf_transformer.training import (
     SplitLimits,
     average_checkpoints,
+    end_process_group,
     keep_freed_memory,
     last_checkpoints,
     one_tokenizer,
@@ -603,3 +604,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     main()
+    end_process_group()

@@ -5,9 +5,10 @@ import sys
 
 import pytest
 import torch
+import torch.distributed as dist
 from transformers import TrainingArguments
 
-from hf_transformer.training import pin_memory_only_with_accelerator
+from hf_transformer.training import end_process_group, pin_memory_only_with_accelerator
 
 
 @pytest.mark.parametrize("accelerator", [False, True])
@@ -72,3 +73,15 @@ def test_keep_freed_memory_stops_each_allocation_from_faulting_in_fresh_pages():
     pages = 64 * 2**20 // page  # 16,384 pages of 4 kB
     assert default_faults > pages / 2  # by default the block is mapped anew at each allocation, a fault per page
     assert kept_faults < default_faults / 100  # kept: reused without faulting its pages in again
+
+
+def test_end_process_group_closes_the_group_and_is_a_no_op_without_one(tmp_path):
+    end_process_group()  # no group: nothing to do, no error
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        assert dist.is_initialized()
+        end_process_group()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
