@@ -114,14 +114,7 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
         # Every other setting is the reported run's: the model, BPE-dropout, schedule, seed, precision.
         for part, reported_part in zip(member, reported):
             for name, value in vars(part).items():
-                if name not in (
-                    "tokenizer",
-                    "tokenizer_type",
-                    "output_dir",
-                    "logging_dir",
-                    "data_dir",
-                    "distributed_state",
-                ):
+                if name not in PER_MEMBER:
                     assert value == getattr(reported_part, name), name
     # The ensemble's scoring is the reported ensemble's, over the two members the job trained.
     scoring = HfArgumentParser(_evaluation_parts())

@@ -142,6 +142,11 @@ class _Tokenizer:
         return [" ".join(self.words[i - 7] for i in row if i >= 7) for row in rows]
 
 
+def _padded(rows, width=8):
+    """Token rows padded with -100 to one width, as the Trainer hands predictions and labels to the metric."""
+    return np.array([row + [-100] * (width - len(row)) for row in rows])
+
+
 def test_bleu_metric_scores_against_the_right_references():
     module = load_script("train_translation")
     words = ["a", "b", "c", "d", "e", "f", "g", "h"]
@@ -151,15 +156,12 @@ def test_bleu_metric_scores_against_the_right_references():
     index = module.ReferenceIndex(label_rows, references)
     metric = module.BleuMetric(tokenizer, index)
 
-    def padded(rows, width=6):
-        return np.array([row + [-100] * (width - len(row)) for row in rows])
-
     generated = [[2, *row] for row in label_rows]  # a perfect model, with the start token in front
-    perfect = metric(EvalPrediction(predictions=padded(generated), label_ids=padded(label_rows)))
+    perfect = metric(EvalPrediction(predictions=_padded(generated), label_ids=_padded(label_rows)))
     assert perfect["bleu"] == pytest.approx(100.0)
 
     # Rows returned in reverse order (as length-grouped evaluation does) still score 100 and are put back.
-    reversed_rows = EvalPrediction(predictions=padded(generated[::-1]), label_ids=padded(label_rows[::-1]))
+    reversed_rows = EvalPrediction(predictions=_padded(generated[::-1]), label_ids=_padded(label_rows[::-1]))
     assert metric(reversed_rows)["bleu"] == pytest.approx(100.0)
     assert metric.in_dataset_order() == references
 
@@ -170,7 +172,7 @@ def test_bleu_metric_scores_against_the_right_references():
 
     # A prediction whose labels are not in the split is an error, not a silent misalignment.
     with pytest.raises(ValueError, match="match no reference"):
-        metric(EvalPrediction(predictions=padded([[2, 7, 3]]), label_ids=padded([[7, 3]])))
+        metric(EvalPrediction(predictions=_padded([[2, 7, 3]]), label_ids=_padded([[7, 3]])))
 
 
 def test_generated_length_stops_at_the_first_end_of_sequence_token():
@@ -202,13 +204,10 @@ def test_bleu_metric_scores_each_row_once_when_evaluation_repeats_rows():
     hypotheses = [[2, *[words.index(w) + 7 for w in text.split()], 3] for text in ["h h h h", *references[1:]]]
     order = [0, 1, 2, 3, 0, 1]
 
-    def padded(rows, width=8):
-        return np.array([row + [-100] * (width - len(row)) for row in rows])
-
-    once = metric(EvalPrediction(predictions=padded(hypotheses), label_ids=padded(label_rows)))
+    once = metric(EvalPrediction(predictions=_padded(hypotheses), label_ids=_padded(label_rows)))
     repeated = metric(
         EvalPrediction(
-            predictions=padded([hypotheses[i] for i in order]), label_ids=padded([label_rows[i] for i in order])
+            predictions=_padded([hypotheses[i] for i in order]), label_ids=_padded([label_rows[i] for i in order])
         )
     )
     assert repeated == pytest.approx(once)
