@@ -106,8 +106,9 @@ def earlier_runs(results: dict, base: Path, name: str) -> list[dict]:
     return chain
 
 
-# The parts of a run's wall time, kept in each of its records so that a published run can be shown again.
-WALL_PARTS = ("run_wall_seconds", "pretraining_wall_seconds", "members_wall_seconds")
+# The parts of a run's wall time (and how many trained models a scoring run decodes), kept in each of its records
+# so that a published run can be shown again.
+WALL_PARTS = ("run_wall_seconds", "pretraining_wall_seconds", "members_wall_seconds", "members")
 
 
 def published_run(entry: dict, name: str, published: list[dict], output_dir: Path) -> dict:
@@ -184,6 +185,7 @@ def collect_run(
         "run_wall_seconds": results.get("wall_seconds"),
         "pretraining_wall_seconds": sum(r.get("wall_seconds") or 0 for r in pretraining) if pretraining else None,
         "members_wall_seconds": members_wall,
+        "members": len(members) or None,
         "curve": curve,
         "note": entry.get("note", ""),
     }
@@ -269,8 +271,10 @@ def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -
         if run["params"]:
             facts.append(f"{run['params']:,} parameters")
         if run.get("members_wall_seconds") is not None:
+            # An ensemble's members, or the one saved model a scoring run re-scores.
+            trained = "the members' runs" if (run.get("members") or 2) > 1 else "the model's training run"
             facts.append(
-                f"wall time {minutes(run['wall_seconds'])} (the members' runs {minutes(run['members_wall_seconds'])}"
+                f"wall time {minutes(run['wall_seconds'])} ({trained} {minutes(run['members_wall_seconds'])}"
                 f" + this scoring {minutes(run['run_wall_seconds'])})"
             )
         elif run["pretraining_wall_seconds"] is not None:

@@ -228,7 +228,7 @@ def test_a_run_folder_not_on_this_machine_keeps_its_published_records(tmp_path):
     arguments = ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "docs")]
     first = collect(arguments)
     first_text = (tmp_path / "docs" / "results.md").read_text()
-    assert "11 min 30 s (the members' runs 10 min 00 s + this scoring 1 min 30 s)" in first_text
+    assert "11 min 30 s (the model's training run 10 min 00 s + this scoring 1 min 30 s)" in first_text
 
     # Another machine: no run folders, a note rewritten. Every figure, command and time is the published one.
     shutil.rmtree(tmp_path / "runs")
