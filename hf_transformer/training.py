@@ -138,6 +138,31 @@ def train_metrics(train_output) -> dict:
     return {k if k.startswith("train_") else f"train_{k}": v for k, v in train_output.metrics.items()}
 
 
+AVERAGE_CHECKPOINTS_HELP = (
+    "evaluate and save the mean of the weights of the last N saved checkpoints (1: the final weights as trained); "
+    "needs --save_total_limit >= N"
+)
+
+
+def check_checkpoint_averaging(training_args, count: int) -> None:
+    """Before training: `--average_checkpoints count` needs that many checkpoints kept, and replaces the best one."""
+    if count < 1:
+        raise ValueError(f"--average_checkpoints must be 1 or more, got {count}")
+    if count == 1:
+        return
+    kept, strategy = training_args.save_total_limit, training_args.save_strategy
+    strategy = getattr(strategy, "value", strategy)  # TrainingArguments turns the string into an enum
+    if strategy == "no" or (kept is not None and kept < count):
+        raise ValueError(
+            f"--average_checkpoints {count} needs that many saved checkpoints: set --save_strategy (now "
+            f"{strategy}) and --save_total_limit >= {count} (now {kept})"
+        )
+    if training_args.load_best_model_at_end:
+        raise ValueError(
+            f"--average_checkpoints {count} replaces the weights --load_best_model_at_end would load: use one of them"
+        )
+
+
 def last_checkpoints(output_dir: str | Path, count: int) -> list[Path]:
     """The ``count`` latest ``checkpoint-<step>`` folders the Trainer saved in ``output_dir``, oldest first."""
     folders = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]

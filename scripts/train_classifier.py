@@ -7,7 +7,8 @@ Every `TrainingArguments` option works (arguments go through `HfArgumentParser`)
 SentencePiece-style vocabulary on the training text (or loads one with `--tokenizer`; a resumed run
 reads it from the checkpoint, and in a multi-process run process 0 trains it for all), evaluates
 accuracy and F1 on the validation split (carved from the training file) each epoch, keeps the best
-checkpoint, scores it once on the test set, and saves a complete model folder: safetensors weights,
+checkpoint (`--load_best_model_at_end`) or the mean of the last N (`--average_checkpoints N`), scores that once on
+the test set, and saves a complete model folder: safetensors weights,
 config, tokenizer, `results.json` and a model card (README.md, by `hf_transformer.hub.model_card`).
 The arguments and the configuration are those of `hf_transformer.recipes`, shared with
 `scripts/pretrain_denoising.py`, whose folder `--init_from` starts the encoder from.
@@ -19,7 +20,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,12 @@ from hf_transformer.data import classification_collator, first_rows, load_nsmc, 
 from hf_transformer.hub import model_card
 from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments, nsmc_config
 from hf_transformer.training import (
+    AVERAGE_CHECKPOINTS_HELP,
+    average_checkpoints,
+    check_checkpoint_averaging,
     end_process_group,
     keep_freed_memory,
+    last_checkpoints,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
@@ -40,6 +45,11 @@ from hf_transformer.training import (
 )
 
 logger = logging.getLogger("train_classifier")
+
+
+@dataclass
+class ClassifierTrainingArguments(TrainingArguments):
+    average_checkpoints: int = field(default=1, metadata={"help": AVERAGE_CHECKPOINTS_HELP})
 
 
 def accuracy_and_f1(prediction) -> dict[str, float]:
@@ -109,8 +119,9 @@ def card(model_args: NsmcModelArguments, results: dict, model, output_dir: Path)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, TrainingArguments))
+    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, ClassifierTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     pin_memory_only_with_accelerator(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -157,6 +168,11 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info(process_report(trainer, tokenizer))
     results: dict = {"task": "nsmc_sentiment", "dataset": "nsmc", "init_from": model_args.init_from}
     results |= train_metrics(train_output)
+    if training_args.average_checkpoints > 1:
+        folders = last_checkpoints(training_args.output_dir, training_args.average_checkpoints)
+        average_checkpoints(model, folders)
+        results["averaged_checkpoints"] = [folder.name for folder in folders]
+        logger.info("evaluating the mean of the weights of %s", ", ".join(results["averaged_checkpoints"]))
     results.update(trainer.evaluate())
     test = trainer.predict(tokenized["test"], metric_key_prefix="test")
     results.update(test.metrics)

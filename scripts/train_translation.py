@@ -54,8 +54,10 @@ from hf_transformer.data import (
 from hf_transformer.hub import model_card
 from hf_transformer.metrics import bleu, bleu_lc_tok, chrf, require_scorers
 from hf_transformer.training import (
+    AVERAGE_CHECKPOINTS_HELP,
     SplitLimits,
     average_checkpoints,
+    check_checkpoint_averaging,
     end_process_group,
     keep_freed_memory,
     last_checkpoints,
@@ -149,13 +151,7 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     save_strategy: str = field(default="epoch", metadata={"help": "checkpoint each epoch"})
     save_total_limit: int | None = field(default=2, metadata={"help": "checkpoints kept"})
     logging_steps: float = field(default=50, metadata={"help": "log the training loss every this many steps"})
-    average_checkpoints: int = field(
-        default=1,
-        metadata={
-            "help": "evaluate and save the mean of the weights of the last N saved checkpoints (1: the final "
-            "weights as trained); needs --save_total_limit >= N"
-        },
-    )
+    average_checkpoints: int = field(default=1, metadata={"help": AVERAGE_CHECKPOINTS_HELP})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -460,17 +456,7 @@ def main(argv: list[str] | None = None) -> dict:
     if not training_args.predict_with_generate:
         raise ValueError("BLEU needs generated text: keep --predict_with_generate on")
     require_scorers()  # before any training: the scores come at the first evaluation
-    if training_args.average_checkpoints < 1:
-        raise ValueError(f"--average_checkpoints must be 1 or more, got {training_args.average_checkpoints}")
-    kept = training_args.save_total_limit
-    if training_args.average_checkpoints > 1 and (
-        training_args.save_strategy == "no" or (kept is not None and kept < training_args.average_checkpoints)
-    ):
-        raise ValueError(
-            f"--average_checkpoints {training_args.average_checkpoints} needs that many saved checkpoints: set "
-            f"--save_strategy (now {training_args.save_strategy}) and --save_total_limit >= "
-            f"{training_args.average_checkpoints} (now {training_args.save_total_limit})"
-        )
+    check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     started = time.time()
     set_seed(training_args.seed)
     source, target = data_args.source_lang, data_args.target_lang

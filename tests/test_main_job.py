@@ -33,7 +33,8 @@ def test_main_job_commands_parse_and_fit_together(precision):
     parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, pretrain.PretrainingArguments, TrainingArguments))
     pre_model, pre_data, _, pre_training = parser.parse_args_into_dataclasses(args=commands["pretrain_denoising"])
 
-    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, TrainingArguments))
+    classifier = load_script("train_classifier")
+    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, classifier.ClassifierTrainingArguments))
     model, data, training = parser.parse_args_into_dataclasses(args=commands["train_classifier"])
 
     # The classifier starts from the folder the pretraining writes, with the same encoder sizes.
@@ -43,8 +44,10 @@ def test_main_job_commands_parse_and_fit_together(precision):
     # Pretraining reads only the training split the classifier trains on: same data, same carving.
     assert (data.data_dir, data.validation_size) == (pre_data.data_dir, pre_data.validation_size)
     assert data.seed_of_split(training) == pre_data.seed_of_split(pre_training)
-    # The model folder holds the best validation checkpoint, scored on the test set.
-    assert training.load_best_model_at_end and training.metric_for_best_model == "accuracy"
+    # The model folder holds the mean of the two epochs' weights, scored on the test set.
+    assert training.average_checkpoints == training.num_train_epochs == training.save_total_limit == 2
+    assert training.save_strategy == "epoch" and not training.load_best_model_at_end
+    classifier.check_checkpoint_averaging(training, training.average_checkpoints)
     assert training.output_dir == "OUT" and commands["predict"][0] == "OUT"
     # Both steps take the machine's precision.
     assert pre_training.bf16 == training.bf16 == ("--bf16" in precision)

@@ -2,8 +2,10 @@
 
 import json
 
+import pytest
 import torch
 from launch_utils import load_script, write_nsmc
+from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 
@@ -73,3 +75,57 @@ def test_train_classifier_end_to_end(tmp_path, recwarn):
         predicted = model(**batch).logits.argmax(-1).tolist()
     assert predicted == [1, 0]
     assert model.config.id2label[1] in ("positive", "1", "pos")
+
+
+TINY_CLASSIFIER = [
+    "--vocab_size", "200", "--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "64",
+    "--max_length", "32", "--per_device_train_batch_size", "32", "--learning_rate", "2e-3", "--report_to", "none",
+    "--disable_tqdm", "true", "--seed", "0", "--use_cpu",
+]  # fmt: skip
+
+
+def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
+    data_dir, output_dir = tmp_path / "data", tmp_path / "model"
+    write_nsmc(data_dir, 300, seed=1, name="ratings_train.txt")
+    write_nsmc(data_dir, 40, seed=2, name="ratings_test.txt")
+    arguments = ["--output_dir", str(output_dir), "--data_dir", str(data_dir), *TINY_CLASSIFIER]
+    results = load_script("train_classifier").main(
+        arguments
+        + ["--max_steps", "5", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2"]
+        + ["--save_total_limit", "2", "--average_checkpoints", "2"]
+    )
+    # Checkpoints at steps 2, 4 and 5, two kept: the saved model is the mean of the last two, and it is the one scored.
+    assert results["averaged_checkpoints"] == ["checkpoint-4", "checkpoint-5"]
+    folders = [output_dir, *(output_dir / name for name in results["averaged_checkpoints"])]
+    final, *last_two = (load_file(str(folder / "model.safetensors")) for folder in folders)
+    assert max((last_two[0][name] - last_two[1][name]).abs().max() for name in final) > 1e-4  # steps 4 and 5 differ
+    for name, tensor in final.items():
+        torch.testing.assert_close(tensor, (last_two[0][name] + last_two[1][name]) / 2, rtol=0, atol=1e-6)
+
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    rows = [line.split("\t") for line in (data_dir / "nsmc" / "ratings_test.txt").read_text().splitlines()[1:]]
+    texts, labels = [row[1] for row in rows], [int(row[2]) for row in rows]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=32)
+    with torch.no_grad():
+        predicted = model(**batch).logits.argmax(-1)
+    assert results["test_accuracy"] == pytest.approx((predicted == torch.tensor(labels)).float().mean().item())
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--save_total_limit", "1"], "--average_checkpoints 2 needs .* --save_total_limit >= 2 \\(now 1\\)"),
+        (["--save_strategy", "no"], "--average_checkpoints 2 needs .*--save_strategy \\(now no\\)"),
+        (
+            ["--load_best_model_at_end", "--eval_strategy", "epoch", "--metric_for_best_model", "accuracy"],
+            "replaces the weights --load_best_model_at_end would load",
+        ),
+    ],
+)
+def test_averaging_that_cannot_work_is_refused_before_training(tmp_path, extra, message):
+    with pytest.raises(ValueError, match=message):
+        load_script("train_classifier").main(
+            ["--output_dir", str(tmp_path), "--data_dir", str(tmp_path / "absent"), *TINY_CLASSIFIER]
+            + ["--average_checkpoints", "2", "--save_strategy", "epoch", *extra]
+        )
