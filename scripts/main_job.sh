@@ -39,8 +39,9 @@ python scripts/pretrain_denoising.py \
     --eval_strategy no --save_strategy no --max_eval_samples 2000 --logging_steps 500 --report_to none --seed 42 \
     "${precision_args[@]}"
 
-# 2. The classifier starts from that encoder and its tokenizer: two epochs, the mean of the two epoch-end weights
-#    scored on validation and test (it scored higher on validation than either epoch alone, docs/results.md).
+# 2. The classifier starts from that encoder and its tokenizer: two epochs, then the mean of the two epoch-end weights
+#    scored on validation and test (on validation as good as the better epoch or better, where keeping the better
+#    epoch sometimes kept the first and lost on test: docs/results.md, main-job).
 python scripts/train_classifier.py \
     --init_from "$pretrained_dir" --output_dir "$output_dir" --data_dir "$data_dir" \
     "${model_args[@]}" --classifier_pooling mean \

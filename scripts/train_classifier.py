@@ -7,9 +7,9 @@ Every `TrainingArguments` option works (arguments go through `HfArgumentParser`)
 SentencePiece-style vocabulary on the training text (or loads one with `--tokenizer`; a resumed run
 reads it from the checkpoint, and in a multi-process run process 0 trains it for all), evaluates
 accuracy and F1 on the validation split (carved from the training file) each epoch, keeps the best
-checkpoint (`--load_best_model_at_end`) or the mean of the last N (`--average_checkpoints N`), scores that once on
-the test set, and saves a complete model folder: safetensors weights,
-config, tokenizer, `results.json` and a model card (README.md, by `hf_transformer.hub.model_card`).
+checkpoint (`--load_best_model_at_end`) or the mean of the last N (`--average_checkpoints N`), scores that
+once on the test set, and saves a complete model folder: safetensors weights, config, tokenizer,
+`results.json` and a model card (README.md, by `hf_transformer.hub.model_card`).
 The arguments and the configuration are those of `hf_transformer.recipes`, shared with
 `scripts/pretrain_denoising.py`, whose folder `--init_from` starts the encoder from.
 """
