@@ -19,6 +19,7 @@ from hf_transformer.export.ctranslate2_export import (  # noqa: E402
     CTranslate2Generator,
     check_convertible,
     ctranslate2_generate,
+    prefer_avx512,
     to_ctranslate2,
 )
 
@@ -312,3 +313,27 @@ def test_command_line(tmp_path, tokenizer):
     assert (tmp_path / "out" / "model.bin").is_file()
     batch = tokenizer(INPUTS[:2], return_tensors="pt", padding=True)
     assert len(CTranslate2Generator(tmp_path / "out").generate(batch["input_ids"], max_new_tokens=3)) == 2
+
+
+def cpuinfo(vendor: str, flags: str) -> str:
+    processor = f"processor\t: {{}}\nvendor_id\t: {vendor}\nflags\t\t: fpu sse2 avx avx2 {flags}\n"
+    return "\n".join(processor.format(index) for index in range(2))  # two processors, separated by a blank line
+
+
+AVX512 = "avx512f avx512cd avx512bw avx512dq avx512vl"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "flags", "environ", "chosen"),
+    [
+        ("AuthenticAMD", AVX512, {}, "AVX512"),  # CTranslate2 would pick AVX2 there
+        ("AuthenticAMD", "avx512f avx512cd", {}, None),  # not every AVX-512 part CTranslate2 needs
+        ("GenuineIntel", AVX512, {}, None),  # CTranslate2 picks AVX-512 there by itself
+        ("AuthenticAMD", AVX512, {"CT2_FORCE_CPU_ISA": "AVX2"}, "AVX2"),  # the user's choice stands
+    ],
+)
+def test_avx512_is_chosen_for_ctranslate2_on_amd_cpus_that_have_it(vendor, flags, environ, chosen):
+    environ = dict(environ)
+    changed = prefer_avx512(environ, cpuinfo(vendor, flags))
+    assert environ.get("CT2_FORCE_CPU_ISA") == chosen
+    assert changed == (chosen == "AVX512")
