@@ -108,8 +108,12 @@ def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
     texts, labels = [row[1] for row in rows], [int(row[2]) for row in rows]
     batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=32)
     with torch.no_grad():
-        predicted = model(**batch).logits.argmax(-1)
-    assert results["test_accuracy"] == pytest.approx((predicted == torch.tensor(labels)).float().mean().item())
+        logits = model(**batch).logits
+    # The Trainer scored padded batches of its own; a row whose two logits nearly tie may go either way there.
+    correct = logits.argmax(-1) == torch.tensor(labels)
+    near_tie = (logits[:, 1] - logits[:, 0]).abs() < 1e-4
+    fewest, most = (correct & ~near_tie).sum().item(), (correct | near_tie).sum().item()
+    assert fewest / len(labels) - 1e-9 <= results["test_accuracy"] <= most / len(labels) + 1e-9
 
 
 @pytest.mark.parametrize(
