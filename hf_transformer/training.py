@@ -4,6 +4,7 @@ CPU."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from transformers import AutoTokenizer
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -161,6 +164,18 @@ def check_checkpoint_averaging(training_args, count: int) -> None:
         raise ValueError(
             f"--average_checkpoints {count} replaces the weights --load_best_model_at_end would load: use one of them"
         )
+
+
+def average_last_checkpoints(model: torch.nn.Module, output_dir: str | Path, count: int) -> list[str]:
+    """After training with ``--average_checkpoints count``: load into ``model`` the mean of the weights of the last
+    ``count`` checkpoints in ``output_dir``; returns their folder names (none for a count of 1: the model is kept)."""
+    if count <= 1:
+        return []
+    folders = last_checkpoints(output_dir, count)
+    average_checkpoints(model, folders)
+    names = [folder.name for folder in folders]
+    logger.info("evaluating the mean of the weights of %s", ", ".join(names))
+    return names
 
 
 def last_checkpoints(output_dir: str | Path, count: int) -> list[Path]:

@@ -33,11 +33,10 @@ from hf_transformer.hub import model_card
 from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments, nsmc_config
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
-    average_checkpoints,
+    average_last_checkpoints,
     check_checkpoint_averaging,
     end_process_group,
     keep_freed_memory,
-    last_checkpoints,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
@@ -168,11 +167,9 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info(process_report(trainer, tokenizer))
     results: dict = {"task": "nsmc_sentiment", "dataset": "nsmc", "init_from": model_args.init_from}
     results |= train_metrics(train_output)
-    if training_args.average_checkpoints > 1:
-        folders = last_checkpoints(training_args.output_dir, training_args.average_checkpoints)
-        average_checkpoints(model, folders)
-        results["averaged_checkpoints"] = [folder.name for folder in folders]
-        logger.info("evaluating the mean of the weights of %s", ", ".join(results["averaged_checkpoints"]))
+    averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
+    if averaged:
+        results["averaged_checkpoints"] = averaged
     results.update(trainer.evaluate())
     test = trainer.predict(tokenized["test"], metric_key_prefix="test")
     results.update(test.metrics)

@@ -56,11 +56,10 @@ from hf_transformer.metrics import bleu, bleu_lc_tok, chrf, require_scorers
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
     SplitLimits,
-    average_checkpoints,
+    average_last_checkpoints,
     check_checkpoint_averaging,
     end_process_group,
     keep_freed_memory,
-    last_checkpoints,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
@@ -536,11 +535,9 @@ def main(argv: list[str] | None = None) -> dict:
         "target_lang": target,
     }
     results.update(train_metrics(train_output))
-    if training_args.average_checkpoints > 1:
-        folders = last_checkpoints(training_args.output_dir, training_args.average_checkpoints)
-        average_checkpoints(model, folders)
-        results["averaged_checkpoints"] = [folder.name for folder in folders]
-        logger.info("evaluating the mean of the weights of %s", ", ".join(results["averaged_checkpoints"]))
+    averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
+    if averaged:
+        results["averaged_checkpoints"] = averaged
 
     # Beam search settings are chosen on the validation set only; test2016 is decoded once with the choice.
     scores, test_hypotheses = select_and_score(
