@@ -40,6 +40,42 @@ def pin_memory_only_with_accelerator(training_args) -> None:
         training_args.dataloader_pin_memory = False
 
 
+# The CPU flags of hardware bfloat16 products, as scripts/precision_args.sh reads them.
+BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_computes_bfloat16(cpuinfo: str | None = None) -> bool | None:
+    """Whether the CPU multiplies in bfloat16 in hardware (AVX512-BF16 or AMX), from the flags in ``cpuinfo`` (by
+    default /proc/cpuinfo's text); None where that cannot be read (not Linux)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    flags = {
+        flag for line in cpuinfo.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[-1].split()
+    }
+    return any(flag in flags for flag in BFLOAT16_CPU_FLAGS)
+
+
+def warn_of_emulated_bfloat16(training_args, cpuinfo: str | None = None) -> bool:
+    """Warns, and returns True, when ``--bf16`` would train on a CPU that has no bfloat16 arithmetic.
+
+    Autocast then runs the products through torch's reference bfloat16 kernels, many times slower than float32
+    (docs/performance-notes.md, "bfloat16 on a CPU without it"); the job scripts choose float32 there themselves
+    (scripts/precision_args.sh). A warning, not an error: the numbers are right, only slow.
+    """
+    on_cpu = training_args.use_cpu or not torch.accelerator.is_available()
+    if not (training_args.bf16 and on_cpu and cpu_computes_bfloat16(cpuinfo) is False):
+        return False
+    logger.warning(
+        "--bf16 on a CPU without bfloat16 arithmetic (none of the flags %s): its products run in torch's reference "
+        "kernels, many times slower than float32. Leave out --bf16 on this machine.",
+        ", ".join(BFLOAT16_CPU_FLAGS),
+    )
+    return True
+
+
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 

@@ -45,6 +45,7 @@ from hf_transformer.training import (
     pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
+    warn_of_emulated_bfloat16,
 )
 
 logger = logging.getLogger("pretrain_denoising")
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    warn_of_emulated_bfloat16(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather

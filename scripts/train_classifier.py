@@ -41,6 +41,7 @@ from hf_transformer.training import (
     pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
+    warn_of_emulated_bfloat16,
 )
 
 logger = logging.getLogger("train_classifier")
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     pin_memory_only_with_accelerator(training_args)
+    warn_of_emulated_bfloat16(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     started = time.time()

@@ -53,6 +53,7 @@ from hf_transformer.data import (
 )
 from hf_transformer.hub import model_card
 from hf_transformer.metrics import bleu, bleu_lc_tok, chrf, require_scorers
+from hf_transformer.rdrop import RDropSeq2SeqTrainer
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
     SplitLimits,
@@ -64,6 +65,7 @@ from hf_transformer.training import (
     pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
+    warn_of_emulated_bfloat16,
 )
 
 logger = logging.getLogger("train_translation")
@@ -151,6 +153,13 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
     save_total_limit: int | None = field(default=2, metadata={"help": "checkpoints kept"})
     logging_steps: float = field(default=50, metadata={"help": "log the training loss every this many steps"})
     average_checkpoints: int = field(default=1, metadata={"help": AVERAGE_CHECKPOINTS_HELP})
+    rdrop_alpha: float = field(
+        default=0.0,
+        metadata={
+            "help": "R-Drop: each training batch runs twice with independent dropout and the loss adds this weight "
+            "times the symmetric KL between the two predictions (0: off; a step then costs about twice as much)"
+        },
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -445,6 +454,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TranslationTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    warn_of_emulated_bfloat16(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     if training_args.label_smoothing_factor:
@@ -516,7 +526,8 @@ def main(argv: list[str] | None = None) -> dict:
         )
         logger.info("training pairs re-tokenized at each draw with BPE-dropout %s", model_args.subword_dropout)
 
-    trainer = Seq2SeqTrainer(
+    trainer = RDropSeq2SeqTrainer(
+        rdrop_alpha=training_args.rdrop_alpha,
         model=model,
         args=training_args,
         train_dataset=train_dataset,

@@ -225,6 +225,18 @@ def _op_count(path: Path, op_type: str) -> int:
     return sum(node.op_type == op_type for node in onnx.load(str(path)).graph.node)
 
 
+def _integer_matmul_weight_range(path: Path) -> tuple[int, int]:
+    """The smallest and largest stored value of the int8 weights that the graph's MatMulInteger nodes multiply by."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(path)).graph
+    weights = {tensor.name: numpy_helper.to_array(tensor) for tensor in graph.initializer}
+    values = [weights[node.input[1]] for node in graph.node if node.op_type == "MatMulInteger"]
+    assert values and all(value.dtype == np.int8 for value in values)
+    return min(int(value.min()) for value in values), max(int(value.max()) for value in values)
+
+
 def test_int8_export_quantizes_the_projections_and_decodes(translator, batch, tmp_path):
     """quantization="int8": ONNX Runtime's dynamic quantization turns the projections of both graphs into integer
     matmuls, and the decoder over them keeps the fp32 graphs' tokens on this clear-margin model."""
@@ -238,6 +250,11 @@ def test_int8_export_quantizes_the_projections_and_decodes(translator, batch, tm
     assert _op_count(folder / "decoder.onnx", "MatMulInteger") == 17
     assert _op_count(fp32_folder / "decoder.onnx", "MatMulInteger") == 0
     assert not list(folder.glob("*.int8.onnx"))
+    # 7-bit weights: ONNX Runtime multiplies uint8 activations by int8 weights in pairs summed into int16 on CPUs
+    # without VNNI (AVX2), which saturates with full 8-bit weights (255 * 127 * 2 > 32767) and changes the tokens.
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        low, high = _integer_matmul_weight_range(folder / graph)
+        assert -64 <= low and high <= 64 and high - low > 64, (graph, low, high)
     ids, mask = batch["input_ids"].numpy(), batch["attention_mask"].numpy()
     for num_beams in (1, 4):
         expected = OnnxSeq2SeqGenerator(fp32_folder).generate(ids, mask, num_beams=num_beams, max_new_tokens=12)

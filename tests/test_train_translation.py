@@ -279,12 +279,12 @@ def test_subword_dropout_trains_on_sampled_segmentations_and_saves_the_fixed_tok
     script = load_script("train_translation")
     trained_on = []
 
-    class RecordingTrainer(script.Seq2SeqTrainer):
+    class RecordingTrainer(script.RDropSeq2SeqTrainer):
         def train(self, *args, **kwargs):
             trained_on.append(self.train_dataset)
             return super().train(*args, **kwargs)
 
-    monkeypatch.setattr(script, "Seq2SeqTrainer", RecordingTrainer)
+    monkeypatch.setattr(script, "RDropSeq2SeqTrainer", RecordingTrainer)
     output_dir = tmp_path / "model"
     script.main(
         [
@@ -323,7 +323,7 @@ def test_lowercase_model_is_chosen_on_lowercased_bleu_and_writes_lowercase(tmp_p
         (tok / f"{stem}.lc.norm.tok.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
     script = load_script("train_translation")
 
-    class RankingTrainer(script.Seq2SeqTrainer):
+    class RankingTrainer(script.RDropSeq2SeqTrainer):
         """Scores that rank the length penalties one way by cased BLEU and the other way by lc-tok BLEU."""
 
         def evaluate(self, *args, length_penalty=None, **kwargs):
@@ -334,7 +334,7 @@ def test_lowercase_model_is_chosen_on_lowercased_bleu_and_writes_lowercase(tmp_p
                 metrics.update(eval_bleu=10 * length_penalty, eval_bleu_lc_tok=10 / length_penalty)
             return metrics
 
-    monkeypatch.setattr(script, "Seq2SeqTrainer", RankingTrainer)
+    monkeypatch.setattr(script, "RDropSeq2SeqTrainer", RankingTrainer)
     output_dir = tmp_path / "model"
     results = script.main(
         [

@@ -8,7 +8,12 @@ import torch
 import torch.distributed as dist
 from transformers import TrainingArguments
 
-from hf_transformer.training import end_process_group, pin_memory_only_with_accelerator
+from hf_transformer.training import (
+    cpu_computes_bfloat16,
+    end_process_group,
+    pin_memory_only_with_accelerator,
+    warn_of_emulated_bfloat16,
+)
 
 
 @pytest.mark.parametrize("accelerator", [False, True])
@@ -25,6 +30,36 @@ def test_pin_memory_left_off_when_asked_off(tmp_path, monkeypatch):
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", dataloader_pin_memory=False)
     pin_memory_only_with_accelerator(args)
     assert args.dataloader_pin_memory is False
+
+
+ZEN3_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma bmi2\nbugs\t\t: sysret_ss_attrs\n" * 2
+ZEN4_CPUINFO = ZEN3_CPUINFO.replace("bmi2", "bmi2 avx512f avx512bw avx512_bf16 avx512_vnni")
+SAPPHIRE_RAPIDS_CPUINFO = ZEN3_CPUINFO.replace("bmi2", "bmi2 avx512f amx_bf16 amx_tile")
+
+
+def test_cpu_bfloat16_arithmetic_is_read_from_the_flags_line():
+    assert cpu_computes_bfloat16(ZEN3_CPUINFO) is False
+    assert cpu_computes_bfloat16(ZEN4_CPUINFO) is True
+    assert cpu_computes_bfloat16(SAPPHIRE_RAPIDS_CPUINFO) is True
+    assert cpu_computes_bfloat16("model name\t: avx512_bf16 in a name is not a flag\nflags\t: avx2\n") is False
+
+
+@pytest.mark.parametrize(
+    ("bf16", "use_cpu", "cpuinfo", "warned"),
+    [
+        (True, True, ZEN3_CPUINFO, True),
+        (True, True, ZEN4_CPUINFO, False),
+        (False, True, ZEN3_CPUINFO, False),
+        (True, True, None, None),  # this machine's own /proc/cpuinfo
+    ],
+)
+def test_bf16_on_a_cpu_without_bfloat16_arithmetic_is_warned_of(tmp_path, caplog, bf16, use_cpu, cpuinfo, warned):
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=use_cpu, bf16=bf16)
+    if warned is None:
+        warned = cpu_computes_bfloat16() is False
+    with caplog.at_level("WARNING", logger="hf_transformer.training"):
+        assert warn_of_emulated_bfloat16(args, cpuinfo) is warned
+    assert ("--bf16 on a CPU without bfloat16 arithmetic" in caplog.text) is warned
 
 
 # Allocates, fills and frees a 64 MB tensor (above glibc's largest mmap threshold) 30 times, and prints the mean

@@ -195,7 +195,10 @@ def _quantize_int8(path: Path) -> None:
     level = root.level
     root.setLevel(max(level, logging.ERROR))
     try:
-        quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8, per_channel=True)
+        # 7-bit weights (reduce_range): on CPUs without VNNI (AVX2, or AVX-512 without VNNI) ONNX Runtime multiplies
+        # uint8 activations by int8 weights in pairs summed into int16, which saturates with 8-bit weights
+        # (255 * 127 * 2 > 32767) and changes the decoded tokens there; 7 bits fit, on every CPU.
+        quantize_dynamic(str(path), str(quantized), weight_type=QuantType.QInt8, per_channel=True, reduce_range=True)
     finally:
         root.setLevel(level)
     onnxruntime.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
@@ -212,10 +215,10 @@ def to_onnx(model_dir, output_dir, opset: int | None = None, quantization: str |
     :data:`TOLERANCE`, else ``RuntimeError``.
 
     ``quantization="int8"``: after that check, ONNX Runtime's dynamic quantization
-    (``onnxruntime.quantization.quantize_dynamic``, int8 weights per output channel, activations quantized at run
-    time) rewrites the layers' projections as ``MatMulInteger`` and stores the token and position tables in 8 bits,
-    dequantized where read (an output projection tied to the token table multiplies in float32). Returns
-    ``output_dir``."""
+    (``onnxruntime.quantization.quantize_dynamic``, 7-bit weights in int8 per output channel, so that CPUs without
+    VNNI do not saturate, activations quantized at run time) rewrites the layers' projections as ``MatMulInteger``
+    and stores the token and position tables in 8 bits, dequantized where read (an output projection tied to the
+    token table multiplies in float32). Returns ``output_dir``."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
     import torch
