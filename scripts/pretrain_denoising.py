@@ -121,9 +121,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
-    warn_of_emulated_bfloat16(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    warn_of_emulated_bfloat16(training_args)
     training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather
     started = time.time()
     set_seed(training_args.seed)

@@ -123,9 +123,9 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     pin_memory_only_with_accelerator(training_args)
-    warn_of_emulated_bfloat16(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    warn_of_emulated_bfloat16(training_args)
     started = time.time()
     set_seed(training_args.seed)
 

@@ -157,7 +157,7 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         default=0.0,
         metadata={
             "help": "R-Drop: each training batch runs twice with independent dropout and the loss adds this weight "
-            "times the symmetric KL between the two predictions (0: off; a step then costs about twice as much)"
+            "times the symmetric KL between the two predictions (0: off; on, a step costs about twice as much)"
         },
     )
 
@@ -454,9 +454,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((ModelArguments, DataArguments, TranslationTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
-    warn_of_emulated_bfloat16(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    warn_of_emulated_bfloat16(training_args)
     if training_args.label_smoothing_factor:
         raise ValueError(
             "use --label_smoothing (the model's loss), not --label_smoothing_factor: with both the target "

@@ -120,3 +120,23 @@ def test_end_process_group_closes_the_group_and_is_a_no_op_without_one(tmp_path)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("script_name", ["train_translation", "train_classifier", "pretrain_denoising"])
+def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monkeypatch):
+    from launch_utils import load_script
+
+    script = load_script(script_name)
+    checked = []
+
+    class Stopped(Exception):
+        pass
+
+    def record_and_stop(training_args, cpuinfo=None):
+        checked.append(training_args.bf16)
+        raise Stopped  # nothing after the check runs
+
+    monkeypatch.setattr(script, "warn_of_emulated_bfloat16", record_and_stop)
+    with pytest.raises(Stopped):
+        script.main(["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "true", "--report_to", "none"])
+    assert checked == [True] and not any(tmp_path.iterdir())
