@@ -97,11 +97,14 @@ def test_with_dropout_the_two_passes_differ_and_only_training_runs_them(tmp_path
     )
     torch.manual_seed(3)
     regularised = rdrop.compute_loss(model, _batch())
-    rdrop.rdrop_alpha = 0.0
+    rdrop.rdrop_alpha = 1e-12  # still R-Drop's doubled pass, with a negligible KL weight
     torch.manual_seed(3)
     unregularised = rdrop.compute_loss(model, _batch())
-    assert seen == [8, 4]  # the batch stacked on itself, then the parent's single pass
+    assert seen == [8, 8]  # the batch stacked on itself, twice with the same dropout draws
     assert regularised > unregularised + 1e-3  # the same two passes, plus a positive KL
+    rdrop.rdrop_alpha = 0.0
+    rdrop.compute_loss(model, _batch())
+    assert seen[-1] == 4  # alpha 0: the parent's single pass
     rdrop.rdrop_alpha = 4.0
     model.eval()
     with torch.no_grad():
