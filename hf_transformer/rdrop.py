@@ -78,6 +78,7 @@ class RDropSeq2SeqTrainer(Seq2SeqTrainer):
         if not (self.rdrop_alpha and model.training and inputs.get("labels") is not None):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         labels = inputs["labels"]
+        unwrapped = self.accelerator.unwrap_model(model)
         # Without labels the model returns the logits (its fused training loss never holds them).
         doubled = {
             name: torch.cat([value, value]) if torch.is_tensor(value) else value
@@ -85,14 +86,13 @@ class RDropSeq2SeqTrainer(Seq2SeqTrainer):
             if name != "labels"
         }
         if "decoder_input_ids" not in doubled and "decoder_inputs_embeds" not in doubled:
-            unwrapped = self.accelerator.unwrap_model(model)
             doubled["decoder_input_ids"] = unwrapped.prepare_decoder_input_ids_from_labels(torch.cat([labels, labels]))
         outputs = model(**doubled)
         loss = rdrop_loss(
             outputs.logits,
             labels,
             alpha=self.rdrop_alpha,
-            label_smoothing=self.accelerator.unwrap_model(model).config.label_smoothing,
+            label_smoothing=unwrapped.config.label_smoothing,
             num_items_in_batch=num_items_in_batch,
         )
         if self.args.average_tokens_across_devices and num_items_in_batch is not None:
