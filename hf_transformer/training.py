@@ -40,7 +40,7 @@ def pin_memory_only_with_accelerator(training_args) -> None:
         training_args.dataloader_pin_memory = False
 
 
-# The CPU flags of hardware bfloat16 products, as scripts/precision_args.sh reads them.
+# The CPU flags of hardware bfloat16 products (scripts/precision_args.sh asks cpu_computes_bfloat16 too).
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 

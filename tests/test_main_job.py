@@ -6,15 +6,55 @@ out of step with them: a renamed or misspelled flag, or model sizes that differ 
 fine-tuning.
 """
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 from launch_utils import job_commands, load_script, precision_choices
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments
+from hf_transformer.training import cpu_computes_bfloat16
 
 MAIN_JOB = Path(__file__).resolve().parents[1] / "scripts" / "main_job.sh"
+PRECISION_ARGS = MAIN_JOB.parent / "precision_args.sh"
+
+
+def source_precision_args(path_dir: str) -> subprocess.CompletedProcess:
+    """Sources scripts/precision_args.sh as the job scripts do (under `set -euo pipefail`) with `python` found first
+    in ``path_dir``, and prints the array it set."""
+    script = f'set -euo pipefail; . "{PRECISION_ARGS}"; echo "[${{precision_args[*]:-}}]"'
+    env = {**os.environ, "PATH": f"{path_dir}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_precision_args_follow_the_package_check_of_this_machine(tmp_path):
+    python = tmp_path / "python"  # the interpreter running the tests (its environment: hf_transformer importable)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    done = source_precision_args(str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    if torch.cuda.is_available():
+        expected = "--bf16 true"
+    elif cpu_computes_bfloat16():
+        expected = "--bf16 true --use_cpu true"
+    else:
+        expected = ""
+    assert done.stdout.strip() == f"[{expected}]"
+
+
+def test_precision_args_stop_the_job_when_the_check_fails(tmp_path):
+    # A python that cannot run the check must not leave the job silently in float32 on a bfloat16 machine.
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'no module named hf_transformer' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    done = source_precision_args(str(tmp_path))
+    assert done.returncode != 0
+    assert "no module named hf_transformer" in done.stderr
+    assert "[" not in done.stdout
 
 
 def test_precision_choices_are_float32_and_bfloat16():
