@@ -3,11 +3,13 @@
 # scripts' warning reads too), else leaves it empty (float32). The weights and the optimizer stay in float32 either
 # way. On such a CPU a d_model-256 translation model trains about 1.9x as many steps per second and the NSMC
 # encoder's masked-token pretraining about 1.4x (docs/results.md); on a CPU without it bfloat16 is many times slower.
-# A failing check stops a script run under `set -e` (all the job scripts) rather than falling back to float32.
-cpu_bfloat16=$(python -c "from hf_transformer.training import cpu_computes_bfloat16; print(cpu_computes_bfloat16())")
+# One interpreter start for both checks; a failing one stops a script run under `set -e` (all the job scripts)
+# rather than falling back to float32.
+hardware=$(python -c "import torch; from hf_transformer.training import cpu_computes_bfloat16 as cpu_bf16
+print('gpu' if torch.cuda.is_available() else 'cpu_bf16' if cpu_bf16() else 'float32')")
 precision_args=()
-if python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+if [ "$hardware" = gpu ]; then
     precision_args=(--bf16 true)
-elif [ "$cpu_bfloat16" = True ]; then
+elif [ "$hardware" = cpu_bf16 ]; then
     precision_args=(--bf16 true --use_cpu true)
 fi
