@@ -81,6 +81,9 @@ def test_main_job_commands_parse_and_fit_together(precision):
     assert model.init_from == pre_training.output_dir == "OUT-pretrained"
     for size in ("max_length", "d_model", "num_layers", "num_heads", "intermediate_size"):
         assert getattr(model, size) == getattr(pre_model, size), size
+    # Pretraining runs without dropout; the classifier keeps its dropout.
+    assert pre_model.dropout == pre_model.attention_dropout == 0.0
+    assert model.dropout == model.attention_dropout == 0.1
     # Pretraining reads only the training split the classifier trains on: same data, same carving.
     assert (data.data_dir, data.validation_size) == (pre_data.data_dir, pre_data.validation_size)
     assert data.seed_of_split(training) == pre_data.seed_of_split(pre_training)
