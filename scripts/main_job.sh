@@ -32,7 +32,8 @@ model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --interme
 
 # 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 16k tokenizer first):
 #    4,500 steps of 128 reviews, about 4.3 epochs, without dropout: in four passes over the text it does not
-#    overfit, and the classifier (which keeps dropout 0.1) scored higher and its steps ran faster (docs/results.md).
+#    overfit, the classifier (which keeps dropout 0.1) scored as well or higher, and the steps run faster
+#    (docs/results.md).
 python scripts/pretrain_denoising.py \
     --output_dir "$pretrained_dir" --data_dir "$data_dir" --vocab_size 16000 "${model_args[@]}" \
     --dropout 0 --attention_dropout 0 \
