@@ -5,9 +5,10 @@
 One small model with padded batches, its weights copied to the device, against the same model in float64 on
 the CPU: evaluation logits (sdpa and eager attention, fp32 and bf16 autocast), the training loss and every
 gradient (dropout off), greedy and beam generation (same tokens, scores within tolerance; also over a static
-cache, whose decoding step generate compiles on a GPU), and the dropout
-rate in training. Each line prints the relative error ||x - ref|| / ||ref|| and its bound; the exit status is 1
-if any check fails. It also lists the attention kernels that a training step with dropout ran (GPU profiler).
+cache, whose decoding step generate compiles on a GPU), the dropout rate in training, and on CUDA the tokens of
+the model converted to CTranslate2 (float32, where ctranslate2 sees the GPU). Each line prints the relative error
+||x - ref|| / ||ref|| and its bound; the exit status is 1 if any check fails. It also lists the attention kernels
+that a training step with dropout ran (GPU profiler).
 """
 
 from __future__ import annotations
@@ -89,6 +90,42 @@ def attention_kernels(device: torch.device) -> list[str]:
     return sorted(name[:90] for name in names if any(key in name.lower() for key in ("flash", "attention", "fmha")))
 
 
+def ctranslate2_checks(checks: Checks, reference, batch: dict, device: torch.device) -> None:
+    """The model converted to CTranslate2 and decoded on the GPU in float32: the reference's greedy and beam tokens
+    on the padded batch. Skipped, with the reason, where ctranslate2 or its CUDA support is missing."""
+    import importlib.util
+    import tempfile
+    from pathlib import Path
+
+    if importlib.util.find_spec("ctranslate2") is None:
+        print("skip CTranslate2 on CUDA: ctranslate2 is not installed")
+        return
+    import ctranslate2
+
+    if ctranslate2.get_cuda_device_count() < 1:
+        print("skip CTranslate2 on CUDA: ctranslate2 sees no CUDA device")
+        return
+    from benchmark import word_tokenizer
+
+    from hf_transformer.export import to_ctranslate2
+    from hf_transformer.export.ctranslate2_export import CTranslate2Generator
+
+    model = build(torch.device("cpu"), torch.float32, "sdpa").eval()  # the reference's weights, in float32
+    source = {key: batch[key] for key in ("input_ids", "attention_mask")}
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(Path(folder) / "model")
+        word_tokenizer(model.config.vocab_size).save_pretrained(Path(folder) / "model")
+        converted = to_ctranslate2(Path(folder) / "model", Path(folder) / "ct2")
+        generator = CTranslate2Generator(converted, device=device.type, compute_type="float32")
+        for beams in (1, 4):
+            arguments = dict(num_beams=beams, max_new_tokens=16)
+            # CTranslate2 stops a beam search once num_beams hypotheses have ended: HF's early_stopping=True.
+            sequences = reference.eval().generate(**source, do_sample=False, early_stopping=True, **arguments)
+            expected = sequences[:, 1:].tolist()  # without the start token, as CTranslate2 returns them
+            got = generator.generate(**source, length_penalty=1.0, **arguments)
+            checks.truth(f"CTranslate2 on CUDA fp32, {beams} beam(s): same tokens", got == expected)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
@@ -150,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         compiled = " (compiled step)" if beams == 1 and hasattr(model, "_compiled_call") else ""
         same = torch.equal(static.sequences.cpu(), expected.sequences)
         checks.truth(f"generate, {beams} beam(s), static cache{compiled}: same tokens", same)
+
+    if device.type == "cuda":
+        ctranslate2_checks(checks, reference, batch, device)
 
     model = build(device, torch.float32, "sdpa", dropout=0.1).train()
     hidden = torch.ones(1 << 20, device=device)

@@ -221,6 +221,25 @@ def test_a_deployed_engine_that_is_not_installed_is_skipped_with_its_reason(tmp_
     assert "`ours_ct2` did not run: ImportError: ctranslate2 is not installed" in output.read_text()
 
 
+def test_deployed_engines_compute_in_the_runs_dtype_on_cuda_and_in_float32_on_the_cpu(tmp_path):
+    benchmark = load_benchmark_module("benchmark")
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert benchmark.ct2_compute_type(cpu, torch.float32, None) == "default"
+    assert benchmark.ct2_compute_type(cpu, torch.float32, "int8") == "default"  # the converted int8 weights
+    assert benchmark.ct2_compute_type(cuda, torch.float32, None) == "float32"
+    assert benchmark.ct2_compute_type(cuda, torch.bfloat16, None) == "bfloat16"
+    assert benchmark.ct2_compute_type(cuda, torch.float16, "int8") == "int8_float16"
+    with pytest.raises(RuntimeError, match="float32 activations only"):
+        benchmark.ct2_compute_type(cpu, torch.bfloat16, None)
+    # The CPU-only engines refuse another dtype in the benchmark's table, with the reason.
+    record = benchmark.main(
+        ["--configs", "tiny", "--models", "ours,marian,ours_int8", "--dtype", "bf16", "--no-train", "--no-beam",
+         "--rounds", "1", "--budget", "0", "--peak-size", "128", "--output", str(tmp_path / "d.md")]
+    )  # fmt: skip
+    reason = "RuntimeError: quantize_dynamic is timed with float32 activations only (--dtype fp32)"
+    assert record["results"][0]["failed"] == {"ours_int8": reason}
+
+
 def test_deployed_option_adds_the_engines_and_its_own_report():
     benchmark = load_benchmark_module("benchmark")
     args = benchmark.parse_arguments(["--deployed", "--generation-batch-sizes", "8", "32", "8"])
