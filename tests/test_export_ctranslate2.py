@@ -248,6 +248,17 @@ def test_texts_and_the_one_off_helper(converted, tokenizer):
     assert texts == [text.strip() for text in tokenizer.batch_decode(expected, skip_special_tokens=True)]
 
 
+def test_devices_are_named_as_torch_names_them(converted, tokenizer):
+    model, output_dir = converted("pre_ln_learned_relu")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    expected, _ = hf_tokens(model, batch, num_beams=1)
+    generator = CTranslate2Generator(output_dir, device="cpu:0")  # torch's "cuda:1" reaches the second GPU alike
+    assert generator.generate(batch["input_ids"], num_beams=1, max_new_tokens=MAX_NEW_TOKENS) == expected
+    for device in ("mps", "cuda:first", "cuda:"):
+        with pytest.raises(ValueError, match=f"'cpu', 'cuda' or 'cuda:N' for CTranslate2, got '{device}'"):
+            CTranslate2Generator(output_dir, device=device)
+
+
 def test_int8_conversion_decodes(tmp_path, tokenizer):
     model = random_model(tokenizer, n_layer=1)
     output_dir = to_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "int8", quantization="int8")

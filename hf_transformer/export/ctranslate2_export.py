@@ -369,12 +369,23 @@ def _keeping_torch_threads() -> Iterator[None]:
             torch.set_num_threads(threads)
 
 
+def _device_and_index(device: str) -> tuple[str, int]:
+    """torch's device names ("cpu", "cuda", "cuda:1") as CTranslate2's device and device index."""
+    kind, colon, index = str(device).partition(":")
+    if kind not in ("cpu", "cuda", "auto") or (colon and not index.isdigit()):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N' for CTranslate2, got {device!r}")
+    return kind, int(index or 0)
+
+
 class CTranslate2Generator:
     """A ``ctranslate2.Translator`` over a folder written by :func:`to_ctranslate2`, speaking token ids.
 
     ``generate`` returns, per input, the generated ids as ``model.generate`` does, without the start token and
     without padding (the end token included when it was generated). Defaults for ``num_beams``,
     ``max_new_tokens``, ``min_new_tokens`` and ``length_penalty`` come from the copied ``generation_config.json``.
+
+    ``device`` as torch names it: "cpu", "cuda" or "cuda:N" (``compute_type`` as CTranslate2's, e.g. "bfloat16" or
+    "int8_bfloat16" on a GPU).
 
     Threads (CTranslate2's two kinds): ``inter_threads`` workers decode parts of a batch in parallel (``generate``
     splits each batch between them unless given ``max_batch_size``), each with ``intra_threads`` threads inside
@@ -394,10 +405,12 @@ class CTranslate2Generator:
         ctranslate2 = _ctranslate2()
         self.model_dir = Path(model_dir)
         self.inter_threads = inter_threads
+        device, device_index = _device_and_index(device)
         with _keeping_torch_threads():
             self.translator = ctranslate2.Translator(
                 str(self.model_dir),
                 device=device,
+                device_index=device_index,
                 compute_type=compute_type,
                 inter_threads=inter_threads,
                 intra_threads=intra_threads,
