@@ -65,6 +65,25 @@ def test_device_check_passes_on_the_cpu(capsys):
     assert "static cache: same tokens" in report
 
 
+def test_device_check_compares_ctranslate2_tokens_with_the_reference(monkeypatch, capsys):
+    """Its CTranslate2 lines run on CUDA only; here on the CPU (the GPU count faked), they pass for the reference's
+    own weights and fail for weights that differ."""
+    ctranslate2 = pytest.importorskip("ctranslate2")
+    load_benchmark_module("benchmark")  # device_check imports it as its neighbour (run as a script, it is on the path)
+    device_check = load_benchmark_module("device_check")
+    monkeypatch.setattr(ctranslate2, "get_cuda_device_count", lambda: 1)
+    cpu = torch.device("cpu")
+    batch = device_check.padded_batch(cpu)
+    reference = device_check.build(cpu, torch.float64, "eager")
+    checks = device_check.Checks()
+    device_check.ctranslate2_checks(checks, reference, batch, cpu)
+    assert checks.failed == [] and capsys.readouterr().out.count("ok   CTranslate2 on CUDA fp32") == 2
+    with torch.no_grad():
+        reference.lm_head.weight.add_(torch.randn_like(reference.lm_head.weight))  # the tied table, another model
+    device_check.ctranslate2_checks(checks, reference, batch, cpu)
+    assert len(checks.failed) == 2
+
+
 def test_trainer_with_torch_compile_follows_the_eager_run_and_saves_a_loadable_model(tmp_path):
     from test_integration import _PadOnlyTokenizer, copy_task
     from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Trainer, TrainingArguments
