@@ -7,6 +7,9 @@ plain code, measured side by side in one process.
                                       # a GPU (H100: 989 TFLOP/s dense bf16), bf16 autocast, also the big config
     python benchmarks/benchmark.py --deployed --no-train --generation-batch-sizes 8 32
                                       # ours, Marian and ours's deployed engines (CPU), generation at batch 8 and 32
+    python benchmarks/benchmark.py --device cuda --no-train --generation-batch-sizes 8 32
+        --models ours,marian,ours_static,marian_static,ours_ct2,ours_ct2_int8
+                                      # a GPU: generate over a compiled static cache, and CTranslate2 on CUDA
 
 What is timed, for every model on the same random batch (token ids in [3, V): no padding; masks are still
 built and passed, as in a training loop):
@@ -16,7 +19,8 @@ built and passed, as in a training loop):
 The opt-in ``*_static`` entries generate over a static cache with the decoding step compiled by ``generate`` (the
 warm-up call compiles); the ``*_compiled`` ones train under ``torch.compile`` (for a GPU). The opt-in deployed
 engines (``--deployed``, CPU, generation only) decode with ``ours``'s weights (the same seed): ``ours_ct2`` and
-``ours_ct2_int8`` converted to CTranslate2 (float32, int8 weights), ``ours_onnx`` exported to ONNX and decoded by
+``ours_ct2_int8`` converted to CTranslate2 (float32, int8 weights; these two also on CUDA, computing in the run's
+dtype), ``ours_onnx`` exported to ONNX and decoded by
 ``OnnxSeq2SeqGenerator`` over ONNX Runtime, ``ours_int8`` after torch's ``quantize_dynamic``; each exported once
 before the rounds (the export is not timed), each made to generate exactly 32 tokens per row as ``generate``
 (min = max new tokens), an engine that is not installed skipped with its reason. Their report adds the size of the
