@@ -487,7 +487,7 @@ class CTranslate2Engine(Engine):
         if device.type == "cpu":
             self.generator = CTranslate2Generator.for_cpu(folder, torch.get_num_threads())
         else:
-            self.generator = CTranslate2Generator(folder, device=device.type, compute_type=self.compute_type)
+            self.generator = CTranslate2Generator(folder, device=str(device), compute_type=self.compute_type)
         self.weights_bytes = (folder / "model.bin").stat().st_size
         if self.quantization:
             self.fp32_weights_bytes = (deployment.ctranslate2(model, None) / "model.bin").stat().st_size

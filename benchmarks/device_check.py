@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import sys
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -93,10 +96,6 @@ def attention_kernels(device: torch.device) -> list[str]:
 def ctranslate2_checks(checks: Checks, reference, batch: dict, device: torch.device) -> None:
     """The model converted to CTranslate2 and decoded on the GPU in float32: the reference's greedy and beam tokens
     on the padded batch. Skipped, with the reason, where ctranslate2 or its CUDA support is missing."""
-    import importlib.util
-    import tempfile
-    from pathlib import Path
-
     if importlib.util.find_spec("ctranslate2") is None:
         print("skip CTranslate2 on CUDA: ctranslate2 is not installed")
         return
@@ -116,7 +115,7 @@ def ctranslate2_checks(checks: Checks, reference, batch: dict, device: torch.dev
         model.save_pretrained(Path(folder) / "model")
         word_tokenizer(model.config.vocab_size).save_pretrained(Path(folder) / "model")
         converted = to_ctranslate2(Path(folder) / "model", Path(folder) / "ct2")
-        generator = CTranslate2Generator(converted, device=device.type, compute_type="float32")
+        generator = CTranslate2Generator(converted, device=str(device), compute_type="float32")
         for beams in (1, 4):
             arguments = dict(num_beams=beams, max_new_tokens=16)
             # CTranslate2 stops a beam search once num_beams hypotheses have ended: HF's early_stopping=True.
