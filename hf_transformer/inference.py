@@ -128,11 +128,16 @@ class Predictor:
         device: str = "cpu",
         engine: str = "torch",
         quantization: str | None = None,
+        compute_type: str | None = None,
         threads: int | None = None,
         **options,
     ) -> Predictor:
         """Load `model_dir` (a saved folder or Hub id; for `engine="ctranslate2"` also a CTranslate2 folder). A list
-        of seq2seq folders that share one tokenizer translates as their ensemble (:mod:`hf_transformer.ensemble`)."""
+        of seq2seq folders that share one tokenizer translates as their ensemble (:mod:`hf_transformer.ensemble`).
+        `compute_type` (CTranslate2 only) is the type it computes in, e.g. "float16", "bfloat16" or "int8_float16"
+        on a GPU, "int8" on a CPU; by default the folder's own weights' type."""
+        if compute_type is not None and engine != "ctranslate2":
+            raise ValueError("compute_type applies to engine='ctranslate2'; a torch model computes in its own dtype")
         if not isinstance(model_dir, (str, Path)):
             if engine != "torch" or quantization is not None:
                 raise ValueError("an ensemble of folders decodes with engine='torch' and without quantization")
@@ -143,8 +148,9 @@ class Predictor:
         model_dir = str(model_dir)
         if engine == "ctranslate2":
             return cls._from_ctranslate2(
-                model_dir, device=device, quantization=quantization, threads=threads, **options
-            )
+                model_dir, device=device, quantization=quantization, compute_type=compute_type, threads=threads,
+                **options,
+            )  # fmt: skip
         if quantization is not None:
             raise ValueError("quantization applies to engine='ctranslate2'; for torch use torch's quantize_dynamic")
         config = AutoConfig.from_pretrained(model_dir)
@@ -154,7 +160,7 @@ class Predictor:
         return cls(model, AutoTokenizer.from_pretrained(model_dir), task, engine=engine, **options)
 
     @classmethod
-    def _from_ctranslate2(cls, model_dir: str, *, device, quantization, threads, **options) -> Predictor:
+    def _from_ctranslate2(cls, model_dir: str, *, device, quantization, compute_type, threads, **options) -> Predictor:
         from .configuration_transformer import TransformerConfig
         from .export.ctranslate2_export import MODEL_CONFIG_FILE, CTranslate2Generator, to_ctranslate2
 
@@ -168,10 +174,11 @@ class Predictor:
         elif quantization is not None:
             raise ValueError(f"{model_dir} is already a CTranslate2 model; quantization is chosen when converting")
         threads = threads or torch.get_num_threads()
+        compute_type = compute_type or "default"
         if device == "cpu":
-            generator = CTranslate2Generator.for_cpu(folder, threads)
+            generator = CTranslate2Generator.for_cpu(folder, threads, compute_type=compute_type)
         else:
-            generator = CTranslate2Generator(folder, device=device, intra_threads=threads)
+            generator = CTranslate2Generator(folder, device=device, compute_type=compute_type, intra_threads=threads)
         predictor = cls(
             None,
             AutoTokenizer.from_pretrained(folder),

@@ -48,6 +48,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "on the fly); needs the export extra",
     )  # fmt: skip
     parser.add_argument("--quantization", default=None, help="with --engine ctranslate2 on a saved folder: int8, ...")
+    parser.add_argument(
+        "--compute_type", default=None,
+        help="with --engine ctranslate2: the type it computes in (GPU: float16, bfloat16, int8_float16; CPU: int8); "
+        "default: the weights' own",
+    )  # fmt: skip
     parser.add_argument("--input", default=None, help="a text file, one input per line (instead of TEXT or stdin)")
     parser.add_argument("--output", default=None, help="write the results to this file (a progress bar shows)")
     parser.add_argument("--json", action="store_true", help="one JSON object per input")
@@ -68,6 +73,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             device=args.device,
             engine=args.engine,
             quantization=args.quantization,
+            compute_type=args.compute_type,
             num_beams=args.num_beams,
             max_new_tokens=args.max_new_tokens,
             length_penalty=args.length_penalty,

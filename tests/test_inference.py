@@ -194,3 +194,20 @@ def test_ctranslate2_engine_gives_the_torch_translations(translator, tokenizer, 
     assert predictor.translate(texts, num_beams=1) == torch_translations
     with pytest.raises(ValueError, match="already a CTranslate2 model"):
         Predictor.from_pretrained(exported, engine="ctranslate2", quantization="int8")
+
+
+def test_ctranslate2_engine_computes_in_the_type_asked_for(translator, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from hf_transformer.export import to_ctranslate2
+
+    folder, _ = translator
+    exported = to_ctranslate2(folder, tmp_path / "ct2")  # float32 weights
+    default = Predictor.from_pretrained(exported, engine="ctranslate2", num_beams=1)
+    int8 = Predictor.from_pretrained(exported, engine="ctranslate2", compute_type="int8", num_beams=1)
+    assert default.ctranslate2_generator.translator.compute_type == "float32"
+    assert int8.ctranslate2_generator.translator.compute_type == "int8_float32"
+    assert len(int8.translate(SENTENCES[:4])) == 4
+    with pytest.raises(ValueError, match="Invalid compute type: flaot16"):
+        Predictor.from_pretrained(exported, engine="ctranslate2", compute_type="flaot16")
+    with pytest.raises(ValueError, match="compute_type applies to engine='ctranslate2'"):
+        Predictor.from_pretrained(folder, compute_type="float16")
