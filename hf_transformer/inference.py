@@ -16,7 +16,8 @@ folder's generation config applies.
 
 `engine="ctranslate2"` decodes a seq2seq model with CTranslate2 (`pip install -e ".[export]"`): the folder is
 either one written by `hf_transformer.export.to_ctranslate2` or a saved model folder, which is then converted
-into a temporary folder first (`quantization` as for `to_ctranslate2`).
+into a temporary folder first (`quantization` as for `to_ctranslate2`); `device` ("cpu", "cuda", "cuda:1") and
+`compute_type` ("bfloat16" on a GPU, "int8" on a CPU, ...) choose where and in what it computes.
 
 On `import hf_transformer`, `transformers.pipeline("hf-transformer-translation", model=folder)` is registered
 too (:class:`TranslationPipeline`): transformers 5 removed its `translation` and `text2text-generation` tasks and
