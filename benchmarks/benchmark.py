@@ -449,11 +449,15 @@ class Engine:
         raise NotImplementedError
 
 
+def _check_float32(engine: str, dtype: torch.dtype) -> None:
+    if dtype != torch.float32:
+        raise RuntimeError(f"{engine} is timed with float32 activations only (--dtype fp32)")
+
+
 def _check_cpu(model: nn.Module, engine: str, dtype: torch.dtype) -> None:
     if next(model.parameters()).device.type != "cpu":
         raise RuntimeError(f"{engine} is benchmarked on the CPU only")
-    if dtype != torch.float32:
-        raise RuntimeError(f"{engine} is timed with float32 activations only (--dtype fp32)")
+    _check_float32(engine, dtype)
 
 
 CT2_COMPUTE_TYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -464,8 +468,7 @@ def ct2_compute_type(device: torch.device, dtype: torch.dtype, quantization: str
     float32, or int8 weights with float32 activations); on CUDA the activations of the run's ``dtype``, with int8
     weights for an int8 form ("int8_bfloat16", ...)."""
     if device.type == "cpu":
-        if dtype != torch.float32:
-            raise RuntimeError("CTranslate2 is timed on the CPU with float32 activations only (--dtype fp32)")
+        _check_float32("CTranslate2 on the CPU", dtype)
         return "default"
     activations = CT2_COMPUTE_TYPES[dtype]
     return f"{quantization}_{activations}" if quantization else activations
@@ -871,7 +874,8 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
         "matmul FLOP/s of the training step over that of a square matmul timed in the same rounds (median of "
         "per-round ratios). Memory: peak rise during a training step.",
     ]
-    if any(ENTRIES[name].engine for name in header["models"]) and header["device"] == "cpu":
+    deployed = any(ENTRIES[name].engine for name in header["models"])
+    if deployed and header["device"] == "cpu":
         lines += [
             "",
             "Deployed engines (generation only, float32 activations): `ours` with the same weights, exported or "
@@ -879,7 +883,7 @@ def markdown(results: list[ConfigResult], header: dict) -> str:
             "Marian's `generate`; the CTranslate2 and ONNX Runtime ones use as many cores as torch has threads, "
             "as that many one-thread workers each decoding a part of the batch (`for_cpu`).",
         ]
-    elif any(ENTRIES[name].engine for name in header["models"]):
+    elif deployed:
         lines += [
             "",
             f"Deployed engines (generation only): `ours` with the same weights, converted before the rounds (not "

@@ -107,16 +107,15 @@ def test_translator_matches_generate(translator_dir, tokenizer):
 
 def test_ctranslate2_engine_with_a_compute_type(translator_dir, capsys):
     pytest.importorskip("ctranslate2")
-    texts = SENTENCES[:3]
-    torch_results = load_script("predict").main([str(translator_dir), *texts, "--num_beams", "1"])
-    results = load_script("predict").main(
+    predict, texts = load_script("predict"), SENTENCES[:3]
+    torch_results = predict.main([str(translator_dir), *texts, "--num_beams", "1"])
+    results = predict.main(
         [str(translator_dir), *texts, "--num_beams", "1", "--engine", "ctranslate2", "--compute_type", "float32"]
     )
     assert [r["translation"] for r in results] == [r["translation"] for r in torch_results]
-    predict = load_script("predict")
     assert len(predict.main([str(translator_dir), *texts, "--engine", "ctranslate2", "--compute_type", "int8"])) == 3
     with pytest.raises(ValueError, match="compute_type applies to engine='ctranslate2'"):
-        load_script("predict").main([str(translator_dir), *texts, "--compute_type", "int8"])
+        predict.main([str(translator_dir), *texts, "--compute_type", "int8"])
 
 
 def test_translator_from_stdin_in_a_subprocess(translator_dir):
