@@ -220,7 +220,7 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
                 decoder_input_ids=decoder_input_ids,
                 decoder_attention_mask=decoder_attention_mask,
                 encoder_outputs=(states,),
-                past_key_values=member_cache,
+                **{CACHE_NAME: member_cache},
                 use_cache=use_cache,
                 return_dict=True,
             )

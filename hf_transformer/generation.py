@@ -22,8 +22,9 @@ Checked against transformers 5.23.0 and 5.24.0:
   decoder and the attention layers).
 - The decoding cache's name: transformers 5.24 renames it from ``past_key_values`` to ``cache`` (the argument
   ``generate`` hands the forward, the output classes' field and ``create_masks_for_generate``'s argument; the output
-  classes still take the old name as a deprecated alias). The forwards take either (:func:`given_cache`) and fill
-  the installed name (:data:`CACHE_NAME`).
+  classes still take the old name as a deprecated alias). The forwards take either (:func:`given_cache`; the old
+  name warns where the new one is installed, as transformers' own models do) and fill the installed name
+  (:data:`CACHE_NAME`).
 - ``forward.__signature__``: ``generate`` inspects the forward signature of a model defined outside transformers at
   every step; :func:`precompute_forward_signatures` stores it once.
 """
@@ -31,6 +32,8 @@ Checked against transformers 5.23.0 and 5.24.0:
 from __future__ import annotations
 
 import inspect
+import warnings
+from pathlib import Path
 
 import torch
 from transformers import EncoderDecoderCache, GenerationMixin
@@ -54,10 +57,33 @@ CACHE_NAME = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "pa
 
 
 def given_cache(past_key_values=None, cache=None):
-    """The decoding cache a forward was handed, under either name (``generate`` uses :data:`CACHE_NAME`)."""
+    """The decoding cache a forward was handed, under either name (``generate`` uses :data:`CACHE_NAME`).
+
+    Where the installed transformers calls it ``cache``, the old name still works and warns (``FutureWarning``) as
+    transformers' own models do: code written for 5.23 runs, and its author learns of the rename."""
     if past_key_values is not None and cache is not None:
         raise ValueError("The decoding cache was given twice, as `past_key_values` and as `cache`: pass it once.")
+    if past_key_values is not None and CACHE_NAME == "cache" and not torch.compiler.is_compiling():
+        warnings.warn(
+            "`past_key_values` is deprecated for the decoding cache since transformers 5.24 renamed it. "
+            "Use `cache` instead.",
+            FutureWarning,
+            stacklevel=_caller_stacklevel(),
+        )
     return past_key_values if past_key_values is not None else cache
+
+
+# Frames a warning skips to reach the line that called the model: this package's and torch's module calls.
+_INTERNAL_DIRS = (str(Path(__file__).parent), str(Path(torch.nn.Module.__call__.__code__.co_filename).parent))
+
+
+def _caller_stacklevel() -> int:
+    """``stacklevel`` for a warning raised in the function that calls this one: the first frame outside
+    :data:`_INTERNAL_DIRS`, so that the warning names the user's line, not a forward inside the model."""
+    frame, level = inspect.currentframe().f_back.f_back, 2
+    while frame is not None and frame.f_code.co_filename.startswith(_INTERNAL_DIRS):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class TransformerGenerationMixin(GenerationMixin):

@@ -833,7 +833,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            cache=past_key_values,  # the name TransformerModel takes without a warning on every release
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,

@@ -9,6 +9,7 @@ from generation_checks import SCORED, assert_generations_agree
 from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
 
 from hf_transformer import TransformerForConditionalGeneration, speed
+from hf_transformer.generation import CACHE_NAME
 
 
 def _model(attention: str = "sdpa", **overrides) -> TransformerForConditionalGeneration:
@@ -99,7 +100,7 @@ def test_decoder_steps_over_a_static_cache_equal_the_full_forward(target_padding
                 encoder_outputs=encoder_outputs,
                 decoder_input_ids=target[:, t : t + 1],
                 decoder_attention_mask=step_mask,
-                past_key_values=cache,
+                **{CACHE_NAME: cache},
                 use_cache=True,
             )
             steps.append(output.logits)
@@ -194,10 +195,10 @@ def test_the_growing_cache_still_skips_the_mask_at_decoding_steps():
     source = torch.tensor([[5, 6, 7, 8]])
     cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
     with torch.no_grad():
-        model(input_ids=source, decoder_input_ids=torch.tensor([[2, 9]]), past_key_values=cache, use_cache=True)
+        model(input_ids=source, decoder_input_ids=torch.tensor([[2, 9]]), **{CACHE_NAME: cache}, use_cache=True)
         torch.nn.functional.scaled_dot_product_attention = recording
         try:
-            model(input_ids=source, decoder_input_ids=torch.tensor([[10]]), past_key_values=cache, use_cache=True)
+            model(input_ids=source, decoder_input_ids=torch.tensor([[10]]), **{CACHE_NAME: cache}, use_cache=True)
         finally:
             torch.nn.functional.scaled_dot_product_attention = original
     assert masks and all(mask is None for mask in masks)
