@@ -197,7 +197,7 @@ def test_cached_decoding_matches_full_forward(config, cache_name):
         renamed = [w for w in caught if issubclass(w.category, FutureWarning) and "`past_key_values`" in str(w.message)]
         # The old name warns once a cache is handed over, and only where transformers has renamed it (as its own
         # models do); the installed name never warns.
-        assert len(renamed) == (past is not None and cache_name != CACHE_NAME)
+        assert len(renamed) == (past is not None and cache_name == "past_key_values" != CACHE_NAME)
         assert not renamed or renamed[0].filename == __file__  # the warning points at the caller
         past = getattr(out, CACHE_NAME)
         steps.append(out.logits)
