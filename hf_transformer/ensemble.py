@@ -220,7 +220,7 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
                 decoder_input_ids=decoder_input_ids,
                 decoder_attention_mask=decoder_attention_mask,
                 encoder_outputs=(states,),
-                **{CACHE_NAME: member_cache},
+                cache=member_cache,  # the name members take without a warning on every release
                 use_cache=use_cache,
                 return_dict=True,
             )
