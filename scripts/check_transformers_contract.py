@@ -123,8 +123,9 @@ CONFIG_COMMON_KWARGS = """config_common_kwargs = {
 }
 """
 
-# `FAILED path::Class::test_name - reason` and, for subtests, `SUBFAILED[ModelClass] path::Class::test_name`.
-FAILURE = re.compile(r"^(?:SUB)?FAILED(?:\[(?P<model>[^\]]*)\])? \S*::(?P<test>test\w+)", re.MULTILINE)
+# `FAILED path::Class::test_name - reason`, `ERROR ...` (an error outside the test body) and, for subtests,
+# `SUBFAILED[ModelClass] path::Class::test_name`.
+FAILURE = re.compile(r"^(?:SUB)?(?:FAILED|ERROR)(?:\[(?P<model>[^\]]*)\])? \S*::(?P<test>test\w+)", re.MULTILINE)
 SUMMARY = re.compile(r"=+ (?P<summary>.*(?:passed|failed).*?) in [\d.]+s")
 
 
@@ -148,7 +149,7 @@ def build_suite(source: Path, folder: Path) -> Path:
 
 
 def failures(pytest_output: str) -> list[dict]:
-    """The failed tests in pytest's `-rf -v` output: test name, model class (subtests) and whether it is known."""
+    """The failed tests in pytest's `-rfE -v` output: test name, model class (subtests) and whether it is known."""
     seen, found = set(), []
     for match in FAILURE.finditer(pytest_output):
         key = (match["test"], match["model"])
@@ -169,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         test_file = build_suite(args.transformers_src, Path(folder))
         print(f"running transformers' mixins from {args.transformers_src} against hf_transformer ...", flush=True)
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-v", "-rf", "-p", "no:cacheprovider", str(test_file)],
+            [sys.executable, "-m", "pytest", "-q", "-v", "-rfE", "-p", "no:cacheprovider", str(test_file)],
             cwd=folder,
             capture_output=True,
             text=True,

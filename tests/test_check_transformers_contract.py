@@ -19,6 +19,7 @@ SUBFAILED[TransformerModel] tests/test_hf_transformer.py::TransformerModelTest::
 FAILED tests/test_hf_transformer.py::TransformerModelTest::test_attention_outputs - AssertionError: 3 != 5
 FAILED tests/test_hf_transformer.py::DecoderReadOutClassifierTest::test_attention_outputs - AssertionError
 PASSED tests/test_hf_transformer.py::TransformerModelTest::test_save_load
+ERROR tests/test_hf_transformer.py::TransformerModelTest::test_save_load_fast_init - RuntimeError
 =========== 3 failed, 210 passed, 105 skipped, 25 warnings in 39.73s ============
 """
 
@@ -28,8 +29,9 @@ def test_failures_are_read_once_each_and_only_unlisted_ones_are_unexpected():
     assert [(f["test"], f["model"]) for f in found] == [
         ("test_bc_cache_name_forward", "TransformerModel"),
         ("test_attention_outputs", None),
+        ("test_save_load_fast_init", None),
     ]
-    assert found[0]["known"] is None  # a regression the script must report
+    assert found[0]["known"] is None and found[2]["known"] is None  # regressions the script must report
     assert found[1]["known"] == contract.KNOWN_BY_DESIGN["test_attention_outputs"]
     assert contract.SUMMARY.search(PYTEST_OUTPUT)["summary"] == "3 failed, 210 passed, 105 skipped, 25 warnings"
 
