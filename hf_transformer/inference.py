@@ -93,7 +93,8 @@ def _progress(iterable, total: int, enabled: bool, desc: str):
 
 class Predictor:
     """A loaded folder: `predictor(texts)` gives one result dict per text (`translation`, or `label`, `score`
-    and every label's `scores`); `translate(texts)` and `classify(texts)` say which they expect."""
+    and every label's `scores`); `translate(texts)` and `classify(texts)` say which they expect. With
+    `num_return_sequences=k` a translation result also holds `translations`, the k candidates, best first."""
 
     def __init__(
         self,
@@ -295,8 +296,16 @@ class Predictor:
             else:
                 options["max_length"] = length + 1  # counts the start token
             generated = self.model.generate(**batch.to(self.model.device), **options)
-        decoded = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
-        return [{"text": text, "translation": output.strip()} for text, output in zip(texts, decoded)]
+        decoded = [text.strip() for text in self.tokenizer.batch_decode(generated, skip_special_tokens=True)]
+        # num_return_sequences: that many candidates per text, one text's after the other, best first.
+        per_text = len(decoded) // len(texts)
+        results = []
+        for index, text in enumerate(texts):
+            candidates = decoded[index * per_text : (index + 1) * per_text]
+            results.append({"text": text, "translation": candidates[0]})
+            if per_text > 1:
+                results[-1]["translations"] = candidates
+        return results
 
 
 def format_result(result: dict, as_json: bool = False) -> str:

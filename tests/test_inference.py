@@ -77,6 +77,20 @@ def test_translations_come_back_in_input_order_whatever_the_batching(translator,
     assert predictor.translate(texts, num_beams=1, max_new_tokens=3) == greedy
 
 
+def test_several_candidates_per_text_stay_with_their_text(translator, tokenizer):
+    folder, model = translator
+    texts = SENTENCES[:7]
+    results = Predictor.from_pretrained(folder, batch_size=3)(texts, num_beams=4, num_return_sequences=3)
+    for text, result in zip(texts, results):
+        ids = tokenizer([text], return_tensors="pt", truncation=True, max_length=12)["input_ids"]
+        with torch.no_grad():
+            generated = model.generate(ids, num_beams=4, num_return_sequences=3)
+        expected = [output.strip() for output in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+        assert result["text"] == text
+        assert result["translations"] == expected and result["translation"] == expected[0]
+    assert len({result["translation"] for result in results}) > 3  # the texts are told apart
+
+
 def test_a_list_of_folders_translates_as_their_ensemble(translator, tokenizer, tmp_path):
     folder, model = translator
     texts = SENTENCES[:9]

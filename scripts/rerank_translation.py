@@ -1,0 +1,160 @@
+"""Noisy-channel reranking of Multi30k translations (hf_transformer.reranking): beam search's n-best lists from the
+forward model(s), each candidate rescored with a model of the reverse direction, the channel weight and the length
+exponent chosen on validation, test2016 scored once with them.
+
+    python scripts/rerank_translation.py --model_dirs runs/m30k-de-en --channel_model_dirs runs/m30k-en-de \
+        --output_dir runs/m30k-de-en-rerank --data_dir ../shared/data --source_lang de --target_lang en \
+        --num_candidates 10
+
+Several `--model_dirs` (or `--channel_model_dirs`) score as their ensemble (they must share one tokenizer); the
+forward and the channel models need not share one. The output folder gets `results.json` (the reranked figures
+as `bleu` / `bleu_lc_tok`, beside those of the n-best's first candidates, which are beam search's own output, and
+every grid setting's validation score) and `test_predictions.txt`; `scripts/collect_results.py` reads it like a
+training run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+import hf_transformer  # noqa: F401  (registers the Auto classes)
+from hf_transformer import Predictor
+from hf_transformer.data import first_rows, load_multi30k
+from hf_transformer.metrics import bleu, bleu_lc_tok, require_scorers
+from hf_transformer.reranking import candidates, choose_weights, rerank, sequence_log_probs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from train_translation import DataArguments, lc_tok_references, lowercases  # noqa: E402
+
+logger = logging.getLogger("rerank_translation")
+
+
+@dataclass
+class RerankArguments:
+    model_dirs: list[str] = field(metadata={"help": "the forward translation model folder(s); several: an ensemble"})
+    channel_model_dirs: list[str] = field(
+        metadata={"help": "the reverse direction's model folder(s), scoring p(source | candidate)"}
+    )
+    output_dir: str = field(metadata={"help": "where results.json and test_predictions.txt go"})
+    num_candidates: int = field(default=10, metadata={"help": "n-best size (beam search with this many beams)"})
+    length_penalty: float | None = field(
+        default=None, metadata={"help": "beam search's length penalty (default: the forward folder's own)"}
+    )
+    channel_weights: list[float] = field(
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0, 1.5],
+        metadata={"help": "channel weights tried on validation (0: the forward model alone)"},
+    )
+    length_exponents: list[float] = field(
+        default_factory=lambda: [0.5, 1.0, 1.5],
+        metadata={"help": "exponents of the candidate length dividing the score, tried on validation"},
+    )
+    batch_size: int = field(default=64, metadata={"help": "sentences per decoding and scoring batch"})
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, ..."})
+
+
+def load(folders: list[str], batch_size: int, device: str) -> Predictor:
+    return Predictor.from_pretrained(folders[0] if len(folders) == 1 else folders, batch_size=batch_size, device=device)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((RerankArguments, DataArguments))
+    args, data_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    require_scorers()
+    started = time.time()
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+
+    forward = load(args.model_dirs, args.batch_size, args.device)
+    channel = load(args.channel_model_dirs, args.batch_size, args.device)
+    splits = first_rows(
+        load_multi30k(data_args.data_dir, source_lang=source_lang, target_lang=target_lang), data_args.split_limits()
+    )
+    splits.pop("train", None)
+    tokenized_references = lc_tok_references(splits, data_args)
+    selection = "bleu_lc_tok" if lowercases(forward.tokenizer) and "validation" in tokenized_references else "bleu"
+    length_penalty = args.length_penalty
+    if length_penalty is None:
+        length_penalty = forward.generation_config.length_penalty
+
+    def scores(split: str, hypotheses: list[str]) -> dict[str, float]:
+        references = [pair[target_lang] for pair in splits[split]["translation"]]
+        found = {"bleu": bleu(hypotheses, references)}
+        if split in tokenized_references:
+            found["bleu_lc_tok"] = bleu_lc_tok(hypotheses, tokenized_references[split], target_lang)
+        return found
+
+    scored = {}
+    for split in ("validation", "test"):
+        sources = [pair[source_lang] for pair in splits[split]["translation"]]
+        logger.info("%s: %d-best lists of %d sentences", split, args.num_candidates, len(sources))
+        nbest = candidates(forward, sources, args.num_candidates, length_penalty=length_penalty, progress=True)
+        pairs = [(source, candidate) for source, row in zip(sources, nbest) for candidate in row]
+        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+        logger.info("%s: scoring %d candidates both ways", split, len(pairs))
+        scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
+
+    nbest, forward_scores, channel_scores = scored["validation"]
+    chosen, grid = choose_weights(
+        nbest,
+        forward_scores,
+        channel_scores,
+        lambda hypotheses: scores("validation", hypotheses)[selection],
+        channel_weights=args.channel_weights,
+        length_exponents=args.length_exponents,
+    )
+    logger.info("validation %s by channel weight / length exponent: %s; chosen %s", selection, grid, chosen)
+    results: dict = {
+        "task": f"translation_{source_lang}_to_{target_lang}",
+        "dataset": "multi30k",
+        "split": "test2016",
+        "source_lang": source_lang,
+        "target_lang": target_lang,
+        "models": args.model_dirs,
+        "channel_models": args.channel_model_dirs,
+        "num_candidates": args.num_candidates,
+        "length_penalty": length_penalty,
+        **chosen,
+        "selected_on": f"eval_{selection}",
+        f"eval_{selection}_by_setting": grid,
+    }
+    outputs = {}
+    for split, prefix in (("validation", "eval"), ("test", "test")):
+        nbest, forward_scores, channel_scores = scored[split]
+        outputs[split] = rerank(nbest, forward_scores, channel_scores, **chosen)
+        results |= {f"{prefix}_{name}": value for name, value in scores(split, outputs[split]).items()}
+        beam = [row[0] for row in nbest]  # beam search's own best
+        results |= {f"{prefix}_beam_{name}": value for name, value in scores(split, beam).items()}
+        results[f"{prefix}_candidates_per_sentence"] = round(sum(map(len, nbest)) / len(nbest), 2)
+    results["bleu"] = results["test_bleu"]
+    if "test_bleu_lc_tok" in results:
+        results["bleu_lc_tok"] = results["test_bleu_lc_tok"]
+    results |= {
+        "eval_samples": len(splits["validation"]),
+        "test_samples": len(splits["test"]),
+        "wall_seconds": round(time.time() - started, 1),
+        "command": " ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
+    }
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
+    (output_dir / "test_predictions.txt").write_text("\n".join(outputs["test"]) + "\n", encoding="utf-8")
+    logger.info(
+        "test2016 reranked: BLEU %.2f, lc-tok %s (beam search alone %.2f, %s); %s",
+        results["test_bleu"],
+        f"{results['test_bleu_lc_tok']:.2f}" if "test_bleu_lc_tok" in results else "-",
+        results["test_beam_bleu"],
+        f"{results['test_beam_bleu_lc_tok']:.2f}" if "test_beam_bleu_lc_tok" in results else "-",
+        output_dir / "results.json",
+    )
+    return results
+
+
+if __name__ == "__main__":
+    main()

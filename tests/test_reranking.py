@@ -1,0 +1,147 @@
+"""Noisy-channel reranking (hf_transformer.reranking) and the script that runs it on Multi30k
+(scripts/rerank_translation.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from conftest import tiny_config
+from launch_utils import load_script
+from test_train_translation import TINY_MODEL, write_multi30k
+
+from hf_transformer import Predictor, TransformerForConditionalGeneration
+from hf_transformer.metrics import bleu
+from hf_transformer.reranking import SequenceScores, candidates, choose_weights, rerank, sequence_log_probs
+
+WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
+SENTENCES = [" ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(2 + i % 7)) + " ." for i in range(20)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from hf_transformer.tokenization import train_tokenizer
+
+    return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=256, show_progress=False)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, tokenizer):
+    """A random model, pre-LN with large weights so that its beam candidates differ, saved with the tokenizer."""
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=16, init_std=0.3, label_smoothing=0.0,
+        layer_norm_position="pre", pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    model = TransformerForConditionalGeneration(config).eval()
+    model.generation_config.max_new_tokens = 6
+    path = tmp_path_factory.mktemp("model")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_sequence_log_probs_are_the_models_own_loss_summed_whatever_the_batching(folder, tokenizer):
+    model = TransformerForConditionalGeneration.from_pretrained(folder).eval()
+    sources, targets = SENTENCES[:7], SENTENCES[7:14][::-1]  # lengths differ: the batches are padded
+    expected, expected_lengths = [], []
+    for source, target in zip(sources, targets):
+        ids = tokenizer([source], return_tensors="pt")["input_ids"]
+        labels = tokenizer(text_target=[target], return_tensors="pt")["input_ids"][:, :16]  # the position table
+        with torch.no_grad():
+            loss = model(input_ids=ids, labels=labels).loss  # mean cross-entropy, no label smoothing
+        expected.append(-loss.item() * labels.shape[1])
+        expected_lengths.append(labels.shape[1])
+    assert labels[0, -1] == tokenizer.eos_token_id  # the end token is scored
+    predictor = Predictor.from_pretrained(folder)
+    for batch_size in (1, 3, 64):
+        scores = sequence_log_probs(predictor, sources, targets, batch_size=batch_size)
+        assert scores.lengths == expected_lengths
+        assert scores.log_probs == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    # An ensemble of two copies of the model gives the model's probabilities.
+    ensemble = Predictor.from_pretrained([folder, folder])
+    assert sequence_log_probs(ensemble, sources, targets).log_probs == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    with pytest.raises(ValueError, match="7 sources but 6 targets"):
+        sequence_log_probs(predictor, sources, targets[:6])
+
+
+def test_candidates_are_beam_searchs_distinct_outputs_best_first(folder, monkeypatch):
+    predictor = Predictor.from_pretrained(folder, batch_size=4)
+    sources = SENTENCES[:9]
+    nbest = candidates(predictor, sources, 4)
+    assert [row[0] for row in nbest] == predictor.translate(sources, num_beams=4)
+    assert all(1 <= len(row) <= 4 and len(set(row)) == len(row) for row in nbest)
+    assert sum(map(len, nbest)) > 2 * len(sources)  # the random model's beams do differ
+    with pytest.raises(ValueError, match="num_beams=2 < 4 candidates"):
+        candidates(predictor, sources, 4, num_beams=2)
+    # Two token sequences that read the same are one candidate.
+    outputs = [{"text": "x", "translation": "a b", "translations": ["a b", "c", "a b"]}]
+    monkeypatch.setattr(Predictor, "__call__", lambda self, texts, **options: outputs)
+    assert candidates(predictor, ["x"], 3) == [["a b", "c"]]
+
+
+def test_rerank_weighs_the_channel_and_the_length():
+    nbest = [["keeps the source", "drops it"], ["short", "a longer one"]]
+    forward = SequenceScores(log_probs=[-2.0, -1.0, -2.0, -4.0], lengths=[2, 2, 1, 4])
+    channel = SequenceScores(log_probs=[-1.0, -9.0, -3.0, -3.0], lengths=[3, 3, 3, 3])
+    # The forward model alone, summed: the second of the first pair, the short one of the second.
+    assert rerank(nbest, forward, channel, channel_weight=0.0, length_exponent=0.0) == ["drops it", "short"]
+    # The channel outweighs the forward model's preference: (-2 - 1) / 2 > (-1 - 9) / 2.
+    assert rerank(nbest, forward, channel, channel_weight=1.0, length_exponent=1.0)[0] == "keeps the source"
+    # Dividing by the length favours the longer candidate: -4 / 4 > -2 / 1.
+    assert rerank(nbest, forward, channel, channel_weight=0.0, length_exponent=1.0)[1] == "a longer one"
+    with pytest.raises(ValueError, match="4 candidates but 3 forward"):
+        rerank(nbest, SequenceScores([-1.0] * 3, [1] * 3), channel, channel_weight=0.5)
+
+
+def test_choose_weights_takes_the_best_setting_of_the_grid():
+    nbest = [["x", "y"]]
+    forward = SequenceScores([-1.0, -2.0], [1, 1])
+    channel = SequenceScores([-5.0, -1.0], [1, 1])
+    chosen, grid = choose_weights(
+        nbest, forward, channel, lambda outputs: 1.0 if outputs == ["y"] else 0.0,
+        channel_weights=[0.0, 0.2, 0.5], length_exponents=[1.0],
+    )  # fmt: skip
+    # With weight 0.2, x scores -2.0 and y -2.2: only 0.5 (x -3.5, y -2.5) turns to y.
+    assert grid == {"0/1": 0.0, "0.2/1": 0.0, "0.5/1": 1.0}
+    assert chosen == {"channel_weight": 0.5, "length_exponent": 1.0}
+
+
+def train_tiny(data_dir, output_dir, source: str, target: str, seed: int) -> dict:
+    return load_script("train_translation").main(
+        [
+            "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--source_lang", source,
+            "--target_lang", target, *TINY_MODEL, "--num_train_epochs", "6", "--per_device_train_batch_size", "16",
+            "--learning_rate", "3e-3", "--warmup_steps", "40", "--eval_strategy", "no", "--num_beams", "3",
+            "--length_penalty", "1.0", "--per_device_eval_batch_size", "16", "--seed", str(seed),
+        ]
+    )  # fmt: skip
+
+
+def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path):
+    data_dir = tmp_path / "data"
+    written = write_multi30k(data_dir, sizes=(("train", 1000), ("val", 30), ("test_2016_flickr", 40)))
+    train_tiny(data_dir, tmp_path / "en-de", "en", "de", 2)
+    train_tiny(data_dir, tmp_path / "de-en", "de", "en", 3)
+    results = load_script("rerank_translation").main(
+        [
+            "--model_dirs", str(tmp_path / "en-de"), "--channel_model_dirs", str(tmp_path / "de-en"),
+            "--output_dir", str(tmp_path / "reranked"), "--data_dir", str(data_dir), "--source_lang", "en",
+            "--target_lang", "de", "--num_candidates", "3", "--channel_weights", "0", "1",
+            "--length_exponents", "0.5", "1",
+        ]
+    )  # fmt: skip
+    grid = results["eval_bleu_by_setting"]
+    assert set(grid) == {"0/0.5", "0/1", "1/0.5", "1/1"}
+    chosen = f"{results['channel_weight']:g}/{results['length_exponent']:g}"
+    assert grid[chosen] == max(grid.values()) == results["eval_bleu"]  # chosen on validation
+    assert results["length_penalty"] == 1.0  # the forward folder's own, as training chose it
+    assert 1 < results["test_candidates_per_sentence"] <= 3
+    assert results["bleu"] == results["test_bleu"] > 25  # the toy language is translated
+    saved = json.loads((tmp_path / "reranked" / "results.json").read_text())
+    assert saved["test_bleu"] == results["test_bleu"] and saved["test_beam_bleu"] == results["test_beam_bleu"]
+    lines = (tmp_path / "reranked" / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
+    references = [pair[1] for pair in written["test_2016_flickr"]]
+    assert len(lines) == 40 and bleu(lines, references) == pytest.approx(results["test_bleu"])
