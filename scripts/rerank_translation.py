@@ -4,7 +4,7 @@ exponent chosen on validation, test2016 scored once with them.
 
     python scripts/rerank_translation.py --model_dirs runs/m30k-de-en --channel_model_dirs runs/m30k-en-de \
         --output_dir runs/m30k-de-en-rerank --data_dir ../shared/data --source_lang de --target_lang en \
-        --num_candidates 10
+        --num_candidates 5
 
 Several `--model_dirs` (or `--channel_model_dirs`) score as their ensemble (they must share one tokenizer); the
 forward and the channel models need not share one. The output folder gets `results.json` (the reranked figures
@@ -43,16 +43,16 @@ class RerankArguments:
         metadata={"help": "the reverse direction's model folder(s), scoring p(source | candidate)"}
     )
     output_dir: str = field(metadata={"help": "where results.json and test_predictions.txt go"})
-    num_candidates: int = field(default=10, metadata={"help": "n-best size (beam search with this many beams)"})
+    num_candidates: int = field(default=5, metadata={"help": "n-best size (beam search with this many beams)"})
     length_penalty: float | None = field(
         default=None, metadata={"help": "beam search's length penalty (default: the forward folder's own)"}
     )
     channel_weights: list[float] = field(
-        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0, 1.5],
+        default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
         metadata={"help": "channel weights tried on validation (0: the forward model alone)"},
     )
     length_exponents: list[float] = field(
-        default_factory=lambda: [0.5, 1.0, 1.5],
+        default_factory=lambda: [0.25, 0.5, 0.75, 1.0, 1.25],
         metadata={"help": "exponents of the candidate length dividing the score, tried on validation"},
     )
     batch_size: int = field(default=64, metadata={"help": "sentences per decoding and scoring batch"})
@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     if "test_bleu_lc_tok" in results:
         results["bleu_lc_tok"] = results["test_bleu_lc_tok"]
     results |= {
+        "parameters": sum(predictor.model.num_parameters() for predictor in (forward, channel)),
         "eval_samples": len(splits["validation"]),
         "test_samples": len(splits["test"]),
         "wall_seconds": round(time.time() - started, 1),

@@ -142,6 +142,8 @@ def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path)
     assert results["bleu"] == results["test_bleu"] > 25  # the toy language is translated
     saved = json.loads((tmp_path / "reranked" / "results.json").read_text())
     assert saved["test_bleu"] == results["test_bleu"] and saved["test_beam_bleu"] == results["test_beam_bleu"]
+    forward = json.loads((tmp_path / "en-de" / "results.json").read_text())
+    assert saved["parameters"] == 2 * forward["parameters"]  # the system is both models (of one shape here)
     lines = (tmp_path / "reranked" / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
     references = [pair[1] for pair in written["test_2016_flickr"]]
     assert len(lines) == 40 and bleu(lines, references) == pytest.approx(results["test_bleu"])
