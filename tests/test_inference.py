@@ -206,6 +206,14 @@ def test_ctranslate2_engine_gives_the_torch_translations(translator, tokenizer, 
     exported = to_ctranslate2(folder, tmp_path / "ct2")
     predictor = Predictor.from_pretrained(exported, engine="ctranslate2", batch_size=3)
     assert predictor.translate(texts, num_beams=1) == torch_translations
+    # Several candidates per text: each text keeps its own, best first, as CTranslate2 alone gives them.
+    candidates = [result["translations"] for result in predictor(texts, num_beams=3, num_return_sequences=2)]
+    for text, found in zip(texts, candidates):
+        batch = tokenizer([text], truncation=True, max_length=12)  # the model's 12 positions
+        alone = predictor.ctranslate2_generator.generate(
+            batch["input_ids"], batch["attention_mask"], num_beams=3, num_return_sequences=2, max_new_tokens=7
+        )
+        assert found == [output.strip() for output in tokenizer.batch_decode(alone, skip_special_tokens=True)]
     with pytest.raises(ValueError, match="already a CTranslate2 model"):
         Predictor.from_pretrained(exported, engine="ctranslate2", quantization="int8")
 
