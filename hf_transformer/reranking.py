@@ -16,11 +16,11 @@ language-model term), |y| the candidate's length in target tokens, end token inc
 
     forward = Predictor.from_pretrained("runs/m30k-de-en")        # or a list of folders: their ensemble
     channel = Predictor.from_pretrained("runs/m30k-en-de")
-    nbest = candidates(forward, sources, num_candidates=10)         # list of lists of strings
+    nbest = candidates(forward, sources, num_candidates=5)          # list of lists of strings
     pairs = [(x, y) for x, ys in zip(sources, nbest) for y in ys]
     forward_scores = sequence_log_probs(forward, [x for x, _ in pairs], [y for _, y in pairs])
     channel_scores = sequence_log_probs(channel, [y for _, y in pairs], [x for x, _ in pairs])
-    best = rerank(nbest, forward_scores, channel_scores, channel_weight=0.5, length_exponent=1.0)
+    best = rerank(nbest, forward_scores, channel_scores, channel_weight=0.2, length_exponent=0.75)
 
 ``scripts/rerank_translation.py`` runs the whole of it on Multi30k: the weights chosen on validation, test scored
 once.
@@ -57,7 +57,9 @@ def _check_seq2seq(predictor: Predictor) -> None:
         raise ValueError("reranking needs a seq2seq folder loaded with engine='torch' (it scores with the model)")
 
 
-def candidates(predictor: Predictor, sources: Sequence[str], num_candidates: int, **generate_options) -> list[list]:
+def candidates(
+    predictor: Predictor, sources: Sequence[str], num_candidates: int, **generate_options
+) -> list[list[str]]:
     """Each source's n-best list from beam search with ``num_candidates`` beams, best first, texts that decode
     alike kept once (two token sequences can read the same)."""
     _check_seq2seq(predictor)
