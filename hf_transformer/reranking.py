@@ -34,11 +34,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from .data import IGNORE_INDEX
 from .inference import SEQ2SEQ, Predictor
 
 __all__ = ["SequenceScores", "candidates", "sequence_log_probs", "rerank", "choose_weights"]
-
-IGNORE_INDEX = -100
 
 
 @dataclass

@@ -77,17 +77,38 @@ def test_translations_come_back_in_input_order_whatever_the_batching(translator,
     assert predictor.translate(texts, num_beams=1, max_new_tokens=3) == greedy
 
 
+def candidates_batch_by_batch(tokenizer, texts, batch_size, count, generate):
+    """Each text's `count` candidates, from `generate` called on the very batches a Predictor of `batch_size` decodes
+    (texts sorted by length, padded, cut at the model's 12 positions), its rows grouped here by text: the same
+    computation, so the same tokens on any CPU, and the grouping checked independently."""
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    found = [None] * len(texts)
+    for start in range(0, len(order), batch_size):
+        indices = order[start : start + batch_size]
+        batch = tokenizer(
+            [texts[i] for i in indices], return_tensors="pt", padding=True, truncation=True, max_length=12
+        )
+        decoded = tokenizer.batch_decode(
+            generate(batch["input_ids"], batch["attention_mask"]), skip_special_tokens=True
+        )
+        for row, index in enumerate(indices):
+            found[index] = [output.strip() for output in decoded[row * count : (row + 1) * count]]
+    return found
+
+
 def test_several_candidates_per_text_stay_with_their_text(translator, tokenizer):
     folder, model = translator
     texts = SENTENCES[:7]
     results = Predictor.from_pretrained(folder, batch_size=3)(texts, num_beams=4, num_return_sequences=3)
-    for text, result in zip(texts, results):
-        ids = tokenizer([text], return_tensors="pt", truncation=True, max_length=12)["input_ids"]
+
+    def generate(input_ids, attention_mask):
         with torch.no_grad():
-            generated = model.generate(ids, num_beams=4, num_return_sequences=3)
-        expected = [output.strip() for output in tokenizer.batch_decode(generated, skip_special_tokens=True)]
+            return model.generate(input_ids, attention_mask=attention_mask, num_beams=4, num_return_sequences=3)
+
+    expected = candidates_batch_by_batch(tokenizer, texts, 3, 3, generate)
+    for text, result, own in zip(texts, results, expected):
         assert result["text"] == text
-        assert result["translations"] == expected and result["translation"] == expected[0]
+        assert result["translations"] == own and result["translation"] == own[0]
     assert len({result["translation"] for result in results}) > 3  # the texts are told apart
 
 
@@ -206,14 +227,16 @@ def test_ctranslate2_engine_gives_the_torch_translations(translator, tokenizer, 
     exported = to_ctranslate2(folder, tmp_path / "ct2")
     predictor = Predictor.from_pretrained(exported, engine="ctranslate2", batch_size=3)
     assert predictor.translate(texts, num_beams=1) == torch_translations
-    # Several candidates per text: each text keeps its own, best first, as CTranslate2 alone gives them.
-    candidates = [result["translations"] for result in predictor(texts, num_beams=3, num_return_sequences=2)]
-    for text, found in zip(texts, candidates):
-        batch = tokenizer([text], truncation=True, max_length=12)  # the model's 12 positions
-        alone = predictor.ctranslate2_generator.generate(
-            batch["input_ids"], batch["attention_mask"], num_beams=3, num_return_sequences=2, max_new_tokens=7
+    # Several candidates per text: each text keeps its own, best first, as CTranslate2 gives them for the batch.
+    results = predictor(texts, num_beams=3, num_return_sequences=2)
+
+    def generate(input_ids, attention_mask):
+        return predictor.ctranslate2_generator.generate(
+            input_ids, attention_mask, num_beams=3, num_return_sequences=2, max_new_tokens=7
         )
-        assert found == [output.strip() for output in tokenizer.batch_decode(alone, skip_special_tokens=True)]
+
+    expected = candidates_batch_by_batch(tokenizer, texts, 3, 2, generate)
+    assert [result["translations"] for result in results] == expected
     with pytest.raises(ValueError, match="already a CTranslate2 model"):
         Predictor.from_pretrained(exported, engine="ctranslate2", quantization="int8")
 

@@ -9,21 +9,19 @@ import pytest
 import torch
 from conftest import tiny_config
 from launch_utils import load_script
+from test_inference import SENTENCES
 from test_train_translation import TINY_MODEL, write_multi30k
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
 from hf_transformer.metrics import bleu
 from hf_transformer.reranking import SequenceScores, candidates, choose_weights, rerank, sequence_log_probs
 
-WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
-SENTENCES = [" ".join(WORDS[(i * 5 + j * 3) % len(WORDS)] for j in range(2 + i % 7)) + " ." for i in range(20)]
-
 
 @pytest.fixture(scope="module")
 def tokenizer():
     from hf_transformer.tokenization import train_tokenizer
 
-    return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=256, show_progress=False)
+    return train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=256, show_progress=False)
 
 
 @pytest.fixture(scope="module")
