@@ -64,12 +64,20 @@ def precision_choices() -> list:
     ]
 
 
-def job_commands(script: Path, variables: dict[str, str], precision: list[str]) -> dict[str, list[str]]:
-    """``scripts/<name>.py`` -> its arguments in a bash job script, with the script's shell variables (``$name``) and
-    arrays (``"${name[@]}"``) filled in, ``precision_args`` (scripts/precision_args.sh) given, and output redirections
-    and a trailing ``&`` left out."""
+def job_arrays(script: Path) -> dict[str, list[str]]:
+    """The bash arrays a job script sets at its top level (``name=(...)``), by name."""
     text = script.read_text().replace("\\\n", " ")
-    arrays = {name: shlex.split(value) for name, value in re.findall(r"^(\w+)=\((.*)\)$", text, re.M)}
+    return {name: shlex.split(value) for name, value in re.findall(r"^(\w+)=\((.*)\)$", text, re.M)}
+
+
+def job_commands(
+    script: Path, variables: dict[str, str], precision: list[str], arrays: dict[str, list[str]] | None = None
+) -> dict[str, list[str]]:
+    """``scripts/<name>.py`` -> its arguments in a bash job script, with the script's shell variables (``$name``) and
+    arrays (``"${name[@]}"``) filled in, ``precision_args`` (scripts/precision_args.sh) and any array set inside a
+    branch (``arrays``) given, and output redirections and a trailing ``&`` left out."""
+    text = script.read_text().replace("\\\n", " ")
+    arrays = job_arrays(script) | (arrays or {})
     arrays["precision_args"] = precision
     commands = {}
     for line in text.splitlines():

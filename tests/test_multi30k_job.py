@@ -7,12 +7,15 @@ data in test_train_translation.py. This test catches the job going out of step w
 
 import functools
 import json
+import os
+import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from launch_utils import job_commands, load_script, precision_choices
+from launch_utils import job_arrays, job_commands, load_script, precision_choices
 from transformers import HfArgumentParser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -141,3 +144,81 @@ def test_ensemble_job_refuses_other_directions(languages, tmp_path):
     assert result.returncode != 0
     assert "usage: bash scripts/train_multi30k_ensemble.sh" in result.stderr
     assert not any(tmp_path.iterdir())  # nothing was started
+
+
+RERANKED_JOB = REPO / "scripts" / "train_multi30k_reranked.sh"
+# The runs docs/results.md reports for the reranked job's schedules: each direction's training, on a GPU (the anchor's
+# recipe in full) and on a CPU (16 epochs), and the CPU models reranked with each other.
+REPORTED_PAIR = {
+    "gpu_schedule": {("en", "de"): "m30k-en-de-anchor-gpu", ("de", "en"): "m30k-de-en-anchor-gpu"},
+    "cpu_schedule": {("en", "de"): "m30k-en-de-tiny16", ("de", "en"): "m30k-de-en-tiny16"},
+}
+REPORTED_RERANKING = {("en", "de"): "m30k-en-de-tiny16-rerank", ("de", "en"): "m30k-de-en-tiny16-rerank"}
+# What a run sets for itself: its folders (the reported GPU runs wrote to another machine's disk).
+PER_RUN = {"output_dir", "logging_dir", "data_dir", "distributed_state"}
+
+
+def _reported_call(run: str, script: str) -> list[str]:
+    """The arguments of ``scripts/<script>.py`` in the command docs/results.md reports for ``run`` (a reported
+    command may chain a few steps, or start with ``timeout``)."""
+    records = json.loads((REPO / "docs" / "results.json").read_text())
+    command = next(r["command"] for r in records if r["run"] == run)
+    call = next(part for part in re.split(r";|&&", command) if f"scripts/{script}.py" in part)
+    words = shlex.split(call)
+    return words[words.index(f"scripts/{script}.py") + 1 :]
+
+
+def _reranked_job(source: str, target: str, schedule: str) -> dict[str, list[str]]:
+    variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target, "device": "D"}
+    schedule_args = job_arrays(RERANKED_JOB)[schedule]
+    return job_commands(RERANKED_JOB, variables, [], arrays={"schedule": schedule_args})
+
+
+@pytest.mark.parametrize("schedule", list(REPORTED_PAIR))
+@pytest.mark.parametrize("direction", [("en", "de"), ("de", "en")])
+def test_reranked_job_trains_the_reported_runs(schedule, direction):
+    source, target = direction
+    job = _parse(_reranked_job(source, target, schedule)["train_translation"])
+    reported = _parse(_reported_call(REPORTED_PAIR[schedule][direction], "train_translation"))
+    assert job[2].output_dir == f"OUT/{source}-{target}" and job[1].data_dir == "DATA"
+    assert (job[1].source_lang, job[1].target_lang) == direction
+    # Every other setting is the reported run's: the anchor's model, the schedule, float32, the seed.
+    for part, reported_part in zip(job, reported):
+        for name, value in vars(part).items():
+            if name not in PER_RUN:
+                assert value == getattr(reported_part, name), name
+    assert not job[2].bf16 and job[2].use_cpu == (schedule == "cpu_schedule")
+
+
+@pytest.mark.parametrize("direction", list(REPORTED_RERANKING))
+def test_reranked_job_reranks_each_direction_with_the_other(direction):
+    source, target = direction
+    script = load_script("rerank_translation")
+    parser = HfArgumentParser((script.RerankArguments, script.DataArguments))
+    job = parser.parse_args_into_dataclasses(args=_reranked_job(source, target, "cpu_schedule")["rerank_translation"])
+    reported = parser.parse_args_into_dataclasses(
+        args=_reported_call(REPORTED_RERANKING[direction], "rerank_translation")
+    )
+    assert job[0].model_dirs == [f"OUT/{source}-{target}"]
+    assert job[0].channel_model_dirs == [f"OUT/{target}-{source}"]  # the other direction's model
+    assert job[0].output_dir == f"OUT/{source}-{target}-reranked" and job[0].device == "D"
+    assert (job[1].source_lang, job[1].target_lang) == direction
+    for part, reported_part in zip(job, reported):
+        for name, value in vars(part).items():
+            if name not in {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "device"}:
+                assert value == getattr(reported_part, name), name
+
+
+def test_reranked_job_stops_when_a_direction_fails(tmp_path):
+    # No data: both trainings fail; the job says so after both have ended and reranks nothing.
+    env = {**os.environ, "VIRTUAL_ENV": sys.prefix, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    result = subprocess.run(
+        ["bash", str(RERANKED_JOB), str(tmp_path / "no-data"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert "train failed in a direction" in result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["train-de-en.log", "train-en-de.log"]
