@@ -26,7 +26,7 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
-from hf_transformer.data import first_rows, load_multi30k, seq2seq_collator, tokenize_translation
+from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.ensemble import TransformerEnsemble
 from hf_transformer.metrics import require_scorers
 
@@ -68,10 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     if len(model.members) == 1:
         model = model.members[0]  # one folder: the model itself, exactly as trained
     config = model.config
-    splits = first_rows(
-        load_multi30k(data_args.data_dir, source_lang=source, target_lang=target), data_args.split_limits()
-    )
-    splits.pop("train", None)
+    splits = data_args.evaluation_splits()
     tokenized = tokenize_translation(
         splits,
         tokenizer,

@@ -26,7 +26,6 @@ from transformers import HfArgumentParser
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import Predictor
-from hf_transformer.data import first_rows, load_multi30k
 from hf_transformer.metrics import bleu, bleu_lc_tok, require_scorers
 from hf_transformer.reranking import candidates, choose_weights, rerank, sequence_log_probs
 
@@ -73,10 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     forward = load(args.model_dirs, args.batch_size, args.device)
     channel = load(args.channel_model_dirs, args.batch_size, args.device)
-    splits = first_rows(
-        load_multi30k(data_args.data_dir, source_lang=source_lang, target_lang=target_lang), data_args.split_limits()
-    )
-    splits.pop("train", None)
+    splits = data_args.evaluation_splits()
     tokenized_references = lc_tok_references(splits, data_args)
     selection = "bleu_lc_tok" if lowercases(forward.tokenizer) and "validation" in tokenized_references else "bleu"
     length_penalty = args.length_penalty

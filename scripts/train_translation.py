@@ -132,6 +132,17 @@ class DataArguments(SplitLimits):
     source_lang: str = field(default="en", metadata={"help": "en or de"})
     target_lang: str = field(default="de", metadata={"help": "de or en"})
 
+    def splits(self):
+        """Multi30k's train, validation and test2016 pairs of this direction, each cut to its --max_*_samples."""
+        pairs = load_multi30k(self.data_dir, source_lang=self.source_lang, target_lang=self.target_lang)
+        return first_rows(pairs, self.split_limits())
+
+    def evaluation_splits(self):
+        """Validation and test2016 only, for the scripts that score a trained model."""
+        splits = self.splits()
+        splits.pop("train", None)
+        return splits
+
 
 @dataclass
 class TranslationTrainingArguments(Seq2SeqTrainingArguments):
@@ -470,8 +481,7 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(training_args.seed)
     source, target = data_args.source_lang, data_args.target_lang
 
-    splits = load_multi30k(data_args.data_dir, source_lang=source, target_lang=target)
-    splits = first_rows(splits, data_args.split_limits())
+    splits = data_args.splits()
     logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():
