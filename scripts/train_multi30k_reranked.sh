@@ -13,10 +13,10 @@
 # and test_predictions.txt of the reranked output) and a log per step. Needs the package with its `train` extra;
 # .venv is used unless another environment is active. Float32 throughout: on a CPU this small model gains nothing
 # from bfloat16 (docs/results.md), and the GPU runs reported were float32.
-# On a GPU: the anchor's recipe in full, 110 epochs of 512 sentences (docs/results.md, m30k-*-anchor-gpu: En->De's
-# training took 342 s on one H200 beside De->En's, De->En about 420 s), then a few minutes of reranking. On a CPU:
-# 16 epochs of 128 sentences, one thread per direction (m30k-*-tiny16: about 65 minutes side by side on two cores,
-# 10 of scoring), then about 4 minutes of reranking.
+# On a GPU: the anchor's recipe in full, 110 epochs of 512 sentences (docs/results.md, m30k-*-anchor-gpu: on one H200
+# En->De's training took 342 s beside De->En's, which had reached epoch 101 when stopped at 385 s), then the
+# reranking. On a CPU: 16 epochs of 128 sentences, one thread per direction; on two cores of an AVX2-only AMD EPYC the
+# whole job took 85 minutes (m30k-*-reranked-job: training 70, scoring 7-10, reranking about 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then

@@ -1,8 +1,9 @@
-"""scripts/train_multi30k.sh: the command it runs parses with train_translation.py's own arguments and is the recipe
-docs/results.md reports; the script refuses a direction it has no data for.
+"""The Multi30k job scripts (train_multi30k.sh, train_multi30k_ensemble.sh, train_multi30k_reranked.sh): the commands
+they run parse with the scripts' own arguments and are the runs docs/results.md reports; they refuse a direction
+they have no data for, and stop when a step fails.
 
-The recipe itself trains for over an hour on the real corpus; train_translation.py is tested end to end on generated
-data in test_train_translation.py. This test catches the job going out of step with it.
+The recipes themselves train for over an hour on the real corpus; the scripts are tested end to end on generated
+data in their own tests. These tests catch a job going out of step with them.
 """
 
 import functools
