@@ -35,6 +35,24 @@ def _parse(arguments: list[str]):
     return _parser().parse_args_into_dataclasses(args=arguments)
 
 
+def _reported_call(run: str, script: str) -> list[str]:
+    """The arguments of ``scripts/<script>.py`` in the command docs/results.md reports for ``run``: a reported command
+    may chain earlier steps before the run's own (the last call of that script), or start with ``timeout``."""
+    records = json.loads((REPO / "docs" / "results.json").read_text())
+    command = next(r["command"] for r in records if r["run"] == run)
+    call = [part for part in re.split(r";|&&", command) if f"scripts/{script}.py" in part][-1]
+    words = shlex.split(call)
+    return words[words.index(f"scripts/{script}.py") + 1 :]
+
+
+def _assert_same_settings(job_parts, reported_parts, ignored: set[str]) -> None:
+    """Every parsed setting of a job's command equals the reported run's, but those named in ``ignored``."""
+    for part, reported_part in zip(job_parts, reported_parts, strict=True):
+        for name, value in vars(part).items():
+            if name not in ignored:
+                assert value == getattr(reported_part, name), name
+
+
 @pytest.mark.parametrize("precision", precision_choices())
 def test_multi30k_job_parses_as_the_recipe(precision):
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en"}
@@ -58,9 +76,7 @@ def test_multi30k_job_is_the_reported_recipe(direction):
     # The settings that make the recipe are those of the run docs/results.md reports for it (the reported command
     # saved and evaluated every N steps where the job says every epoch: the same checkpoints at batch 64).
     source, target = direction
-    records = json.loads((REPO / "docs" / "results.json").read_text())
-    command = next(r["command"] for r in records if r["run"] == REPORTED[direction])
-    reported = _parse(shlex.split(command)[2:])
+    reported = _parse(_reported_call(REPORTED[direction], "train_translation"))
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
     job = _parse(job_commands(JOB, variables, ["--bf16", "true", "--use_cpu", "true"])["train_translation"])
     assert job[0] == reported[0]  # tokenizer, model sizes, dropouts, beams, length penalties
@@ -104,28 +120,21 @@ PER_MEMBER = {"tokenizer", "tokenizer_type", "output_dir", "logging_dir", "data_
 def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direction):
     source, target = direction
     (member_runs, ensemble_run) = REPORTED_ENSEMBLE[direction]
-    records = json.loads((REPO / "docs" / "results.json").read_text())
-    commands = {r["run"]: r["command"] for r in records}
     precision = ["--bf16", "true", "--use_cpu", "true"]
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
     for seed, reported_run in zip((42, 43), member_runs):
         job = job_commands(ENSEMBLE_JOB, {**variables, "seed": str(seed)}, precision)
         assert list(job) == ["train_translation", "evaluate_translation"]
         member = _parse(job["train_translation"])
-        reported = _parse(shlex.split(commands[reported_run].split(" && ")[-1])[2:])
+        reported = _parse(_reported_call(reported_run, "train_translation"))
         assert member[1].source_lang == reported[1].source_lang == source
         assert member[0].tokenizer == "OUT/tokenizer" and member[2].output_dir == f"OUT/member-{seed}"
         # Every other setting is the reported run's: the model, BPE-dropout, schedule, seed, precision.
-        for part, reported_part in zip(member, reported):
-            for name, value in vars(part).items():
-                if name not in PER_MEMBER:
-                    assert value == getattr(reported_part, name), name
+        _assert_same_settings(member, reported, PER_MEMBER)
     # The ensemble's scoring is the reported ensemble's, over the two members the job trained.
     scoring = HfArgumentParser(_evaluation_parts())
     job_scoring = scoring.parse_args_into_dataclasses(args=job["evaluate_translation"])
-    reported_scoring = scoring.parse_args_into_dataclasses(
-        args=shlex.split(commands[ensemble_run].split(" && ")[-1])[2:]
-    )
+    reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, "evaluate_translation"))
     assert job_scoring[0].model_dirs == ["OUT/member-42", "OUT/member-43"]
     assert len(reported_scoring[0].model_dirs) == 2
     for name in ("num_beams", "length_penalty", "bf16", "per_device_eval_batch_size"):
@@ -159,16 +168,6 @@ REPORTED_RERANKING = {("en", "de"): "m30k-en-de-tiny16-rerank", ("de", "en"): "m
 PER_RUN = {"output_dir", "logging_dir", "data_dir", "distributed_state"}
 
 
-def _reported_call(run: str, script: str) -> list[str]:
-    """The arguments of ``scripts/<script>.py`` in the command docs/results.md reports for ``run`` (a reported
-    command may chain a few steps, or start with ``timeout``)."""
-    records = json.loads((REPO / "docs" / "results.json").read_text())
-    command = next(r["command"] for r in records if r["run"] == run)
-    call = next(part for part in re.split(r";|&&", command) if f"scripts/{script}.py" in part)
-    words = shlex.split(call)
-    return words[words.index(f"scripts/{script}.py") + 1 :]
-
-
 def _reranked_job(source: str, target: str, schedule: str) -> dict[str, list[str]]:
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target, "device": "D"}
     schedule_args = job_arrays(RERANKED_JOB)[schedule]
@@ -184,10 +183,7 @@ def test_reranked_job_trains_the_reported_runs(schedule, direction):
     assert job[2].output_dir == f"OUT/{source}-{target}" and job[1].data_dir == "DATA"
     assert (job[1].source_lang, job[1].target_lang) == direction
     # Every other setting is the reported run's: the anchor's model, the schedule, float32, the seed.
-    for part, reported_part in zip(job, reported):
-        for name, value in vars(part).items():
-            if name not in PER_RUN:
-                assert value == getattr(reported_part, name), name
+    _assert_same_settings(job, reported, PER_RUN)
     assert not job[2].bf16 and job[2].use_cpu == (schedule == "cpu_schedule")
 
 
@@ -204,10 +200,7 @@ def test_reranked_job_reranks_each_direction_with_the_other(direction):
     assert job[0].channel_model_dirs == [f"OUT/{target}-{source}"]  # the other direction's model
     assert job[0].output_dir == f"OUT/{source}-{target}-reranked" and job[0].device == "D"
     assert (job[1].source_lang, job[1].target_lang) == direction
-    for part, reported_part in zip(job, reported):
-        for name, value in vars(part).items():
-            if name not in {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "device"}:
-                assert value == getattr(reported_part, name), name
+    _assert_same_settings(job, reported, {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "device"})
 
 
 def test_reranked_job_stops_when_a_direction_fails(tmp_path):
