@@ -589,6 +589,13 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
     _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values", "cache"]
 
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        # Attention reads `config._attn_implementation` at every call (speed.attend, through transformers'
+        # AttentionInterface), so `set_attn_implementation` may change it after loading. transformers guesses this
+        # from the model file's source, where the dispatch is not, and would refuse with a warning.
+        return True
+
     # The heads hold the encoder-decoder as `self.model` (`base_model_prefix`) and reach its token table and encoder
     # through it; TransformerModel itself overrides these three.
     def get_input_embeddings(self) -> nn.Embedding:

@@ -122,6 +122,50 @@ def test_eager_and_sdpa_agree(config):
     torch.testing.assert_close(a.encoder_last_hidden_state, b.encoder_last_hidden_state, atol=1e-5, rtol=0)
 
 
+def test_set_attn_implementation_changes_the_attention_that_runs(monkeypatch):
+    # `model.set_attn_implementation(name)` after loading: "eager" (the paper's function), "sdpa" (torch's kernel) or
+    # any function registered with transformers' AttentionInterface, and back; every attention call of the model
+    # (encoder self, decoder self and cross: 3 per layer pair) goes where the setting says, with the same logits.
+    from transformers import AttentionInterface
+
+    recorded = []
+
+    def recording_attention(module, query, key, value, attention_mask, **kwargs):
+        recorded.append(module)
+        return modeling.scaled_dot_product_attention(module, query, key, value, attention_mask, **kwargs)
+
+    AttentionInterface.register("hf_transformer_recording_test", recording_attention)
+    sdpa_calls = []
+    torch_sdpa = F.scaled_dot_product_attention
+
+    def counting_sdpa(*args, **kwargs):
+        sdpa_calls.append(1)
+        return torch_sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting_sdpa)
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, target = batch_with_padding()
+    attention_calls = 3 * model.config.decoder_layers  # tiny_config: as many encoder as decoder layers
+
+    def logits_and_calls(implementation):
+        model.set_attn_implementation(implementation)
+        assert model.config._attn_implementation == implementation
+        recorded.clear(), sdpa_calls.clear()
+        with torch.no_grad():
+            logits = model(input_ids=source, attention_mask=source.ne(0), decoder_input_ids=target).logits
+        return logits, len(recorded), len(sdpa_calls)
+
+    sdpa, recorded_by_sdpa, sdpa_by_sdpa = logits_and_calls("sdpa")
+    assert (recorded_by_sdpa, sdpa_by_sdpa) == (0, attention_calls)
+    custom, recorded_by_custom, sdpa_by_custom = logits_and_calls("hf_transformer_recording_test")
+    assert (recorded_by_custom, sdpa_by_custom) == (attention_calls, 0)
+    eager, recorded_by_eager, sdpa_by_eager = logits_and_calls("eager")
+    assert (recorded_by_eager, sdpa_by_eager) == (0, 0)
+    torch.testing.assert_close(custom, sdpa, atol=1e-5, rtol=0)
+    torch.testing.assert_close(eager, sdpa, atol=1e-5, rtol=0)
+    assert logits_and_calls("sdpa")[1:] == (0, attention_calls)
+
+
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_padded_source_tokens_have_no_effect(config, attn):
     model = with_attention(config, attn).eval()

@@ -33,6 +33,12 @@ HOOKS = [
         (PreTrainedModel, "_finalize_model_loading", "model.mark_tied_weights_as_initialized(loading_info)"),
     ),
     (PreTrainedModel, "_init_weights", ["self", "module"], None),
+    (
+        PreTrainedModel,
+        "_can_set_attn_implementation",
+        [],
+        (PreTrainedModel, "set_attn_implementation", "self._can_set_attn_implementation()"),
+    ),
 ]
 
 
@@ -55,7 +61,8 @@ def test_overridden_transformers_hook_still_exists(owner, name, parameters, call
 
 
 def test_overrides_are_defined_where_expected():
-    assert "_init_weights" in TransformerPreTrainedModel.__dict__
+    for name in ("_init_weights", "_can_set_attn_implementation"):
+        assert name in TransformerPreTrainedModel.__dict__, name
     for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "save_pretrained"):
         assert name in CheckedLoadingMixin.__dict__, name
     assert issubclass(TransformerPreTrainedModel, CheckedLoadingMixin)
