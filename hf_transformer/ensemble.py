@@ -129,6 +129,8 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
                         "share one vocabulary and its special tokens"
                     )
         super().__init__(copy.deepcopy(members[0].config))
+        # generate caps its length at the decoder position table (TransformerGenerationMixin): the shortest member's.
+        self.config.decoder_max_position_embeddings = min(m.config.decoder_max_position_embeddings for m in members)
         self.members = nn.ModuleList(members)
         self.generation_config = copy.deepcopy(members[0].generation_config)
         self.d_models = [member.config.d_model for member in members]

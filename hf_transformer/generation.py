@@ -91,9 +91,45 @@ class TransformerGenerationMixin(GenerationMixin):
 
     def generate(self, *args, **kwargs):
         """``GenerationMixin.generate``, with the large linear weights packed for few-row products on CPU
-        (:func:`hf_transformer.speed.packed_linear_weights`)."""
+        (:func:`hf_transformer.speed.packed_linear_weights`), and a requested length the decoder's position table
+        cannot hold lowered to what it holds, with a warning (:meth:`_lengths_within_position_table`)."""
+        kwargs = self._lengths_within_position_table(args, kwargs)
         with packed_linear_weights(self):
             return super().generate(*args, **kwargs)
+
+    def _lengths_within_position_table(self, args: tuple, kwargs: dict) -> dict:
+        # The decoder has a position for each of its `decoder_max_position_embeddings` input tokens; the last token
+        # generated is never fed back, so an output may hold one token more. `max_new_tokens` (or `max_length`,
+        # which counts the start tokens) past that would stop with an error at the step that overflows, after the
+        # work before it: generation is capped there instead, the way the inference API caps it, and told.
+        table = getattr(self.config, "decoder_max_position_embeddings", None)
+        if not isinstance(table, int):
+            return kwargs
+        generation_config = kwargs.get("generation_config") or (args[1] if len(args) > 1 else None)
+        generation_config = generation_config or self.generation_config
+        decoder_input_ids = kwargs.get("decoder_input_ids")
+        start_length = decoder_input_ids.shape[-1] if torch.is_tensor(decoder_input_ids) else 1
+        longest_output = table + 1
+        max_new_tokens = kwargs.get("max_new_tokens", generation_config.max_new_tokens)
+        if max_new_tokens is not None:
+            setting, wanted, allowed = "max_new_tokens", max_new_tokens, longest_output - start_length
+        else:
+            setting, allowed = "max_length", longest_output
+            wanted = kwargs.get("max_length", generation_config.max_length)
+        if wanted is None or wanted <= allowed:
+            return kwargs
+        if allowed < 1 or (setting == "max_length" and start_length >= allowed):
+            raise ValueError(
+                f"`decoder_input_ids` has {start_length} tokens, which leaves no room in the decoder's position table "
+                f"of {table} positions (decoder_max_position_embeddings) for a new token."
+            )
+        warnings.warn(
+            f"`{setting}`={wanted} goes past the decoder's position table of {table} positions "
+            f"(decoder_max_position_embeddings): generating with `{setting}`={allowed}, the most it holds.",
+            UserWarning,
+            stacklevel=_caller_stacklevel(),
+        )
+        return {**kwargs, setting: allowed}
 
     def _valid_auto_compile_criteria(self, model_kwargs, generation_config) -> bool:
         # Asked once, before the first step. A compiled decoding step leaves its products to the compiler, so

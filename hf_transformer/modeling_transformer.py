@@ -710,7 +710,9 @@ class TransformerModel(TransformerPreTrainedModel):
         if decoder_input_ids is None and decoder_inputs_embeds is None:
             raise ValueError(
                 "TransformerModel needs `decoder_input_ids` (or `decoder_inputs_embeds`); "
-                "TransformerForConditionalGeneration derives them from `labels`."
+                "TransformerForConditionalGeneration derives them from `labels` when it is given them. (Trainer "
+                "with `label_smoothing_factor` keeps the labels from the model: build the batches with "
+                "`DataCollatorForSeq2Seq(tokenizer, model=model)`, which adds `decoder_input_ids`.)"
             )
 
         if encoder_outputs is None:

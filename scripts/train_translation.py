@@ -470,8 +470,9 @@ def main(argv: list[str] | None = None) -> dict:
     warn_of_emulated_bfloat16(training_args)
     if training_args.label_smoothing_factor:
         raise ValueError(
-            "use --label_smoothing (the model's loss), not --label_smoothing_factor: with both the target "
-            "distribution would be smoothed twice"
+            "use --label_smoothing (the model's own loss), not --label_smoothing_factor: Trainer's smoothing keeps "
+            "the labels from the model, so the model's --label_smoothing would be ignored and the loss computed "
+            "from the whole (batch, length, vocabulary) logits"
         )
     if not training_args.predict_with_generate:
         raise ValueError("BLEU needs generated text: keep --predict_with_generate on")

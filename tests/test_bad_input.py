@@ -36,8 +36,40 @@ def test_target_longer_than_the_position_table(config):
     source, _ = batch_with_padding()
     with pytest.raises(ValueError, match="Sequence length 7 exceeds the position table of 6"):
         model(input_ids=source, decoder_input_ids=torch.full((3, 7), 5))
-    with pytest.raises(ValueError, match="exceeds the position table of 6"):
-        model.generate(source, max_new_tokens=10, min_new_tokens=10, do_sample=False)
+
+
+@pytest.mark.parametrize(
+    ("settings", "told"),
+    [
+        (dict(max_new_tokens=10, min_new_tokens=10), "`max_new_tokens`=10 .* `max_new_tokens`=6"),
+        (dict(max_length=12, min_length=12), "`max_length`=12 .* `max_length`=7"),
+        (dict(max_new_tokens=10, min_new_tokens=10, num_beams=2), "`max_new_tokens`=10 .* `max_new_tokens`=6"),
+    ],
+)
+def test_generate_past_the_decoder_position_table_stops_at_its_end_and_says_so(config, settings, told):
+    # A 6-position decoder reads the start token and 5 generated ones; the 6th generated token is never read back.
+    config.decoder_max_position_embeddings = 6
+    model = TransformerForConditionalGeneration(config).eval()
+    source, _ = batch_with_padding()
+    with pytest.warns(UserWarning, match=f"{told}, the most it holds"):
+        capped = model.generate(source, do_sample=False, **settings)
+    beams = settings.get("num_beams", 1)
+    expected = model.generate(source, max_new_tokens=6, min_new_tokens=6, do_sample=False, num_beams=beams)
+    assert capped.shape == (3, 7) and torch.equal(capped, expected)
+
+
+def test_generate_within_the_decoder_position_table_is_left_alone(config, recwarn):
+    config.decoder_max_position_embeddings = 6
+    model = TransformerForConditionalGeneration(config).eval()
+    source, _ = batch_with_padding()
+    assert model.generate(source, max_new_tokens=6, min_new_tokens=6, do_sample=False).shape == (3, 7)
+    prompt = torch.full((3, 3), 2)  # three decoder tokens given: room for four new ones
+    assert model.generate(source, decoder_input_ids=prompt, max_new_tokens=4, min_new_tokens=4).shape == (3, 7)
+    assert not [w for w in recwarn if "position table" in str(w.message)]
+    with pytest.warns(UserWarning, match="`max_new_tokens`=5 .* `max_new_tokens`=4, the most"):
+        assert model.generate(source, decoder_input_ids=prompt, max_new_tokens=5, min_new_tokens=5).shape == (3, 7)
+    with pytest.raises(ValueError, match="`decoder_input_ids` has 7 tokens, which leaves no room .* of 6 positions"):
+        model.generate(source, decoder_input_ids=torch.full((3, 7), 2), max_new_tokens=2)
 
 
 def test_attention_mask_shape_must_match_the_ids(model):

@@ -57,6 +57,16 @@ def test_two_copies_of_a_model_decode_as_the_model(options):
     assert torch.equal(generate(TransformerEnsemble([member, copy.deepcopy(member)]), **options), expected)
 
 
+def test_an_ensemble_generates_within_its_shortest_members_position_table():
+    short, long = random_model(0, decoder_max_position_embeddings=6), random_model(1)
+    ensemble = TransformerEnsemble([long, short])
+    with pytest.warns(UserWarning, match="`max_new_tokens`=10 goes past the decoder's position table of 6"):
+        capped = generate(ensemble, min_new_tokens=10)
+    assert torch.equal(
+        capped, ensemble.generate(input_ids=SOURCE, attention_mask=MASK, max_new_tokens=6, min_new_tokens=6)
+    )
+
+
 def test_ensemble_scores_are_the_log_of_the_members_mean_probability():
     first, second = random_model(2), random_model(3, d_model=48, n_layer=1, num_attention_heads=3)
     ensemble = TransformerEnsemble([first, second])

@@ -177,6 +177,29 @@ def test_trainer_learns_a_copy_task(tmp_path):
     assert copied >= 0.75 * len(evaluation), f"only {copied} of {len(evaluation)} sequences copied"
 
 
+def test_trainer_label_smoothing_factor_trains_the_seq2seq_head(tmp_path):
+    # Trainer's `label_smoothing_factor` takes `labels` out of the batch and smooths the model's logits itself; the
+    # decoder then reads the `decoder_input_ids` DataCollatorForSeq2Seq(model=...) adds. Without them the model
+    # says what to do.
+    from transformers.trainer_pt_utils import LabelSmoother
+
+    data = copy_task(6)
+    model = TransformerForConditionalGeneration(tiny_config())
+    args = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=6, max_steps=1, learning_rate=0.0,
+        label_smoothing_factor=0.1, report_to=[], save_strategy="no", disable_tqdm=True, use_cpu=True,
+    )  # fmt: skip
+    labels_only = DataCollatorForSeq2Seq(_PadOnlyTokenizer(), label_pad_token_id=-100)  # no model: no decoder inputs
+    with pytest.raises(ValueError, match="label_smoothing_factor.*DataCollatorForSeq2Seq"):
+        Trainer(model=model, args=args, train_dataset=data, data_collator=labels_only).train()
+    collator = DataCollatorForSeq2Seq(_PadOnlyTokenizer(), model=model, label_pad_token_id=-100)
+    loss = Trainer(model=model, args=args, train_dataset=data, data_collator=collator).train().training_loss
+    batch = collator(list(data))
+    with torch.no_grad():
+        logits = model.eval()(**{key: value for key, value in batch.items() if key != "labels"}).logits
+    assert loss == pytest.approx(LabelSmoother(epsilon=0.1)({"logits": logits}, batch["labels"]).item(), rel=1e-4)
+
+
 def test_gradient_accumulation_gives_the_same_first_update(tmp_path):
     """With num_items_in_batch the loss is normalised over the whole accumulated batch."""
     data = copy_task(16)

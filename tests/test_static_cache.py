@@ -146,10 +146,22 @@ def test_decoder_masks_of_the_wrong_shape_or_type_are_rejected(mask, message):
 
 
 def test_a_static_cache_longer_than_the_position_table_is_stopped_at_the_table_end():
-    model = _model(max_position_embeddings=6)
+    model = _model(decoder_max_position_embeddings=6)  # the encoder reads the 7-token sources in its 24 positions
     source, _ = batch_with_padding()
-    with pytest.raises(ValueError, match="exceeds the position table of 6 positions"):
-        model.generate(source, max_new_tokens=8, min_new_tokens=8, cache_implementation="static")
+    # generate caps its length at the table (tests/test_bad_input.py), and its static cache with it ...
+    with pytest.warns(UserWarning, match="`max_new_tokens`=8 goes past the decoder's position table of 6"):
+        capped = model.generate(source, max_new_tokens=8, min_new_tokens=8, cache_implementation="static")
+    assert torch.equal(capped, model.generate(source, max_new_tokens=6, min_new_tokens=6))
+    # ... and a caller's own static cache with more slots than positions is stopped at the step past the table.
+    cache = EncoderDecoderCache(
+        StaticCache(config=model.config, max_cache_len=8), StaticCache(config=model.config, max_cache_len=7)
+    )
+    encoder_outputs = model.get_encoder()(input_ids=source)
+    with torch.no_grad():
+        for _ in range(6):
+            model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.full((3, 1), 5), **{CACHE_NAME: cache})
+        with pytest.raises(ValueError, match="Sequence length 7 exceeds the position table of 6 positions"):
+            model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.full((3, 1), 5), **{CACHE_NAME: cache})
 
 
 def test_generate_compiles_the_decoding_step_over_a_static_cache(monkeypatch):

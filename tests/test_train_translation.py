@@ -261,6 +261,14 @@ def test_averaging_more_checkpoints_than_kept_is_refused(tmp_path):
         )
 
 
+def test_trainer_label_smoothing_is_refused_for_the_models_own(tmp_path):
+    with pytest.raises(ValueError, match="use --label_smoothing .* not --label_smoothing_factor"):
+        load_script("train_translation").main(
+            ["--output_dir", str(tmp_path / "run"), "--use_cpu", "--label_smoothing_factor", "0.1"]
+        )
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_missing_scorer_is_named_before_any_training(tmp_path, monkeypatch):
     from hf_transformer import metrics
 
