@@ -46,6 +46,7 @@ __all__ = [
     "CACHE_NAME",
     "TransformerGenerationMixin",
     "given_cache",
+    "new_tokens_within_position_table",
     "precompute_forward_signatures",
     "TRANSFORMERS_VERSION_CHECKED",
 ]
@@ -123,12 +124,7 @@ class TransformerGenerationMixin(GenerationMixin):
                 f"`decoder_input_ids` has {start_length} tokens, which leaves no room in the decoder's position table "
                 f"of {table} positions (decoder_max_position_embeddings) for a new token."
             )
-        warnings.warn(
-            f"`{setting}`={wanted} goes past the decoder's position table of {table} positions "
-            f"(decoder_max_position_embeddings): generating with `{setting}`={allowed}, the most it holds.",
-            UserWarning,
-            stacklevel=_caller_stacklevel(),
-        )
+        warn_length_capped(setting, wanted, allowed, table)
         return {**kwargs, setting: allowed}
 
     def _valid_auto_compile_criteria(self, model_kwargs, generation_config) -> bool:
@@ -161,6 +157,25 @@ class TransformerGenerationMixin(GenerationMixin):
             if not reordering_keeps_rows(layer, beam_idx):
                 layer.reorder_cache(beam_idx)
         return past_key_values
+
+
+def warn_length_capped(setting: str, wanted: int, allowed: int, table: int) -> None:
+    warnings.warn(
+        f"`{setting}`={wanted} goes past the decoder's position table of {table} positions "
+        f"(decoder_max_position_embeddings): generating with `{setting}`={allowed}, the most it holds.",
+        UserWarning,
+        stacklevel=_caller_stacklevel(),
+    )
+
+
+def new_tokens_within_position_table(max_new_tokens: int, table: int | None) -> int:
+    """``max_new_tokens`` for a decoder that starts from one token, lowered (with a warning) to the ``table``
+    positions of its decoder (``decoder_max_position_embeddings``; the last token generated is never read back),
+    as ``generate`` lowers it: the inference engines' cap."""
+    if isinstance(table, int) and max_new_tokens > table:
+        warn_length_capped("max_new_tokens", max_new_tokens, table, table)
+        return table
+    return max_new_tokens
 
 
 def reordering_keeps_rows(layer, beam_idx: torch.Tensor) -> bool:

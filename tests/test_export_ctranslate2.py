@@ -151,6 +151,22 @@ def test_ctranslate2_decodes_what_generate_decodes(converted, tokenizer, case, n
         torch.testing.assert_close(torch.tensor(result.log_probs), reference, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("case", ["post_ln_sinusoidal_gelu", "pre_ln_learned_relu"])
+def test_generation_past_the_decoder_position_table_stops_where_generate_stops(tmp_path, tokenizer, case):
+    model = random_model(tokenizer, **CASES[case], decoder_max_position_embeddings=6)
+    generator = CTranslate2Generator(to_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "ct2"))
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    told = "`max_new_tokens`=10 goes past the decoder's position table of 6 positions"
+    for num_beams in (1, 4):
+        settings = dict(num_beams=num_beams, max_new_tokens=10, min_new_tokens=10)
+        with pytest.warns(UserWarning, match=told), torch.no_grad():
+            expected = model.generate(**batch, **settings, early_stopping=True)
+        with pytest.warns(UserWarning, match=told):
+            tokens = generator.generate(batch["input_ids"], batch["attention_mask"], **settings)
+        assert expected.shape == (4, 7)  # the start token and the 6 the table holds
+        assert tokens == expected[:, 1:].tolist()
+
+
 def test_vocabularies_map_token_strings_to_model_ids(converted, tokenizer):
     _, shared = converted("post_ln_sinusoidal_gelu")
     vocabulary = json.loads((shared / "shared_vocabulary.json").read_text())

@@ -148,6 +148,34 @@ def test_generation_matches_generate(translator, batch, num_beams, settings, wor
         assert len(stops) >= 3
 
 
+@pytest.mark.parametrize("position_type", ["learned", "sinusoidal"])
+def test_generation_past_the_decoder_position_table_stops_where_generate_stops(
+    tokenizer, batch, tmp_path, position_type
+):
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=len(tokenizer), n_layer=1, max_position_embeddings=48, decoder_max_position_embeddings=6,
+        position_embedding_type=position_type,
+    )  # fmt: skip
+    model = TransformerForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 0.5)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    generator = OnnxSeq2SeqGenerator(to_onnx(tmp_path / "model", tmp_path / "onnx"))
+    told = "`max_new_tokens`=10 goes past the decoder's position table of 6 positions"
+    for num_beams in (1, 3):
+        settings = dict(num_beams=num_beams, max_new_tokens=10, min_new_tokens=10)
+        with pytest.warns(UserWarning, match=told), torch.no_grad():
+            expected = model.generate(**batch, **settings).numpy()
+        with pytest.warns(UserWarning, match=told):
+            got = generator.generate(batch["input_ids"].numpy(), batch["attention_mask"].numpy(), **settings)
+        assert expected.shape == (5, 7)  # the start token and the 6 the table holds
+        np.testing.assert_array_equal(got, expected)
+
+
 def test_generation_defaults_come_from_the_generation_config(translator, batch):
     model, folder = translator
     generator = OnnxSeq2SeqGenerator.for_cpu(folder, 2)

@@ -64,6 +64,7 @@ from pathlib import Path
 import torch
 
 from ..configuration_transformer import TransformerConfig
+from ..generation import new_tokens_within_position_table
 
 __all__ = ["to_ctranslate2", "CTranslate2Generator", "ctranslate2_generate", "check_convertible"]
 
@@ -428,6 +429,9 @@ class CTranslate2Generator:
         self.generation_config = _read_json(generation) if generation.is_file() else {}
         pad = self.generation_config.get("pad_token_id")
         self.pad_token_id = 0 if pad is None else pad
+        model_config = self.model_dir / MODEL_CONFIG_FILE
+        model_config = _read_json(model_config) if model_config.is_file() else {}
+        self.position_table = model_config.get("decoder_max_position_embeddings")
         self._tokenizer = None
 
     @classmethod
@@ -499,6 +503,8 @@ class CTranslate2Generator:
         num_beams, max_new_tokens, min_new_tokens, length_penalty = self._defaults(
             num_beams, max_new_tokens, min_new_tokens, length_penalty
         )
+        max_new_tokens = new_tokens_within_position_table(max_new_tokens, self.position_table)  # as generate caps it
+        min_new_tokens = min(min_new_tokens, max_new_tokens)  # generate stops at the maximum; CTranslate2 would raise
         source = self._source_tokens(input_ids, attention_mask)
         if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
             max_batch_size = -(-len(source) // self.inter_threads)

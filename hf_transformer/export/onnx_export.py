@@ -413,6 +413,7 @@ class OnnxSeq2SeqGenerator:
         self.early_stopping = settings.get("early_stopping", False)
         self.max_new_tokens = settings.get("max_new_tokens") or settings.get("max_length", 20) - 1
         self.min_new_tokens = settings.get("min_new_tokens") or 0
+        self.position_table = settings.get("decoder_max_position_embeddings") or settings.get("max_position_embeddings")
         inputs = {node.name: node.shape for node in self.decoder.get_inputs()}
         self.past_names = [name for name in inputs if name.startswith("past_")]
         self.cross_names = [name for name in inputs if name.startswith("cross_")]
@@ -443,9 +444,12 @@ class OnnxSeq2SeqGenerator:
             np.int64
         )
         num_beams = num_beams or self.num_beams
+        from ..generation import new_tokens_within_position_table
+
+        max_new_tokens = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         settings = (
             num_beams,
-            self.max_new_tokens if max_new_tokens is None else max_new_tokens,
+            new_tokens_within_position_table(max_new_tokens, self.position_table),  # as generate caps it
             self.min_new_tokens if min_new_tokens is None else min_new_tokens,
             self.length_penalty if length_penalty is None else length_penalty,
             self.early_stopping if early_stopping is None else early_stopping,
