@@ -92,13 +92,19 @@ class TransformerGenerationMixin(GenerationMixin):
 
     def generate(self, *args, **kwargs):
         """``GenerationMixin.generate``, with the large linear weights packed for few-row products on CPU
-        (:func:`hf_transformer.speed.packed_linear_weights`), and a requested length the decoder's position table
-        cannot hold lowered to what it holds, with a warning (:meth:`_lengths_within_position_table`)."""
-        kwargs = self._lengths_within_position_table(args, kwargs)
+        (:func:`hf_transformer.speed.packed_linear_weights`), a requested length the decoder's position table cannot
+        hold lowered to what it holds, with a warning, and ``num_beams`` below 1 refused by name."""
+        generation_config = kwargs.get("generation_config") or (args[1] if len(args) > 1 else None)
+        generation_config = generation_config or self.generation_config
+        num_beams = kwargs.get("num_beams", generation_config.num_beams)
+        if num_beams is not None and not (isinstance(num_beams, int) and num_beams >= 1):
+            # transformers would fail with a division by zero
+            raise ValueError(f"`num_beams` must be an integer of at least 1, got {num_beams!r}")
+        kwargs = self._lengths_within_position_table(generation_config, kwargs)
         with packed_linear_weights(self):
             return super().generate(*args, **kwargs)
 
-    def _lengths_within_position_table(self, args: tuple, kwargs: dict) -> dict:
+    def _lengths_within_position_table(self, generation_config, kwargs: dict) -> dict:
         # The decoder has a position for each of its `decoder_max_position_embeddings` input tokens; the last token
         # generated is never fed back, so an output may hold one token more. `max_new_tokens` (or `max_length`,
         # which counts the start tokens) past that would stop with an error at the step that overflows, after the
@@ -106,8 +112,6 @@ class TransformerGenerationMixin(GenerationMixin):
         table = getattr(self.config, "decoder_max_position_embeddings", None)
         if not isinstance(table, int):
             return kwargs
-        generation_config = kwargs.get("generation_config") or (args[1] if len(args) > 1 else None)
-        generation_config = generation_config or self.generation_config
         decoder_input_ids = kwargs.get("decoder_input_ids")
         start_length = decoder_input_ids.shape[-1] if torch.is_tensor(decoder_input_ids) else 1
         longest_output = table + 1

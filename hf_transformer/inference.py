@@ -67,13 +67,18 @@ def input_length_limit(config, tokenizer) -> int:
     return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
 
 
-def _generation_length(config, generation_config, max_new_tokens: int | None) -> int:
-    """`max_new_tokens`, else the folder's generation config, else the decoder's position table; never more
-    than the table holds."""
+def _generation_length(config, generation_config, max_new_tokens: int | None, max_length: int | None = None) -> int:
+    """`max_new_tokens`, else `max_length` (which counts the start token), else the folder's generation config,
+    else the decoder's position table; never more than the table holds."""
     table = config.decoder_max_position_embeddings or config.max_position_embeddings
     saved = generation_config.to_diff_dict()
+    for name, given, least in (("max_new_tokens", max_new_tokens, 1), ("max_length", max_length, 2)):
+        if given is not None and not (isinstance(given, int) and given >= least):
+            raise ValueError(f"`{name}` must be an integer of at least {least}, got {given!r}")
     if max_new_tokens is not None:
         wanted = max_new_tokens
+    elif max_length is not None:
+        wanted = max_length - 1
     elif saved.get("max_new_tokens"):
         wanted = saved["max_new_tokens"]
     elif saved.get("max_length"):
@@ -148,6 +153,10 @@ class Predictor:
             ensemble, tokenizer = TransformerEnsemble.from_folders(model_dir)
             return cls(ensemble.to(device), tokenizer, SEQ2SEQ, **options)
         model_dir = str(model_dir)
+        if not Path(model_dir).exists() and (
+            Path(model_dir).is_absolute() or model_dir.startswith((".", "~")) or model_dir.count("/") > 1
+        ):  # a path, not a Hub id (`name` or `owner/name`): transformers would call it a malformed repo id
+            raise FileNotFoundError(f"No folder at {model_dir}.")
         if engine == "ctranslate2":
             return cls._from_ctranslate2(
                 model_dir, device=device, quantization=quantization, compute_type=compute_type, threads=threads,
@@ -210,16 +219,22 @@ class Predictor:
     def input_length_limit(self) -> int:
         return input_length_limit(self.config, self.tokenizer)
 
-    def generation_length(self, max_new_tokens: int | None = None) -> int:
-        """The most new tokens a translation gets: `max_new_tokens` (else the predictor's, else the folder's
-        generation config, else the decoder's position table), never more than the table holds."""
-        wanted = max_new_tokens if max_new_tokens is not None else self.generate_options.get("max_new_tokens")
-        return _generation_length(self.config, self.generation_config, wanted)
+    def generation_length(self, max_new_tokens: int | None = None, max_length: int | None = None) -> int:
+        """The most new tokens a translation gets: `max_new_tokens`, else `max_length` less the start token (else
+        the predictor's, else the folder's generation config, else the decoder's position table), never more than
+        the table holds."""
+        if max_new_tokens is None and max_length is None:
+            max_new_tokens = self.generate_options.get("max_new_tokens")
+            max_length = self.generate_options.get("max_length")
+        return _generation_length(self.config, self.generation_config, max_new_tokens, max_length)
 
     def __call__(self, texts: Sequence[str], *, progress: bool = False, **generate_options) -> list[dict]:
         if isinstance(texts, str):
             raise TypeError("texts must be a list of strings; wrap a single text in a list")
         texts = list(texts)
+        for index, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts must be strings; texts[{index}] is {type(text).__name__}: {text!r:.60}")
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # characters: a cheap proxy for tokens
         results: list[dict | None] = [None] * len(texts)
         batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
@@ -281,8 +296,7 @@ class Predictor:
     @torch.no_grad()
     def _translate(self, texts: list[str], **generate_options) -> list[dict]:
         options = {**self.generate_options, **{k: v for k, v in generate_options.items() if v is not None}}
-        length = self.generation_length(options.pop("max_new_tokens", None))
-        options.pop("max_length", None)
+        length = self.generation_length(options.pop("max_new_tokens", None), options.pop("max_length", None))
         batch = self._encode(texts)
         if self.engine == "ctranslate2":
             generated = self.ctranslate2_generator.generate(
@@ -345,7 +359,10 @@ class TranslationPipeline(Pipeline):
 
     def _forward(self, model_inputs, **generate_kwargs):
         length = _generation_length(
-            self.model.config, self.model.generation_config, generate_kwargs.pop("max_new_tokens", None)
+            self.model.config,
+            self.model.generation_config,
+            generate_kwargs.pop("max_new_tokens", None),
+            generate_kwargs.pop("max_length", None),
         )
         return {"output_ids": self.model.generate(**model_inputs, max_new_tokens=length, **generate_kwargs)}
 

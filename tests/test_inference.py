@@ -77,6 +77,32 @@ def test_translations_come_back_in_input_order_whatever_the_batching(translator,
     assert predictor.translate(texts, num_beams=1, max_new_tokens=3) == greedy
 
 
+def test_max_length_counts_the_start_token_and_bad_settings_are_refused(translator, classifier, tokenizer):
+    folder, model = translator
+    texts = SENTENCES[:4]
+    predictor = Predictor.from_pretrained(folder)
+    three_tokens = one_by_one(model, tokenizer, texts, max_new_tokens=3)
+    assert three_tokens != one_by_one(model, tokenizer, texts)  # the saved 7 new tokens
+    assert predictor.translate(texts, max_length=4) == three_tokens  # HF's max_length counts the start token
+    assert Predictor.from_pretrained(folder, max_length=4).translate(texts) == three_tokens
+    translate = pipeline(PIPELINE_TASK, model=str(folder))
+    assert [row[0]["translation_text"] for row in translate(texts, max_length=4)] == three_tokens
+    for options, message in (
+        (dict(max_new_tokens=0), "`max_new_tokens` must be an integer of at least 1, got 0"),
+        (dict(max_length=1), "`max_length` must be an integer of at least 2, got 1"),
+        (dict(num_beams=0), "`num_beams` must be an integer of at least 1, got 0"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            predictor.translate(texts, **options)
+    with pytest.raises(ValueError, match="`num_beams` must be an integer of at least 1, got 0"):
+        model.generate(tokenizer(texts[:1], return_tensors="pt")["input_ids"], num_beams=0)
+    with pytest.raises(FileNotFoundError, match="No folder at .*no-such-folder"):
+        Predictor.from_pretrained(folder / "no-such-folder")
+    for loaded in (predictor, Predictor.from_pretrained(classifier[0])):
+        with pytest.raises(TypeError, match="texts must be strings; texts\\[1\\] is NoneType"):
+            loaded([texts[0], None])
+
+
 def candidates_batch_by_batch(tokenizer, texts, batch_size, count, generate):
     """Each text's `count` candidates, from `generate` called on the very batches a Predictor of `batch_size` decodes
     (texts sorted by length, padded, cut at the model's 12 positions), its rows grouped here by text: the same
