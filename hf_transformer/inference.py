@@ -60,6 +60,11 @@ def task_of(config) -> str:
     raise ValueError(f"cannot tell a classifier from a translator: config.architectures is {names}")
 
 
+def looks_like_a_path(name: str) -> bool:
+    """A Hub id is `name` or `owner/name`; anything else (`./runs/x`, `runs/a/b`, `~/x`) can only be a folder."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
 def input_length_limit(config, tokenizer) -> int:
     """The longest input in tokens: the smaller of the encoder's position table and the tokenizer's
     `model_max_length` (a tokenizer trained by hand may keep a default longer than the model's table)."""
@@ -153,9 +158,7 @@ class Predictor:
             ensemble, tokenizer = TransformerEnsemble.from_folders(model_dir)
             return cls(ensemble.to(device), tokenizer, SEQ2SEQ, **options)
         model_dir = str(model_dir)
-        if not Path(model_dir).exists() and (
-            Path(model_dir).is_absolute() or model_dir.startswith((".", "~")) or model_dir.count("/") > 1
-        ):  # a path, not a Hub id (`name` or `owner/name`): transformers would call it a malformed repo id
+        if not Path(model_dir).exists() and looks_like_a_path(model_dir):  # transformers: "a malformed repo id"
             raise FileNotFoundError(f"No folder at {model_dir}.")
         if engine == "ctranslate2":
             return cls._from_ctranslate2(

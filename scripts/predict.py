@@ -23,24 +23,29 @@ from hf_transformer.inference import (  # noqa: F401  (task_of and Predictor: al
     SEQ2SEQ,
     Predictor,
     format_result,
+    looks_like_a_path,
     read_lines,
     task_of,
 )
 
 
-def _looks_like_a_path(name: str) -> bool:
-    """A Hub id is `name` or `owner/name`; anything else (`./runs/x`, `runs/a/b`, `~/x`) can only be a folder."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="a saved model folder (with its tokenizer) or a Hub id")
     parser.add_argument("texts", nargs="*", help="inputs; without any, lines are read from stdin")
-    parser.add_argument("--num_beams", type=int, default=None, help="beam size (default: the model's own)")
-    parser.add_argument("--max_new_tokens", type=int, default=None, help="longest translation in tokens")
+    parser.add_argument("--num_beams", type=positive_int, default=None, help="beam size (default: the model's own)")
+    parser.add_argument("--max_new_tokens", type=positive_int, default=None, help="longest translation in tokens")
     parser.add_argument("--length_penalty", type=float, default=None, help="beam length penalty (default: the model's)")
-    parser.add_argument("--batch_size", type=int, default=32, help="inputs per batch (batches are grouped by length)")
+    parser.add_argument(
+        "--batch_size", type=positive_int, default=32, help="inputs per batch (batches are grouped by length)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps ...")
     parser.add_argument(
         "--engine", choices=("torch", "ctranslate2"), default="torch",
@@ -59,7 +64,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     # Intermixed: options may come after or between the texts (`predict.py runs/x "a text" --json`).
     args = parser.parse_intermixed_args(argv)
 
-    if not Path(args.model_dir).is_dir() and _looks_like_a_path(args.model_dir):
+    if not Path(args.model_dir).is_dir() and looks_like_a_path(args.model_dir):
         parser.error(f"{args.model_dir}: no such model folder")
     if args.input and args.texts:
         parser.error("give TEXT arguments or --input, not both")

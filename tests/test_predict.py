@@ -157,6 +157,14 @@ def test_a_folder_that_does_not_exist_is_named_in_one_line(folder, capsys):
     assert "Traceback" not in "\n".join(error)
 
 
+@pytest.mark.parametrize("option", ["--num_beams", "--max_new_tokens", "--batch_size"])
+def test_counts_below_one_are_refused_in_one_line(classifier_dir, option, capsys):
+    with pytest.raises(SystemExit) as raised:
+        load_script("predict").main([str(classifier_dir), "some text", option, "0"])
+    assert raised.value.code == 2
+    assert f"error: argument {option}: must be 1 or more, got 0" in capsys.readouterr().err
+
+
 def test_json_may_follow_the_texts(classifier_dir, capsys):
     results = load_script("predict").main([str(classifier_dir), "two dogs play .", "--json", "a man rides ."])
     assert [r["text"] for r in results] == ["two dogs play .", "a man rides ."]
