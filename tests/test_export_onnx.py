@@ -233,6 +233,28 @@ def test_command_line(classifier_dir, tmp_path):
     assert logits.shape == (1, 3) and np.isfinite(logits).all()
 
 
+def test_output_folders_that_would_lose_files_are_refused(classifier_dir, tmp_path, capsys):
+    from hf_transformer.export.__main__ import main
+
+    with pytest.raises(ValueError, match="would replace the model folder"):
+        to_onnx(classifier_dir, classifier_dir)
+    with pytest.raises(FileNotFoundError, match="holds no config.json"):
+        to_onnx(tmp_path / "no-model", tmp_path / "out")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "notes.txt").write_text("kept")
+    with pytest.raises(FileExistsError, match="already holds files; pass force=True"):
+        to_onnx(classifier_dir, taken)
+    assert to_onnx(classifier_dir, taken, force=True) == taken and (taken / "classifier.onnx").is_file()
+    # The command line says what is wrong in one line, without a traceback.
+    for folder in (str(tmp_path / "no-model"), str(classifier_dir)):
+        with pytest.raises(SystemExit) as raised:
+            main(["onnx", folder, str(taken)])
+        assert raised.value.code == 2
+        error = capsys.readouterr().err
+        assert "error: " in error and "Traceback" not in error and ("config.json" in error or "--force" in error)
+
+
 @pytest.mark.parametrize("rounding", [None, 1, 0])
 def test_top_k_is_a_stable_sort_prefix(rounding):
     """The beam search's top-k (partial selection, then a sort of the kept few) picks the entries a stable full sort

@@ -23,11 +23,14 @@ def main(argv: list[str] | None = None) -> int:
         "--quantization", default=None, choices=["int8"], help="int8: ONNX Runtime's dynamic quantization of the graphs"
     )
     ct2.add_argument("--force", action="store_true", help="overwrite an existing output folder")
+    onnx.add_argument("--force", action="store_true", help="write into an output folder that already holds files")
     args = parser.parse_args(argv)
-    if args.engine == "onnx":
-        output = to_onnx(args.model_dir, args.output_dir, quantization=args.quantization)
-    else:
-        output = to_ctranslate2(args.model_dir, args.output_dir, quantization=args.quantization, force=args.force)
+    export = to_onnx if args.engine == "onnx" else to_ctranslate2
+    try:
+        output = export(args.model_dir, args.output_dir, quantization=args.quantization, force=args.force)
+    except (FileNotFoundError, FileExistsError, ValueError) as error:
+        # What the user can mend (a folder, an existing output, a setting), said in one line.
+        parser.error(str(error).strip().splitlines()[0])
     print(output)
     return 0
 

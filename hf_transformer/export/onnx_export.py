@@ -205,7 +205,9 @@ def _quantize_int8(path: Path) -> None:
     quantized.replace(path)
 
 
-def to_onnx(model_dir, output_dir, opset: int | None = None, quantization: str | None = None) -> Path:
+def to_onnx(
+    model_dir, output_dir, opset: int | None = None, quantization: str | None = None, force: bool = False
+) -> Path:
     """Exports the folder ``model_dir`` (written by ``save_pretrained``: a seq2seq model or a classifier, as its
     config's ``architectures`` says) to the ONNX graphs of the module's docstring in ``output_dir``, beside a copy of
     its config, generation config and tokenizer files. ``opset``: the ONNX opset (None: the exporter's default).
@@ -218,16 +220,23 @@ def to_onnx(model_dir, output_dir, opset: int | None = None, quantization: str |
     (``onnxruntime.quantization.quantize_dynamic``, 7-bit weights in int8 per output channel, so that CPUs without
     VNNI do not saturate, activations quantized at run time) rewrites the layers' projections as ``MatMulInteger``
     and stores the token and position tables in 8 bits, dequantized where read (an output projection tied to the
-    token table multiplies in float32). Returns ``output_dir``."""
+    token table multiplies in float32). ``force`` writes into an ``output_dir`` that already holds files (never the
+    model folder). Returns ``output_dir``."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
+    model_dir, output_dir = Path(model_dir), Path(output_dir)
+    if not (model_dir / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
+    if output_dir.resolve() == model_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
+        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}.")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not force:
+        raise FileExistsError(f"{output_dir} already holds files; pass force=True (--force) to write into it.")
     import torch
     from torch.export import Dim
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
     import hf_transformer  # noqa: F401  (registers the Auto classes)
 
-    model_dir, output_dir = Path(model_dir), Path(output_dir)
     config = AutoConfig.from_pretrained(model_dir)
     seq2seq = not any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
     auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForSequenceClassification
