@@ -62,6 +62,20 @@ def architecture(config: TransformerConfig) -> str:
     return "TransformerForConditionalGeneration"
 
 
+# How this machine loaded the tokenizer (transformers 5 saves them with it): an upload must not tell the Hub's users
+# to load it offline.
+_LOADING_OPTIONS = ("is_local", "local_files_only")
+
+
+def _drop_loading_options(tokenizer_config: Path) -> None:
+    if not tokenizer_config.is_file():
+        return
+    settings = json.loads(tokenizer_config.read_text(encoding="utf-8"))
+    if any(name in settings for name in _LOADING_OPTIONS):
+        kept = {name: value for name, value in settings.items() if name not in _LOADING_OPTIONS}
+        tokenizer_config.write_text(json.dumps(kept, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def find_tokenizer(model_dir: str | os.PathLike, tokenizer_dir: str | os.PathLike | None = None) -> Path | None:
     """``tokenizer_dir`` if given, else the model folder when it holds tokenizer files, else None."""
     if tokenizer_dir is not None:
@@ -400,6 +414,7 @@ def prepare_folder(
     tokenizer_path = find_tokenizer(model_dir, tokenizer_dir)
     if tokenizer_path is not None:
         AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(out_dir)
+        _drop_loading_options(out_dir / "tokenizer_config.json")
 
     card_options.setdefault("generation", saved_generation(model))
     card = model_card(

@@ -173,6 +173,9 @@ def test_dry_run_writes_the_upload_folder_with_a_model_card(saved):
     } <= names
     assert "all_results.json" not in names
     assert json.loads((folder / "config.json").read_text())["auto_map"] == FULL_AUTO_MAP
+    # transformers saves how the tokenizer was loaded here (offline, from a folder): not for the Hub's users.
+    tokenizer_settings = json.loads((folder / "tokenizer_config.json").read_text())
+    assert not {"is_local", "local_files_only"} & set(tokenizer_settings) and tokenizer_settings["pad_token"]
 
     card = ModelCard.load(folder / "README.md")
     meta = card.data.to_dict()
