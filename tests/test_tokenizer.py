@@ -361,6 +361,8 @@ def test_cli_reports_missing_input(tmp_path, capsys):
         table = tmp_path / "t.csv"
         table.write_text("a,b\nx,y\n", encoding="utf-8")
         cli_main(["-q", "train", str(table), "--output", str(tmp_path / "out")])
+    assert cli_main(["-q", "encode", str(tmp_path / "no-tokenizer"), "a text"]) == 1
+    assert capsys.readouterr().err.strip() == f"error: no tokenizer folder at {tmp_path / 'no-tokenizer'}"
 
 
 # --------------------------------------------------------------------------------------------------

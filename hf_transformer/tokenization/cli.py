@@ -121,6 +121,10 @@ def command_import(args: argparse.Namespace) -> None:
 def command_encode(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
+    from ..inference import looks_like_a_path
+
+    if not Path(args.tokenizer_dir).exists() and looks_like_a_path(args.tokenizer_dir):
+        raise FileNotFoundError(f"no tokenizer folder at {args.tokenizer_dir}")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_dir)
     for text in args.texts:
         print(_show(tokenizer, text))
