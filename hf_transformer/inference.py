@@ -298,8 +298,12 @@ class Predictor:
 
     @torch.no_grad()
     def _translate(self, texts: list[str], **generate_options) -> list[dict]:
-        options = {**self.generate_options, **{k: v for k, v in generate_options.items() if v is not None}}
-        length = self.generation_length(options.pop("max_new_tokens", None), options.pop("max_length", None))
+        given = {k: v for k, v in generate_options.items() if v is not None}
+        options = {**self.generate_options, **given}
+        # A length given with this call wins over the predictor's, whichever of the two names each uses.
+        lengths = given if {"max_new_tokens", "max_length"} & set(given) else self.generate_options
+        length = self.generation_length(lengths.get("max_new_tokens"), lengths.get("max_length"))
+        options.pop("max_new_tokens", None), options.pop("max_length", None)
         batch = self._encode(texts)
         if self.engine == "ctranslate2":
             generated = self.ctranslate2_generator.generate(

@@ -85,6 +85,7 @@ def test_max_length_counts_the_start_token_and_bad_settings_are_refused(translat
     assert three_tokens != one_by_one(model, tokenizer, texts)  # the saved 7 new tokens
     assert predictor.translate(texts, max_length=4) == three_tokens  # HF's max_length counts the start token
     assert Predictor.from_pretrained(folder, max_length=4).translate(texts) == three_tokens
+    assert Predictor.from_pretrained(folder, max_new_tokens=7).translate(texts, max_length=4) == three_tokens
     translate = pipeline(PIPELINE_TASK, model=str(folder))
     assert [row[0]["translation_text"] for row in translate(texts, max_length=4)] == three_tokens
     for options, message in (
