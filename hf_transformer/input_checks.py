@@ -7,7 +7,13 @@ import torch
 
 from .speed import capturing_graph
 
-__all__ = ["check_token_inputs", "value_range", "check_ids_in_vocabulary", "check_prepared_mask"]
+__all__ = [
+    "check_token_inputs",
+    "value_range",
+    "check_ids_in_vocabulary",
+    "check_sequence_fits",
+    "check_prepared_mask",
+]
 
 
 def check_token_inputs(input_ids, inputs_embeds, name: str, embeds_name: str) -> None:
@@ -54,6 +60,16 @@ def check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
     if low < 0 or high >= vocab_size:
         bad = low if low < 0 else high
         raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
+
+
+def check_sequence_fits(length: int, positions: int | None) -> None:
+    """A sequence of ``length`` tokens needs as many rows of the position table (the model's embeddings, and the
+    engines that run an exported model, which would fail deep inside with an index out of range)."""
+    if isinstance(positions, int) and length > positions:
+        raise ValueError(
+            f"Sequence length {length} exceeds the position table of {positions} positions "
+            "(max_position_embeddings / decoder_max_position_embeddings); truncate the input."
+        )
 
 
 def check_prepared_mask(mask: torch.Tensor, expected: tuple[int, int, int, int]) -> None:

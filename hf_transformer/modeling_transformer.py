@@ -46,7 +46,13 @@ from transformers.modeling_outputs import (
 from .checkpoint import CheckedLoadingMixin
 from .configuration_transformer import TransformerConfig
 from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
-from .input_checks import check_ids_in_vocabulary, check_prepared_mask, check_token_inputs, value_range
+from .input_checks import (
+    check_ids_in_vocabulary,
+    check_prepared_mask,
+    check_sequence_fits,
+    check_token_inputs,
+    value_range,
+)
 from .speed import Dropout, attend, capturing_graph, inverted_dropout, output_logits_and_loss
 
 # ---------------------------------------------------------------------------------------------------
@@ -106,11 +112,8 @@ class TransformerEmbeddings(nn.Module):
         batch_size, length = inputs_embeds.shape[:2]
         # `past_length` is a 0-d tensor with a static cache. Compiled, the host cannot read it without breaking the
         # graph: the embedding kernel's own bounds check raises instead.
-        if not capturing_graph() and int(past_length) + length > self.max_positions:
-            raise ValueError(
-                f"Sequence length {int(past_length) + length} exceeds the position table of {self.max_positions} "
-                "positions (max_position_embeddings / decoder_max_position_embeddings); truncate the input."
-            )
+        if not capturing_graph():
+            check_sequence_fits(int(past_length) + length, self.max_positions)
         positions = torch.arange(length, device=inputs_embeds.device) + past_length
         if self.position_embedding_type == "sinusoidal":
             positions = (positions + 1).expand(batch_size, length)

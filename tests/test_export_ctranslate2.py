@@ -167,6 +167,14 @@ def test_generation_past_the_decoder_position_table_stops_where_generate_stops(t
         assert tokens == expected[:, 1:].tolist()
 
 
+def test_inputs_longer_than_the_position_table_are_refused_as_the_model_refuses_them(converted):
+    model, output_dir = converted("post_ln_sinusoidal_gelu")  # 48 positions
+    generator = CTranslate2Generator(output_dir)
+    with pytest.raises(ValueError, match="Sequence length 49 exceeds the position table of 48 positions"):
+        generator.generate([[5] * 49], max_new_tokens=2)
+    assert len(generator.generate([[5] * 48], max_new_tokens=2)) == 1
+
+
 def test_vocabularies_map_token_strings_to_model_ids(converted, tokenizer):
     _, shared = converted("post_ln_sinusoidal_gelu")
     vocabulary = json.loads((shared / "shared_vocabulary.json").read_text())

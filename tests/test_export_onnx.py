@@ -233,6 +233,20 @@ def test_command_line(classifier_dir, tmp_path):
     assert logits.shape == (1, 3) and np.isfinite(logits).all()
 
 
+def test_inputs_longer_than_the_position_table_are_refused_as_the_model_refuses_them(translator, classifier):
+    # 48 positions: 49 tokens would fail inside ONNX Runtime's embedding Gather; the model's own message instead.
+    model, folder = translator
+    too_long = np.full((2, 49), 5, dtype=np.int64)
+    message = "Sequence length 49 exceeds the position table of 48 positions"
+    with pytest.raises(ValueError, match=message):
+        model(input_ids=torch.from_numpy(too_long), decoder_input_ids=torch.tensor([[2], [2]]))
+    with pytest.raises(ValueError, match=message):
+        OnnxSeq2SeqGenerator(folder).generate(too_long, max_new_tokens=2)
+    with pytest.raises(ValueError, match=message):
+        OnnxClassifier(classifier)(too_long)
+    assert OnnxClassifier(classifier)(too_long[:, :48]).shape == (2, 3)
+
+
 def test_output_folders_that_would_lose_files_are_refused(classifier_dir, tmp_path, capsys):
     from hf_transformer.export.__main__ import main
 

@@ -65,6 +65,7 @@ import torch
 
 from ..configuration_transformer import TransformerConfig
 from ..generation import new_tokens_within_position_table
+from ..input_checks import check_sequence_fits
 
 __all__ = ["to_ctranslate2", "CTranslate2Generator", "ctranslate2_generate", "check_convertible"]
 
@@ -431,6 +432,7 @@ class CTranslate2Generator:
         self.pad_token_id = 0 if pad is None else pad
         model_config = self.model_dir / MODEL_CONFIG_FILE
         model_config = _read_json(model_config) if model_config.is_file() else {}
+        self.source_positions = model_config.get("max_position_embeddings")
         self.position_table = model_config.get("decoder_max_position_embeddings")
         self._tokenizer = None
 
@@ -506,6 +508,7 @@ class CTranslate2Generator:
         max_new_tokens = new_tokens_within_position_table(max_new_tokens, self.position_table)  # as generate caps it
         min_new_tokens = min(min_new_tokens, max_new_tokens)  # generate stops at the maximum; CTranslate2 would raise
         source = self._source_tokens(input_ids, attention_mask)
+        check_sequence_fits(max(map(len, source), default=0), self.source_positions)  # the model's message
         if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
             max_batch_size = -(-len(source) // self.inter_threads)
         results = self.translator.translate_batch(

@@ -422,7 +422,8 @@ class OnnxSeq2SeqGenerator:
         self.early_stopping = settings.get("early_stopping", False)
         self.max_new_tokens = settings.get("max_new_tokens") or settings.get("max_length", 20) - 1
         self.min_new_tokens = settings.get("min_new_tokens") or 0
-        self.position_table = settings.get("decoder_max_position_embeddings") or settings.get("max_position_embeddings")
+        self.source_positions = settings.get("max_position_embeddings")
+        self.position_table = settings.get("decoder_max_position_embeddings") or self.source_positions
         inputs = {node.name: node.shape for node in self.decoder.get_inputs()}
         self.past_names = [name for name in inputs if name.startswith("past_")]
         self.cross_names = [name for name in inputs if name.startswith("cross_")]
@@ -454,7 +455,9 @@ class OnnxSeq2SeqGenerator:
         )
         num_beams = num_beams or self.num_beams
         from ..generation import new_tokens_within_position_table
+        from ..input_checks import check_sequence_fits
 
+        check_sequence_fits(input_ids.shape[1], self.source_positions)  # as the model says it
         max_new_tokens = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         settings = (
             num_beams,
@@ -587,10 +590,14 @@ class OnnxClassifier:
         self.session = _session(output_dir / CLASSIFIER_FILE, intra_op_num_threads, providers)
         config = _read_json(output_dir / "config.json")
         self.pad = config.get("pad_token_id")
+        self.positions = config.get("max_position_embeddings")
         self.id2label = {int(i): label for i, label in (config.get("id2label") or {}).items()}
 
     def __call__(self, input_ids, attention_mask=None) -> np.ndarray:
+        from ..input_checks import check_sequence_fits
+
         input_ids = np.asarray(input_ids, dtype=np.int64)
+        check_sequence_fits(input_ids.shape[1], self.positions)  # as the model says it
         mask = input_ids != self.pad if attention_mask is None else np.asarray(attention_mask)
         return self.session.run(["logits"], {"input_ids": input_ids, "attention_mask": mask.astype(np.int64)})[0]
 
