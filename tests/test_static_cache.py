@@ -151,7 +151,8 @@ def test_a_static_cache_longer_than_the_position_table_is_stopped_at_the_table_e
     # generate caps its length at the table (tests/test_bad_input.py), and its static cache with it ...
     with pytest.warns(UserWarning, match="`max_new_tokens`=8 goes past the decoder's position table of 6"):
         capped = model.generate(source, max_new_tokens=8, min_new_tokens=8, cache_implementation="static")
-    assert torch.equal(capped, model.generate(source, max_new_tokens=6, min_new_tokens=6))
+    expected = model.generate(source, max_new_tokens=6, min_new_tokens=6, cache_implementation="static")
+    assert capped.shape == (3, 7) and torch.equal(capped, expected)  # one code path: the same products
     # ... and a caller's own static cache with more slots than positions is stopped at the step past the table.
     cache = EncoderDecoderCache(
         StaticCache(config=model.config, max_cache_len=8), StaticCache(config=model.config, max_cache_len=7)
