@@ -17,8 +17,9 @@ torch.set_num_threads(1)
 
 
 def record_calls(monkeypatch, owner: type, method: str) -> list:
-    """Wraps ``owner.method`` for the test: each call still runs it, and appends its object (``self``) to the
-    returned list."""
+    """Wraps ``owner.method`` for the test: each call still runs it, and appends its first argument (``self`` for a
+    method; for a module's function, such as ``F.scaled_dot_product_attention``, its first input) to the returned
+    list."""
     calls = []
     original = getattr(owner, method)
 

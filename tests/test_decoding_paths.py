@@ -179,14 +179,7 @@ def test_compiled_cpu_attention_over_few_keys_takes_the_fused_math_path(monkeypa
     mask[1, ..., keys // 2 :] = False
     with torch.no_grad():
         plain, _ = attention(queries, key_value_states=sources, attention_mask=mask)
-        sdpa_calls = []
-        original = F.scaled_dot_product_attention
-
-        def recording(*args, **kwargs):
-            sdpa_calls.append(1)
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(F, "scaled_dot_product_attention", recording)
+        sdpa_calls = record_calls(monkeypatch, F, "scaled_dot_product_attention")
         monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
         traced_path, _ = attention(queries, key_value_states=sources, attention_mask=mask)
     assert bool(sdpa_calls) == (keys > 10)

@@ -135,14 +135,7 @@ def test_set_attn_implementation_changes_the_attention_that_runs(monkeypatch):
         return modeling.scaled_dot_product_attention(module, query, key, value, attention_mask, **kwargs)
 
     AttentionInterface.register("hf_transformer_recording_test", recording_attention)
-    sdpa_calls = []
-    torch_sdpa = F.scaled_dot_product_attention
-
-    def counting_sdpa(*args, **kwargs):
-        sdpa_calls.append(1)
-        return torch_sdpa(*args, **kwargs)
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", counting_sdpa)
+    sdpa_calls = record_calls(monkeypatch, F, "scaled_dot_product_attention")
     model = TransformerForConditionalGeneration(tiny_config()).eval()
     source, target = batch_with_padding()
     attention_calls = 3 * model.config.decoder_layers  # tiny_config: as many encoder as decoder layers
