@@ -26,6 +26,9 @@ POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 ACTIVATION_FUNCTIONS = ("relu", "gelu")
 CLASSIFIER_POOLINGS = ("mean", "max", "first", "decoder")
 
+# The loss a classifier computes (transformers' names, read by `TransformerForSequenceClassification`).
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
 # alias -> canonical field. One-to-one aliases only; ``n_layer`` and ``num_hidden_layers`` given to the
 # constructor set both stacks and are handled in ``__post_init__``.
 _ALIASES = {
@@ -248,64 +251,18 @@ class TransformerConfig(PretrainedConfig):
             self.head_dim = self.d_model // self.num_attention_heads
 
     def _validate(self) -> None:
-        for name in (
-            "vocab_size",
-            "decoder_vocab_size",
-            "max_position_embeddings",
-            "decoder_max_position_embeddings",
-            "d_model",
-            "encoder_layers",
-            "decoder_layers",
-            "num_attention_heads",
-            "head_dim",
-            "intermediate_size",
-        ):
-            value = getattr(self, name)
-            if not _is_positive_int(value):
-                raise ValueError(f"TransformerConfig: `{name}` must be a positive integer, got {value!r}.")
-        for name in ("dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "label_smoothing"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"TransformerConfig: `{name}` must be a number in [0, 1), got {value!r}.")
-        for name in ("layer_norm_epsilon", "embedding_layer_norm_epsilon", "init_std"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"TransformerConfig: `{name}` must be a positive number, got {value!r}.")
-        for name, allowed in (
-            ("layer_norm_position", LAYER_NORM_POSITIONS),
-            ("position_embedding_type", POSITION_EMBEDDING_TYPES),
-            ("activation_function", ACTIVATION_FUNCTIONS),
-            ("classifier_pooling", CLASSIFIER_POOLINGS),
-        ):
-            value = getattr(self, name)
-            if value not in allowed:
-                raise ValueError(f"TransformerConfig: `{name}` must be one of {list(allowed)}, got {value!r}.")
-        for name in (
-            "embedding_layer_norm",
-            "scale_embedding",
-            "final_layer_norm",
-            "share_embeddings",
-            "tie_word_embeddings",
-            "fused_output_loss",
-            "use_cache",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ValueError(f"TransformerConfig: `{name}` must be True or False, got {value!r}.")
+        for name in _CHECKED_FIELDS:
+            _check_setting(name, getattr(self, name))
         if self.share_embeddings and self.vocab_size != self.decoder_vocab_size:
             raise ValueError(
                 "TransformerConfig: `share_embeddings=True` needs one vocabulary, but `vocab_size` "
                 f"(n_enc_vocab) is {self.vocab_size} and `decoder_vocab_size` (n_dec_vocab) is "
                 f"{self.decoder_vocab_size}; set share_embeddings=False or make them equal."
             )
-        if self.pad_token_id is None:
-            raise ValueError("TransformerConfig: `pad_token_id` (i_pad) is required: padding is derived from it.")
         smallest_vocab = min(self.vocab_size, self.decoder_vocab_size)
-        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        for name in _TOKEN_IDS:
             value = getattr(self, name)
-            if value is None:
-                continue
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < smallest_vocab:
+            if value is not None and not value < smallest_vocab:
                 raise ValueError(f"TransformerConfig: `{name}` must be an id in [0, {smallest_vocab}), got {value!r}.")
         if self.decoder_start_token_id is None:
             raise ValueError("TransformerConfig: set `decoder_start_token_id` or `bos_token_id`.")
@@ -324,6 +281,32 @@ class TransformerConfig(PretrainedConfig):
     def from_json_file(cls, json_file):
         with _reading_saved_config():
             return super().from_json_file(json_file)
+
+    def __setattr__(self, key, value):
+        # After construction, an assignment is checked as the constructor checks that setting, so that a typo
+        # raises where it is made instead of in a later forward pass, or in `from_pretrained` of the saved folder.
+        # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own checks.
+        name = type(self).attribute_map.get(key, key)
+        if name not in _CHECKED_FIELDS or not self.__dict__.get("_post_init_done", False):
+            super().__setattr__(key, value)
+            return
+        if value is None and name in _DERIVED_WHEN_NONE:
+            super().__setattr__(key, value)
+            self._fill_defaults()
+            return
+        try:
+            _check_setting(name, value)
+        except ValueError as error:
+            if key == name:
+                raise
+            raise ValueError(f"{error} (assigned as `{key}`)") from None
+        super().__setattr__(key, value)
+
+    def validate(self) -> None:
+        """Every check of the constructor (`PretrainedConfig.save_pretrained` calls this before writing): a config
+        that would not load is refused before it is saved, with the setting it names."""
+        super().validate()
+        self._validate()
 
     # -- seed-style names that are not one-to-one aliases ----------------------------------------
     @property
@@ -392,3 +375,76 @@ class TransformerConfig(PretrainedConfig):
 
 def _is_positive_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+# What each setting may hold, checked at construction, on assignment (`config.dropout = 1.5` raises there) and
+# before saving, so that a config that was saved always loads. Checks between settings (one shared vocabulary,
+# token ids inside it) run at construction, on loading and before saving.
+_POSITIVE_INTS = (
+    "vocab_size",
+    "decoder_vocab_size",
+    "max_position_embeddings",
+    "decoder_max_position_embeddings",
+    "d_model",
+    "encoder_layers",
+    "decoder_layers",
+    "num_attention_heads",
+    "head_dim",
+    "intermediate_size",
+)
+_PROBABILITIES = ("dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "label_smoothing")
+_POSITIVE_NUMBERS = ("layer_norm_epsilon", "embedding_layer_norm_epsilon", "init_std")
+_CHOICES = {
+    "layer_norm_position": LAYER_NORM_POSITIONS,
+    "position_embedding_type": POSITION_EMBEDDING_TYPES,
+    "activation_function": ACTIVATION_FUNCTIONS,
+    "classifier_pooling": CLASSIFIER_POOLINGS,
+    "problem_type": (None, *PROBLEM_TYPES),
+}
+_FLAGS = (
+    "embedding_layer_norm",
+    "scale_embedding",
+    "final_layer_norm",
+    "share_embeddings",
+    "tie_word_embeddings",
+    "fused_output_loss",
+    "use_cache",
+    "is_encoder_decoder",
+)
+_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+_CHECKED_FIELDS = (*_POSITIVE_INTS, *_PROBABILITIES, *_POSITIVE_NUMBERS, *_CHOICES, *_FLAGS, *_TOKEN_IDS)
+# Settings whose default is derived from another one: assigning None derives it again, as the constructor does.
+_DERIVED_WHEN_NONE = (
+    "decoder_vocab_size",
+    "decoder_max_position_embeddings",
+    "head_dim",
+    "attention_dropout",
+    "classifier_dropout",
+    "embedding_layer_norm_epsilon",
+    "final_layer_norm",
+    "decoder_start_token_id",
+)
+
+
+def _check_setting(name: str, value) -> None:
+    """Raises ``ValueError`` naming ``name`` when ``value`` is not something that setting can hold."""
+    if name in _POSITIVE_INTS:
+        if not _is_positive_int(value):
+            raise ValueError(f"TransformerConfig: `{name}` must be a positive integer, got {value!r}.")
+    elif name in _PROBABILITIES:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise ValueError(f"TransformerConfig: `{name}` must be a number in [0, 1), got {value!r}.")
+    elif name in _POSITIVE_NUMBERS:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(f"TransformerConfig: `{name}` must be a positive number, got {value!r}.")
+    elif name in _CHOICES:
+        if value not in _CHOICES[name]:
+            raise ValueError(f"TransformerConfig: `{name}` must be one of {list(_CHOICES[name])}, got {value!r}.")
+    elif name in _FLAGS:
+        if not isinstance(value, bool):
+            raise ValueError(f"TransformerConfig: `{name}` must be True or False, got {value!r}.")
+    elif name in _TOKEN_IDS:
+        if value is None and name == "pad_token_id":
+            raise ValueError("TransformerConfig: `pad_token_id` (i_pad) is required: padding is derived from it.")
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise ValueError(f"TransformerConfig: `{name}` must be a token id (an integer >= 0), got {value!r}.")

@@ -128,11 +128,78 @@ def test_head_size_is_independent_of_model_size():
         (dict(pad_token_id=9000), "pad_token_id"),
         (dict(decoder_start_token_id=0), "decoder_start_token_id"),
         (dict(d_hidn=64, d_model=128), "d_hidn"),
+        (dict(problem_type="multi_label"), "problem_type"),
+        (dict(is_encoder_decoder="no"), "is_encoder_decoder"),
+        (dict(eos_token_id="3"), "eos_token_id"),
+        (dict(pad_token_id=None), "pad_token_id"),
     ],
 )
 def test_invalid_values_name_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):
         TransformerConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "name, value, allowed, named",
+    [
+        ("dropout", 1.5, 0.3, "`dropout`"),
+        ("d_hidn", 0, 64, "`d_model`.*assigned as `d_hidn`"),  # a seed name, checked as the setting it names
+        ("n_layer", 2.5, 3, "`encoder_layers`"),
+        ("activation_function", "swish", "relu", "`activation_function`"),
+        ("problem_type", "regresion", "regression", "`problem_type`"),
+        ("tie_word_embeddings", "yes", False, "`tie_word_embeddings`"),
+        ("pad_token_id", None, 1, "`pad_token_id`"),
+        ("eos_token_id", -1, 5, "`eos_token_id`"),
+    ],
+)
+def test_an_assignment_is_checked_as_the_constructor_checks_it(name, value, allowed, named):
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4)
+    before = getattr(config, name)
+    with pytest.raises(ValueError, match=named):
+        setattr(config, name, value)
+    assert getattr(config, name) == before  # refused, not half-applied
+    setattr(config, name, allowed)
+    assert getattr(config, name) == allowed
+
+
+def test_assigning_none_to_a_derived_setting_derives_it_again():
+    config = TransformerConfig(d_model=64, num_attention_heads=4, dropout=0.2, attention_dropout=0.0, head_dim=8)
+    config.attention_dropout = None
+    config.head_dim = None
+    assert config.attention_dropout == 0.2 and config.head_dim == 16
+
+
+def test_a_regression_typo_does_not_train_with_another_loss():
+    # problem_type decides the classifier's loss; a misspelt one used to fall through to binary cross-entropy.
+    with pytest.raises(ValueError, match="problem_type"):
+        TransformerConfig(num_labels=1, problem_type="regresion")
+
+
+@pytest.mark.parametrize(
+    "break_it, named",
+    [
+        (lambda config: setattr(config, "decoder_vocab_size", 30), "share_embeddings"),
+        (lambda config: config.update(dict(vocab_size=3, decoder_vocab_size=3)), "eos_token_id"),
+        (lambda config: setattr(config, "decoder_start_token_id", 0), "decoder_start_token_id"),
+    ],
+)
+def test_a_config_that_would_not_load_is_not_saved(tmp_path, break_it, named):
+    # Each setting is valid alone; together they are not, and `from_pretrained` would refuse the folder. Saving
+    # refuses first, naming the conflict, and writes nothing.
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4)
+    break_it(config)
+    with pytest.raises(ValueError, match=named):
+        config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_a_saved_config_with_a_changed_setting_loads_with_it(tmp_path):
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4)
+    config.dropout, config.problem_type, config.n_layer = 0.3, "regression", 3
+    config.save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path)
+    assert (loaded.dropout, loaded.problem_type) == (0.3, "regression")
+    assert (loaded.encoder_layers, loaded.decoder_layers) == (3, 3)
 
 
 def test_invalid_option_lists_the_allowed_values():

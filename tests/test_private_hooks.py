@@ -8,10 +8,10 @@ import inspect
 
 import pytest
 import torch
-from transformers import GenerationConfig, GenerationMixin, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
-from hf_transformer import TransformerForConditionalGeneration, TransformerPreTrainedModel
+from hf_transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerPreTrainedModel
 from hf_transformer.checkpoint import CheckedLoadingMixin
 from hf_transformer.generation import TransformerGenerationMixin
 
@@ -111,3 +111,14 @@ def test_the_forward_takes_the_cache_under_the_name_generate_hands_it_over():
     assert handed_over[0] == CACHE_NAME and CACHE_NAME in Seq2SeqLMOutput.__dataclass_fields__
     for model_class in (TransformerModel, TransformerForConditionalGeneration):
         assert {"cache", "past_key_values"} <= set(inspect.signature(model_class.forward).parameters), model_class
+
+
+def test_config_hooks_still_exist():
+    # TransformerConfig checks assignments only once `PretrainedConfig.__post_init__` has set `_post_init_done`
+    # (before it, the dataclass constructor assigns every field, derived ones still None), and relies on
+    # `save_pretrained` calling `validate()` to refuse a config that would not load.
+    assert "self._post_init_done = True" in inspect.getsource(PretrainedConfig.__post_init__)
+    assert "self.validate()" in inspect.getsource(PretrainedConfig.save_pretrained)
+    config = TransformerConfig()
+    assert config.__dict__.get("_post_init_done") is True
+    assert "_post_init_done" not in config.to_dict()
