@@ -79,12 +79,23 @@ class TransformerEmbeddings(nn.Module):
 
     ``"sinusoidal"``: a frozen table with ``max_positions + 1`` rows; tokens are numbered from 1 and
     padding gets row 0. ``"learned"``: a trained table numbered from 0.
+
+    ``numbers_real_tokens`` (the encoder): each row's real tokens are numbered 1, 2, ... wherever its padding
+    sits, so a left-padded source reads as it does right-padded or alone. The decoder numbers by place, as its
+    cache does, one step at a time.
     """
 
-    def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding, max_positions: int):
+    def __init__(
+        self,
+        config: TransformerConfig,
+        embed_tokens: nn.Embedding,
+        max_positions: int,
+        numbers_real_tokens: bool = False,
+    ):
         super().__init__()
         self.embed_tokens = embed_tokens
         self.max_positions = max_positions
+        self.numbers_real_tokens = numbers_real_tokens
         self.embed_scale = config.embed_scale
         self.position_embedding_type = config.position_embedding_type
         if self.position_embedding_type == "sinusoidal":
@@ -114,14 +125,21 @@ class TransformerEmbeddings(nn.Module):
         # graph: the embedding kernel's own bounds check raises instead.
         if not capturing_graph():
             check_sequence_fits(int(past_length) + length, self.max_positions)
-        positions = torch.arange(length, device=inputs_embeds.device) + past_length
-        if self.position_embedding_type == "sinusoidal":
-            positions = (positions + 1).expand(batch_size, length)
-            if token_is_real is not None:
-                positions = positions.masked_fill(~token_is_real, 0)
-            position_embeds = F.embedding(positions, self.position_table)
+        if self.numbers_real_tokens and token_is_real is not None:
+            positions = token_is_real.cumsum(-1).masked_fill(~token_is_real, 0)  # (B, L): 1, 2, ...; padding 0
+            if self.position_embedding_type == "sinusoidal":
+                position_embeds = F.embedding(positions, self.position_table)
+            else:
+                position_embeds = self.position_embeddings((positions - 1).clamp(min=0))
         else:
-            position_embeds = self.position_embeddings(positions)[None]
+            positions = torch.arange(length, device=inputs_embeds.device) + past_length
+            if self.position_embedding_type == "sinusoidal":
+                positions = (positions + 1).expand(batch_size, length)
+                if token_is_real is not None:
+                    positions = positions.masked_fill(~token_is_real, 0)
+                position_embeds = F.embedding(positions, self.position_table)
+            else:
+                position_embeds = self.position_embeddings(positions)[None]
         hidden_states = inputs_embeds * self.embed_scale + position_embeds.to(inputs_embeds.dtype)  # (B, L, D)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
@@ -409,7 +427,9 @@ class TransformerEncoder(nn.Module):
     def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
         super().__init__()
         self.config = config
-        self.embeddings = TransformerEmbeddings(config, embed_tokens, config.max_position_embeddings)
+        self.embeddings = TransformerEmbeddings(
+            config, embed_tokens, config.max_position_embeddings, numbers_real_tokens=True
+        )
         self.layers = nn.ModuleList([TransformerEncoderLayer(config) for _ in range(config.encoder_layers)])
         self.layer_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
@@ -991,7 +1011,8 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
             pooled = hidden.max(dim=1).values
             pooled = pooled.masked_fill(~token_is_real.any(1, keepdim=True), 0.0)  # all-padding rows
         elif pooling == "first":
-            pooled = encoder_states[:, 0]
+            first_real = token_is_real.int().argmax(dim=1)  # 0 for right padding; past a left-padded row's padding
+            pooled = encoder_states[torch.arange(encoder_states.shape[0], device=encoder_states.device), first_real]
         else:
             start = torch.full(
                 (encoder_states.shape[0], 1), self.config.decoder_start_token_id, device=encoder_states.device

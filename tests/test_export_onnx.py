@@ -204,6 +204,22 @@ def test_classifier_matches_torch_on_padded_rows(classifier_dir, classifier, bat
     assert onnx_classifier.labels(batch["input_ids"].numpy()) == [model.config.id2label[i] for i in expected.argmax(-1)]
 
 
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_a_left_padded_batch_gives_the_right_padded_results(translator, classifier, batch, num_beams):
+    # The exported encoder numbers each row's real tokens from its first one, as the model does.
+    ids, mask = batch["input_ids"].numpy(), batch["attention_mask"].numpy()
+    padding_first = np.argsort(mask, axis=1, kind="stable")  # each row's padding, then its tokens in order
+    left_ids, left_mask = np.take_along_axis(ids, padding_first, 1), np.take_along_axis(mask, padding_first, 1)
+    assert not np.array_equal(left_mask, mask)
+    generator = OnnxSeq2SeqGenerator(translator[1], intra_op_num_threads=1)
+    expected = generator.generate(ids, mask, num_beams=num_beams, max_new_tokens=12)
+    np.testing.assert_array_equal(
+        generator.generate(left_ids, left_mask, num_beams=num_beams, max_new_tokens=12), expected
+    )
+    onnx_classifier = OnnxClassifier(classifier, intra_op_num_threads=1)
+    assert np.abs(onnx_classifier(left_ids, left_mask) - onnx_classifier(ids, mask)).max() <= 1e-4
+
+
 def test_command_line(classifier_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")

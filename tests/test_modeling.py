@@ -179,6 +179,44 @@ def test_padded_source_tokens_have_no_effect(config, attn):
     torch.testing.assert_close(masked.logits, base.logits, atol=1e-5, rtol=0)
 
 
+def left_padded(source: torch.Tensor) -> torch.Tensor:
+    """Each row's real tokens moved to the end of the row, padding (id 0) before them."""
+    return torch.stack([torch.cat([row[row.eq(0)], row[row.ne(0)]]) for row in source])
+
+
+@pytest.mark.parametrize("position_type", ["sinusoidal", "learned"])
+def test_a_left_padded_source_reads_as_the_right_padded_one(position_type):
+    # Each row's real tokens are numbered from its first real token: left padding (a tokenizer with
+    # padding_side="left") changes nothing, where numbering by place shifted every position of the padded rows.
+    config = tiny_config(position_embedding_type=position_type)
+    model = TransformerForConditionalGeneration(config).eval()
+    source, target = batch_with_padding()
+    left = left_padded(source)
+    assert not torch.equal(left, source)
+    right_out = model(input_ids=source, decoder_input_ids=target)
+    left_out = model(input_ids=left, attention_mask=left.ne(0).long(), decoder_input_ids=target)
+    torch.testing.assert_close(left_out.logits, right_out.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        left_out.encoder_last_hidden_state[left.ne(0)],
+        right_out.encoder_last_hidden_state[source.ne(0)],
+        atol=1e-5,
+        rtol=0,
+    )
+    right_run = model.generate(source, attention_mask=source.ne(0).long(), max_new_tokens=6, **SCORED)
+    left_run = model.generate(left, attention_mask=left.ne(0).long(), max_new_tokens=6, **SCORED)
+    assert torch.equal(left_run.sequences, right_run.sequences)
+    for left_logits, right_logits in zip(left_run.logits, right_run.logits):
+        torch.testing.assert_close(left_logits, right_logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("pooling", ["mean", "max", "first", "decoder"])
+def test_every_pooling_reads_a_left_padded_source_as_the_right_padded_one(pooling):
+    model = TransformerForSequenceClassification(tiny_config(classifier_pooling=pooling, num_labels=3)).eval()
+    source, _ = batch_with_padding()
+    left = left_padded(source)
+    torch.testing.assert_close(model(input_ids=left).logits, model(input_ids=source).logits, atol=1e-5, rtol=0)
+
+
 def test_mask_derived_from_pad_id_equals_explicit_mask(config):
     model = TransformerForConditionalGeneration(config).eval()
     source, target = batch_with_padding()
