@@ -89,6 +89,21 @@ def checked_from_pretrained(load: Callable, cls: type, pretrained_model_name_or_
     return (model, loading_info) if want_info else model
 
 
+def refuse_quantized_modules(model) -> None:
+    """Raises ``ValueError`` before anything is written when ``torch.ao.quantization.quantize_dynamic`` has replaced
+    layers of ``model``: their packed int8 weights are not tensors safetensors can write (transformers would stop
+    inside the writer, after the config is saved)."""
+    quantized = [name for name, module in model.named_modules() if type(module).__module__.startswith("torch.ao.nn.q")]
+    if quantized:
+        raise ValueError(
+            f"save_pretrained cannot write this model: its layers (`{quantized[0]}` and others) were quantized by "
+            "torch.ao.quantization.quantize_dynamic, whose packed int8 weights safetensors cannot store. "
+            "Save the float model and quantize after loading it, or export int8 weights for an inference engine "
+            '(hf_transformer.export.to_ctranslate2(folder, output, quantization="int8"), or to_onnx(folder, output, '
+            'quantization="int8")).'
+        )
+
+
 class CheckedLoadingMixin:
     """What the package changes in ``PreTrainedModel``'s loading and saving. The transformers hooks overridden here
     (checked against transformers 5.23.0; ``tests/test_private_hooks.py`` pins each):
@@ -123,6 +138,7 @@ class CheckedLoadingMixin:
             loading_info.missing_keys.add(source)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
+        refuse_quantized_modules(self)
         # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto
         # class load the folder through the copied code (trust_remote_code) where this package is not installed.
         if not self.is_remote_code():

@@ -241,6 +241,16 @@ def test_quantize_dynamic_quantizes_every_projection_and_generate_runs(translato
     assert torch.isfinite(loss)
 
 
+def test_a_quantize_dynamic_model_is_refused_by_save_pretrained_before_anything_is_written(translator, tmp_path):
+    _, model = translator
+    quantized = torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+    with pytest.raises(ValueError, match=r"quantize_dynamic.*Save the float model and quantize after loading"):
+        quantized.save_pretrained(tmp_path / "int8")
+    assert not (tmp_path / "int8").exists() or not any((tmp_path / "int8").iterdir())
+    model.save_pretrained(tmp_path / "float")  # the float model it was made from still saves
+    assert (tmp_path / "float" / "model.safetensors").is_file()
+
+
 def test_ctranslate2_engine_gives_the_torch_translations(translator, tokenizer, tmp_path):
     pytest.importorskip("ctranslate2")
     from hf_transformer.export import to_ctranslate2
