@@ -3,6 +3,10 @@ or dtype, and what is expected, instead of a failure deep inside the model (or a
 
 from __future__ import annotations
 
+import difflib
+import functools
+import inspect
+
 import torch
 
 from .speed import capturing_graph
@@ -13,6 +17,7 @@ __all__ = [
     "check_ids_in_vocabulary",
     "check_sequence_fits",
     "check_prepared_mask",
+    "check_no_misspelt_arguments",
 ]
 
 
@@ -85,3 +90,31 @@ def check_prepared_mask(mask: torch.Tensor, expected: tuple[int, int, int, int])
             f"A 4-D `decoder_attention_mask` must be bool (True = may attend) or float (added to the scores), "
             f"got {mask.dtype}."
         )
+
+
+def check_no_misspelt_arguments(forward, kwargs: dict) -> None:
+    """``forward`` (a model class's function) takes ``**kwargs`` because transformers and the tools around it pass
+    extras it does not use (``position_ids``, ``cache_position``, ``num_items_in_batch``...). That would also let a
+    misspelt argument pass unnoticed (``attention_masks=...``: a mask never applied). A keyword that is a near-miss
+    of one of the forward's own parameters raises ``TypeError``, as Python does for an unknown keyword."""
+    for key in kwargs:
+        meant = _near_miss(forward, key)
+        if meant is not None:
+            raise TypeError(
+                f"{forward.__qualname__}() got an unexpected keyword argument '{key}' (did you mean '{meant}'?)"
+            )
+
+
+@functools.cache
+def _near_miss(forward, key: str) -> str | None:
+    parameters = [
+        name
+        for name, parameter in inspect.signature(forward).parameters.items()
+        if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
+    ]
+    if key in parameters:
+        return None
+    if key == "encoder_attention_mask" and "attention_mask" in parameters:  # the source's mask, by another name
+        return "attention_mask"
+    close = difflib.get_close_matches(key, parameters, n=1, cutoff=0.8)
+    return close[0] if close else None

@@ -48,6 +48,7 @@ from .configuration_transformer import TransformerConfig
 from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
 from .input_checks import (
     check_ids_in_vocabulary,
+    check_no_misspelt_arguments,
     check_prepared_mask,
     check_sequence_fits,
     check_token_inputs,
@@ -445,6 +446,7 @@ class TransformerEncoder(nn.Module):
         return_dict: bool | None = None,
         **kwargs,
     ) -> BaseModelOutput | tuple:
+        check_no_misspelt_arguments(TransformerEncoder.forward, kwargs)
         check_token_inputs(input_ids, inputs_embeds, "input_ids", "inputs_embeds")
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
@@ -723,6 +725,7 @@ class TransformerModel(TransformerPreTrainedModel):
         **kwargs,
     ) -> Seq2SeqModelOutput | tuple:
         """The decoding cache is ``past_key_values`` or ``cache`` (its name from transformers 5.24 on), given once."""
+        check_no_misspelt_arguments(TransformerModel.forward, kwargs)
         past_key_values = given_cache(past_key_values, cache)
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
@@ -853,6 +856,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         ``num_items_in_batch`` (given by Trainer) makes the loss a sum over the whole accumulated batch
         divided by its number of target tokens, so gradient accumulation gives the same update. The decoding
         cache is ``past_key_values`` or ``cache`` (its name from transformers 5.24 on), given once."""
+        check_no_misspelt_arguments(TransformerForConditionalGeneration.forward, kwargs)
         past_key_values = given_cache(past_key_values, cache)
         return_dict = _default(return_dict, self.config.return_dict)
         if labels is not None:
@@ -985,6 +989,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs,
     ) -> EncoderSequenceClassifierOutput | Seq2SeqSequenceClassifierOutput | tuple:
+        check_no_misspelt_arguments(TransformerForSequenceClassification.forward, kwargs)
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)
@@ -1123,6 +1128,7 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         return_dict: bool | None = None,
         **kwargs,
     ) -> MaskedLMOutput | tuple:
+        check_no_misspelt_arguments(TransformerForMaskedLM.forward, kwargs)
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)

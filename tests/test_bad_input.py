@@ -2,7 +2,12 @@ import pytest
 import torch
 from conftest import batch_with_padding
 
-from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+from hf_transformer import (
+    TransformerForConditionalGeneration,
+    TransformerForMaskedLM,
+    TransformerForSequenceClassification,
+    TransformerModel,
+)
 
 
 @pytest.fixture
@@ -99,3 +104,41 @@ def test_labels_shape_must_match_the_decoder_inputs(model):
     source, target = batch_with_padding()
     with pytest.raises(ValueError, match="labels"):
         model(input_ids=source, decoder_input_ids=target, labels=target[:, :3])
+
+
+@pytest.mark.parametrize(
+    "model_class, misspelt, meant",
+    [
+        (TransformerForConditionalGeneration, "attention_masks", "attention_mask"),
+        (TransformerForConditionalGeneration, "lables", "labels"),
+        (TransformerForConditionalGeneration, "past_key_value", "past_key_values"),
+        (TransformerForConditionalGeneration, "decoder_attention_masks", "decoder_attention_mask"),
+        (TransformerModel, "encoder_attention_mask", "attention_mask"),
+        (TransformerForSequenceClassification, "output_hidden_state", "output_hidden_states"),
+        (TransformerForMaskedLM, "label", "labels"),
+    ],
+)
+def test_a_misspelt_argument_raises_instead_of_being_ignored(config, model_class, misspelt, meant):
+    # The forwards take **kwargs for what transformers and its tools pass beside the model's own arguments; a
+    # near-miss of one of those arguments is a typo, and ignoring it would, say, leave a mask unapplied.
+    model = model_class(config).eval()
+    source, target = batch_with_padding()
+    inputs = (
+        dict(input_ids=source, decoder_input_ids=target)
+        if model_class in (TransformerForConditionalGeneration, TransformerModel)
+        else dict(input_ids=source)
+    )
+    with pytest.raises(TypeError, match=rf"unexpected keyword argument '{misspelt}' \(did you mean '{meant}'\?\)"):
+        model(**inputs, **{misspelt: target})
+
+
+def test_what_transformers_and_its_tools_pass_beside_the_arguments_is_still_accepted(config):
+    from transformers.utils import TransformersKwargs
+
+    model = TransformerForConditionalGeneration(config).eval()
+    source, target = batch_with_padding()
+    expected = model(input_ids=source, decoder_input_ids=target).logits
+    extras = dict.fromkeys([*TransformersKwargs.__annotations__, "position_ids", "cache_position", "token_type_ids"])
+    extras.pop("num_items_in_batch")  # an argument of this forward, used by the loss
+    extras.pop("output_attentions"), extras.pop("output_hidden_states")
+    assert torch.equal(model(input_ids=source, decoder_input_ids=target, **extras).logits, expected)
