@@ -286,6 +286,11 @@ class TransformerConfig(PretrainedConfig):
         # After construction, an assignment is checked as the constructor checks that setting, so that a typo
         # raises where it is made instead of in a later forward pass, or in `from_pretrained` of the saved folder.
         # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own checks.
+        if key == "num_hidden_layers" and self.__dict__.get("_post_init_done", False):
+            # Both stacks, as the constructor sets them (`from_pretrained(folder, num_hidden_layers=3)` assigns it);
+            # read back, it is `encoder_layers`, as BART's is.
+            self.n_layer = value
+            return
         name = type(self).attribute_map.get(key, key)
         if name not in _CHECKED_FIELDS or not self.__dict__.get("_post_init_done", False):
             super().__setattr__(key, value)

@@ -162,6 +162,16 @@ def test_an_assignment_is_checked_as_the_constructor_checks_it(name, value, allo
     assert getattr(config, name) == allowed
 
 
+def test_num_hidden_layers_sets_both_stacks_when_assigned_as_when_constructed(tmp_path):
+    TransformerConfig(
+        vocab_size=40, d_model=32, num_attention_heads=4, encoder_layers=2, decoder_layers=4
+    ).save_pretrained(tmp_path)
+    loaded = AutoConfig.from_pretrained(tmp_path, num_hidden_layers=3)  # from_pretrained assigns its overrides
+    assert (loaded.encoder_layers, loaded.decoder_layers, loaded.num_hidden_layers) == (3, 3, 3)
+    constructed = TransformerConfig(num_hidden_layers=3)
+    assert (constructed.encoder_layers, constructed.decoder_layers) == (3, 3)
+
+
 def test_assigning_none_to_a_derived_setting_derives_it_again():
     config = TransformerConfig(d_model=64, num_attention_heads=4, dropout=0.2, attention_dropout=0.0, head_dim=8)
     config.attention_dropout = None
