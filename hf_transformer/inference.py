@@ -238,8 +238,11 @@ class Predictor:
         for index, text in enumerate(texts):
             if not isinstance(text, str):
                 raise TypeError(f"texts must be strings; texts[{index}] is {type(text).__name__}: {text!r:.60}")
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # characters: a cheap proxy for tokens
-        results: list[dict | None] = [None] * len(texts)
+        # A blank text has nothing to translate or classify: its result is blank (the model is not run on it), so
+        # that a file's results stay one per line, line for line.
+        results = [None if text.strip() else self._blank_result(text, generate_options) for text in texts]
+        to_run = [i for i, result in enumerate(results) if result is None]
+        order = sorted(to_run, key=lambda i: len(texts[i]))  # characters: a cheap proxy for tokens
         batches = [order[start : start + self.batch_size] for start in range(0, len(order), self.batch_size)]
         for indices in _progress(
             batches, len(batches), progress, "translating" if self.task == SEQ2SEQ else "classifying"
@@ -264,9 +267,10 @@ class Predictor:
         return self(texts)
 
     def predict_file(self, source: str | Path, target: str | Path, *, progress: bool = True, **options) -> int:
-        """One result per non-empty line of `source`, written to `target` (translations, or label TAB score);
-        the number of lines written."""
-        lines = read_lines(Path(source).read_text(encoding="utf-8").splitlines())
+        """One result per line of `source`, written to `target` line for line (translations, or label TAB score;
+        a blank line for a blank one); the number of lines written."""
+        with open(source, encoding="utf-8") as stream:
+            lines = read_lines(stream)
         results = self(lines, progress=progress, **options)
         Path(target).write_text("".join(format_result(r) + "\n" for r in results), encoding="utf-8")
         return len(results)
@@ -276,6 +280,17 @@ class Predictor:
         self._cleanup.close()
 
     # ------------------------------------------------------------------------------------------------
+
+    def _blank_result(self, text: str, generate_options: dict) -> dict:
+        if self.task == CLASSIFICATION:
+            return {"text": text, "label": None, "score": None, "scores": {}}
+        result = {"text": text, "translation": ""}
+        given = {k: v for k, v in generate_options.items() if v is not None}
+        options = {**self.generate_options, **given}
+        count = options.get("num_return_sequences") or self.generation_config.num_return_sequences or 1
+        if count > 1:  # as the other texts' results hold them
+            result["translations"] = [""] * count
+        return result
 
     def _encode(self, texts: list[str]):
         batch = self.tokenizer(
@@ -337,12 +352,16 @@ def format_result(result: dict, as_json: bool = False) -> str:
         return json.dumps(result, ensure_ascii=False)
     if "translation" in result:
         return result["translation"]
+    if result["label"] is None:  # a blank input
+        return ""
     return f"{result['label']}\t{result['score']:.4f}\t{result['text']}"
 
 
 def read_lines(stream: Iterable[str]) -> list[str]:
-    """The non-empty lines, stripped."""
-    return [line.strip() for line in stream if line.strip()]
+    """Every line of a text stream (a file or stdin, iterated: split at line ends only, not at the other characters
+    `str.splitlines` splits at, such as U+2028 inside a sentence), stripped; blank lines are kept, so that results
+    can be written line for line."""
+    return [line.strip() for line in stream]
 
 
 class TranslationPipeline(Pipeline):

@@ -5,8 +5,9 @@
     echo "A man is riding a bike." | python scripts/predict.py runs/multi30k-en-de --json
 
 The head comes from `config.architectures`: a sequence classifier prints `label<TAB>probability<TAB>text`
-per input, a seq2seq model prints one translation per line. Without TEXT arguments every non-empty line
-of stdin (or of `--input FILE`) is an input; `--output FILE` writes the results there, with a progress bar.
+per input, a seq2seq model prints one translation per line. Without TEXT arguments every line of stdin (or of
+`--input FILE`) is an input, and the results are written line for line (a blank line for a blank one); `--output
+FILE` writes them there, with a progress bar.
 `--json` prints one JSON object per input instead (classifiers: every label's probability). Inputs longer than
 the model's position table (or the tokenizer's `model_max_length`, if smaller) are truncated.
 `--engine ctranslate2` decodes with CTranslate2. The work is done by `hf_transformer.Predictor`.
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.input and args.texts:
         parser.error("give TEXT arguments or --input, not both")
     if args.input:
-        texts = read_lines(Path(args.input).read_text(encoding="utf-8").splitlines())
+        with open(args.input, encoding="utf-8") as stream:
+            texts = read_lines(stream)
     else:
         texts = args.texts or read_lines(sys.stdin)
     try:

@@ -173,12 +173,33 @@ def test_inputs_are_truncated_at_the_smaller_of_tokenizer_and_position_table(tra
 def test_predict_file_writes_one_line_per_input_in_order(translator, tokenizer, tmp_path, capsys):
     folder, model = translator
     source = tmp_path / "in.txt"
-    source.write_text("\n".join(SENTENCES[:6]) + "\n\n", encoding="utf-8")
+    source.write_text("\n".join(SENTENCES[:3]) + "\n\n" + "\n".join(SENTENCES[3:6]) + "\n\n", encoding="utf-8")
     predictor = Predictor.from_pretrained(folder, batch_size=4)
-    assert predictor.predict_file(source, tmp_path / "out.txt") == 6
-    written = (tmp_path / "out.txt").read_text(encoding="utf-8").splitlines()
-    assert written == one_by_one(model, tokenizer, SENTENCES[:6])
+    assert predictor.predict_file(source, tmp_path / "out.txt") == 8  # blank lines kept: line N answers line N
+    written = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
+    expected = one_by_one(model, tokenizer, SENTENCES[:6])
+    assert written == [*expected[:3], "", *expected[3:], "", ""]
     assert "translating" in capsys.readouterr().err  # the progress bar
+
+
+def test_a_blank_text_is_not_translated(translator, monkeypatch):
+    folder, model = translator
+    predictor = Predictor.from_pretrained(folder, num_beams=2)
+    rows_generated = []
+    generate = type(predictor.model).generate
+
+    def counting_generate(self, **inputs):
+        rows_generated.append(len(inputs["input_ids"]))
+        return generate(self, **inputs)
+
+    monkeypatch.setattr(type(predictor.model), "generate", counting_generate)
+    results = predictor(["", "a dog .", "   "])
+    assert [r["translation"] for r in (results[0], results[2])] == ["", ""]  # not the model's guess from nothing
+    assert results[1]["translation"] == predictor.translate(["a dog ."])[0] != ""
+    assert rows_generated[0] == 1  # only the one text was decoded
+    assert predictor(["", ""]) == [{"text": "", "translation": ""}] * 2
+    several = predictor(["", "a dog ."], num_beams=3, num_return_sequences=2)
+    assert several[0]["translations"] == ["", ""] and len(several[1]["translations"]) == 2
 
 
 def test_classifier_folder(classifier, tokenizer):

@@ -73,9 +73,24 @@ def test_classifier_prints_label_and_probability(classifier_dir, capsys):
 def test_classifier_reads_stdin(classifier_dir, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("first line\n\n  second line  \n"))
     results = load_script("predict").main([str(classifier_dir), "--json"])
-    assert [r["text"] for r in results] == ["first line", "second line"]
+    assert [r["text"] for r in results] == ["first line", "", "second line"]  # line for line
+    assert results[1] == {"text": "", "label": None, "score": None, "scores": {}}  # nothing to classify
+    assert results[0]["label"] == results[2]["label"] == "positive"
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert printed == results
+
+
+def test_results_are_written_line_for_line(classifier_dir, tmp_path):
+    # A blank line gives a blank line, and a line is split at line ends only: U+2028 and U+0085 inside a text
+    # (str.splitlines would split there) stay in it. Line N of the output answers line N of the input.
+    source = tmp_path / "in.txt"
+    source.write_text("a man rides\u2028a red bike .\n\ntwo dogs\x85play .\n\n", encoding="utf-8")
+    load_script("predict").main([str(classifier_dir), "--input", str(source), "--output", str(tmp_path / "out.txt")])
+    written = (tmp_path / "out.txt").read_text(encoding="utf-8").split("\n")
+    assert len(written) == 5 and written[4] == ""  # four lines, each ended
+    assert written[1] == written[3] == ""
+    assert written[0].split("\t")[2] == "a man rides\u2028a red bike ."
+    assert written[2].split("\t")[2] == "two dogs\x85play ."
 
 
 def test_translator_matches_generate(translator_dir, tokenizer):
