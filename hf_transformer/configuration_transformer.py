@@ -251,6 +251,16 @@ class TransformerConfig(PretrainedConfig):
             self.head_dim = self.d_model // self.num_attention_heads
 
     def _validate(self) -> None:
+        if _READING_SAVED_CONFIG.get() and self.problem_type not in _CHOICES["problem_type"]:
+            # Saved before assignments were checked (the classifier then trained with binary cross-entropy, its
+            # fallback): the folder still loads, and the loss is chosen from the labels, as for None.
+            logger.warning(
+                "TransformerConfig: the saved `problem_type` %r is not one of %s; it is read as None (the loss is "
+                "chosen from the labels).",
+                self.problem_type,
+                list(PROBLEM_TYPES),
+            )
+            object.__setattr__(self, "problem_type", None)
         for name in _CHECKED_FIELDS:
             _check_setting(name, getattr(self, name))
         if self.share_embeddings and self.vocab_size != self.decoder_vocab_size:

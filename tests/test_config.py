@@ -203,6 +203,18 @@ def test_a_config_that_would_not_load_is_not_saved(tmp_path, break_it, named):
     assert not (tmp_path / "config.json").exists()
 
 
+def test_a_problem_type_saved_before_it_was_checked_still_loads(tmp_path, caplog):
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4, num_labels=1)
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "problem_type": "regresion"}))
+    with caplog.at_level("WARNING"):
+        loaded = AutoConfig.from_pretrained(tmp_path)
+    assert loaded.problem_type is None and "regresion" in caplog.text
+    with pytest.raises(ValueError, match="problem_type"):
+        TransformerConfig(problem_type="regresion")  # typed by a person, it raises
+
+
 def test_a_saved_config_with_a_changed_setting_loads_with_it(tmp_path):
     config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4)
     config.dropout, config.problem_type, config.n_layer = 0.3, "regression", 3
