@@ -45,7 +45,7 @@ from transformers import (
 CLASSIFICATION, SEQ2SEQ = "classification", "seq2seq"
 PIPELINE_TASK = "hf-transformer-translation"
 
-__all__ = ["Predictor", "TranslationPipeline", "task_of", "input_length_limit", "PIPELINE_TASK"]
+__all__ = ["Predictor", "TranslationPipeline", "task_of", "input_length_limit", "check_device", "PIPELINE_TASK"]
 
 
 def task_of(config) -> str:
@@ -63,6 +63,31 @@ def task_of(config) -> str:
 def looks_like_a_path(name: str) -> bool:
     """A Hub id is `name` or `owner/name`; anything else (`./runs/x`, `runs/a/b`, `~/x`) can only be a folder."""
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
+
+
+def check_device(device, engine: str = "torch") -> None:
+    """Raises ``ValueError`` naming ``device`` when it is not a device name torch knows, or names a device the
+    engine cannot use on this machine (a CPU build of torch asked for "cuda", an index past the GPUs), before any
+    loading. CTranslate2 brings its own CUDA runtime: for that engine its count of CUDA devices decides."""
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device {device!r} is not a device name torch knows (cpu, cuda, cuda:1, mps...)") from error
+    if parsed.type == "meta":
+        raise ValueError("device 'meta' holds no weights; a Predictor computes on cpu, cuda, mps...")
+    if parsed.type == "cuda":
+        if engine == "ctranslate2":
+            try:
+                import ctranslate2
+            except ImportError:
+                return  # loading says what to install
+            count, source = ctranslate2.get_cuda_device_count(), "CTranslate2 sees"
+        else:
+            count, source = (torch.cuda.device_count() if torch.cuda.is_available() else 0), "torch sees"
+        if count <= (parsed.index or 0):
+            raise ValueError(f"device {device!r} is not available here: {source} {count} CUDA device(s)")
+    elif parsed.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device!r} is not available here: torch.backends.mps.is_available() is False")
 
 
 def input_length_limit(config, tokenizer) -> int:
@@ -150,6 +175,7 @@ class Predictor:
         on a GPU, "int8" on a CPU; by default the folder's own weights' type."""
         if compute_type is not None and engine != "ctranslate2":
             raise ValueError("compute_type applies to engine='ctranslate2'; a torch model computes in its own dtype")
+        check_device(device, engine)
         if not isinstance(model_dir, (str, Path)):
             if engine != "torch" or quantization is not None:
                 raise ValueError("an ensemble of folders decodes with engine='torch' and without quantization")

@@ -23,6 +23,7 @@ from hf_transformer.inference import (  # noqa: F401  (task_of and Predictor: al
     CLASSIFICATION,
     SEQ2SEQ,
     Predictor,
+    check_device,
     format_result,
     looks_like_a_path,
     read_lines,
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(f"{args.model_dir}: no such model folder")
     if args.input and args.texts:
         parser.error("give TEXT arguments or --input, not both")
+    try:
+        check_device(args.device, args.engine)
+    except ValueError as error:
+        parser.error(str(error))
     if args.input:
         with open(args.input, encoding="utf-8") as stream:
             texts = read_lines(stream)

@@ -185,3 +185,23 @@ def test_json_may_follow_the_texts(classifier_dir, capsys):
     assert [r["text"] for r in results] == ["two dogs play .", "a man rides ."]
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["text"] for row in rows] == ["two dogs play .", "a man rides ."]
+
+
+@pytest.mark.parametrize(
+    ("device", "engine", "told"),
+    [
+        ("gpu", "torch", "not a device name torch knows"),
+        ("cuda:99", "torch", "not available here: torch sees"),
+        ("cuda:99", "ctranslate2", "not available here: CTranslate2 sees"),
+    ],
+)
+def test_a_device_that_cannot_be_used_is_refused_in_one_line(
+    classifier_dir, translator_dir, device, engine, told, capsys
+):
+    if engine == "ctranslate2":
+        pytest.importorskip("ctranslate2")
+    folder = translator_dir if engine == "ctranslate2" else classifier_dir
+    with pytest.raises(SystemExit):
+        load_script("predict").main([str(folder), "a dog .", "--device", device, "--engine", engine])
+    error = capsys.readouterr().err
+    assert f"error: device '{device}' is {told}" in error and "Traceback" not in error
