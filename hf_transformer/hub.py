@@ -117,8 +117,14 @@ def _is_number(value) -> bool:
 
 
 def _metric_value(results: Mapping[str, Any], metric: str) -> tuple[Any, str | None]:
-    """The value reported for ``metric`` and its split: the plain key, else the test split's, else validation's."""
-    for key, split in ((metric, None), (f"test_{metric}", "test"), (f"eval_{metric}", "validation")):
+    """The value reported for ``metric`` and its split: the plain key, else the test split's, else validation's.
+    A plain key that repeats a split's value (the training scripts' `bleu` is test2016's) is reported as that
+    split's."""
+    splits = ((f"test_{metric}", "test"), (f"eval_{metric}", "validation"))
+    if _is_number(results.get(metric)):
+        named = [split for key, split in splits if results.get(key) == results[metric]]
+        return results[metric], (named[0] if named else None)
+    for key, split in splits:
         if _is_number(results.get(key)):
             return results[key], split
     return None, None

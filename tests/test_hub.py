@@ -332,6 +332,15 @@ def test_card_shows_named_metrics_by_split_training_and_generation_settings():
     assert parsed.data.pipeline_tag == "translation"
     bleu = next(result for result in parsed.data.eval_results if result.metric_type == "bleu")
     assert (bleu.metric_value, bleu.dataset_split) == (41.234, "test")
+    # train_translation.py also writes the test figures under plain names: they are still the test split's.
+    results.update(bleu=41.234, bleu_lc_tok=43.0)
+    card = hub.model_card(
+        "runs/en-de", tiny_config(), results=results, datasets=["multi30k"], metrics=["bleu", "bleu_lc_tok"]
+    )
+    assert {(r.metric_type, r.dataset_split) for r in ModelCard(card).data.eval_results} == {
+        ("bleu", "test"),
+        ("bleu_lc_tok", "test"),
+    }
 
 
 def test_dry_run_refuses_a_folder_that_is_not_empty(saved):
