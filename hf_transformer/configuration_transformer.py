@@ -178,10 +178,26 @@ class TransformerConfig(PretrainedConfig):
     # -- construction helpers -------------------------------------------------------------------
     def _apply_aliases(self, kwargs: dict) -> dict:
         for alias in _BOTH_STACK_LAYER_ALIASES:
-            if alias in kwargs:
-                value = kwargs.pop(alias)
-                self.encoder_layers = value
-                self.decoder_layers = value
+            if alias not in kwargs:
+                continue
+            value = kwargs.pop(alias)
+            fields = type(self).__dataclass_fields__
+            conflicts = [
+                f"`{field}`={current!r}"
+                for field in ("encoder_layers", "decoder_layers")
+                if (current := object.__getattribute__(self, field)) != fields[field].default and current != value
+            ]
+            if conflicts and _READING_SAVED_CONFIG.get():
+                # A saved config's own stack depths are what its weights were saved with.
+                logger.warning("TransformerConfig: saved `%s`=%r ignored; %s kept.", alias, value, ", ".join(conflicts))
+                continue
+            if conflicts:
+                raise ValueError(
+                    f"TransformerConfig: `{alias}`={value!r} sets both stacks and conflicts with "
+                    f"{' and '.join(conflicts)}; give the depth once (or encoder_layers and decoder_layers alone)."
+                )
+            self.encoder_layers = value
+            self.decoder_layers = value
         for alias, field in _ALIASES.items():
             if alias not in kwargs:
                 continue
@@ -296,11 +312,6 @@ class TransformerConfig(PretrainedConfig):
         # After construction, an assignment is checked as the constructor checks that setting, so that a typo
         # raises where it is made instead of in a later forward pass, or in `from_pretrained` of the saved folder.
         # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own checks.
-        if key == "num_hidden_layers" and self.__dict__.get("_post_init_done", False):
-            # Both stacks, as the constructor sets them (`from_pretrained(folder, num_hidden_layers=3)` assigns it);
-            # read back, it is `encoder_layers`, as BART's is.
-            self.n_layer = value
-            return
         name = type(self).attribute_map.get(key, key)
         if name not in _CHECKED_FIELDS or not self.__dict__.get("_post_init_done", False):
             super().__setattr__(key, value)

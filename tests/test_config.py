@@ -128,6 +128,8 @@ def test_head_size_is_independent_of_model_size():
         (dict(pad_token_id=9000), "pad_token_id"),
         (dict(decoder_start_token_id=0), "decoder_start_token_id"),
         (dict(d_hidn=64, d_model=128), "d_hidn"),
+        (dict(n_layer=2, decoder_layers=3), "n_layer.*`decoder_layers`=3"),
+        (dict(num_hidden_layers=2, n_layer=4), "num_hidden_layers.*conflicts"),
         (dict(problem_type="multi_label"), "problem_type"),
         (dict(is_encoder_decoder="no"), "is_encoder_decoder"),
         (dict(eos_token_id="3"), "eos_token_id"),
@@ -162,14 +164,15 @@ def test_an_assignment_is_checked_as_the_constructor_checks_it(name, value, allo
     assert getattr(config, name) == allowed
 
 
-def test_num_hidden_layers_sets_both_stacks_when_assigned_as_when_constructed(tmp_path):
-    TransformerConfig(
-        vocab_size=40, d_model=32, num_attention_heads=4, encoder_layers=2, decoder_layers=4
-    ).save_pretrained(tmp_path)
-    loaded = AutoConfig.from_pretrained(tmp_path, num_hidden_layers=3)  # from_pretrained assigns its overrides
-    assert (loaded.encoder_layers, loaded.decoder_layers, loaded.num_hidden_layers) == (3, 3, 3)
-    constructed = TransformerConfig(num_hidden_layers=3)
-    assert (constructed.encoder_layers, constructed.decoder_layers) == (3, 3)
+def test_transformers_can_set_and_restore_num_hidden_layers():
+    # Assigned after construction, `num_hidden_layers` is BART's alias of `encoder_layers`: transformers sets it
+    # for a while and restores what it read (assisted decoding with `assistant_early_exit`), which must give back
+    # the config it started from, decoder depth included.
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4, encoder_layers=2, decoder_layers=3)
+    original = config.num_hidden_layers
+    config.num_hidden_layers = 1
+    config.num_hidden_layers = original
+    assert (config.encoder_layers, config.decoder_layers) == (2, 3)
 
 
 def test_assigning_none_to_a_derived_setting_derives_it_again():
