@@ -311,7 +311,8 @@ class TransformerConfig(PretrainedConfig):
     def __setattr__(self, key, value):
         # After construction, an assignment is checked as the constructor checks that setting, so that a typo
         # raises where it is made instead of in a later forward pass, or in `from_pretrained` of the saved folder.
-        # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own checks.
+        # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own checks (a private
+        # attribute of transformers, pinned in tests/test_private_hooks.py).
         name = type(self).attribute_map.get(key, key)
         if name not in _CHECKED_FIELDS or not self.__dict__.get("_post_init_done", False):
             super().__setattr__(key, value)
