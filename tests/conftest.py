@@ -45,6 +45,9 @@ def tiny_config(**overrides) -> TransformerConfig:
         bos_token_id=2,
         eos_token_id=3,
     )
+    if {"encoder_layers", "decoder_layers"} & set(overrides) and "n_layer" not in overrides:
+        depth = settings.pop("n_layer")  # the depth of the stack not given
+        settings.update(encoder_layers=depth, decoder_layers=depth)
     settings.update(overrides)
     return TransformerConfig(**settings)
 

@@ -40,7 +40,7 @@ def tokenizer():
 def random_model(tokenizer, seed: int = 0, **overrides) -> TransformerForConditionalGeneration:
     """A tiny model with weights larger than its initialisation gives, so that its outputs depend on the input."""
     torch.manual_seed(seed)
-    settings = dict(vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=48)
+    settings = dict(vocab_size=len(tokenizer), max_position_embeddings=48)  # tiny_config's depth: 2 + 2 layers
     settings.update(overrides)
     model = TransformerForConditionalGeneration(tiny_config(**settings)).eval()
     with torch.no_grad():
