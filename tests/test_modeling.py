@@ -202,11 +202,12 @@ def test_a_left_padded_source_reads_as_the_right_padded_one(position_type):
         atol=1e-5,
         rtol=0,
     )
-    right_run = model.generate(source, attention_mask=source.ne(0).long(), max_new_tokens=6, **SCORED)
-    left_run = model.generate(left, attention_mask=left.ne(0).long(), max_new_tokens=6, **SCORED)
-    assert torch.equal(left_run.sequences, right_run.sequences)
-    for left_logits, right_logits in zip(left_run.logits, right_run.logits):
-        torch.testing.assert_close(left_logits, right_logits, atol=1e-5, rtol=0)
+    # The same tokens, up to a genuine near-tie that rounding of the other padding layout may part.
+    assert_generations_agree(
+        model,
+        lambda: model.generate(source, attention_mask=source.ne(0).long(), max_new_tokens=6, **SCORED),
+        lambda: model.generate(left, attention_mask=left.ne(0).long(), max_new_tokens=6, **SCORED),
+    )
 
 
 @pytest.mark.parametrize("pooling", ["mean", "max", "first", "decoder"])
