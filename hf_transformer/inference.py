@@ -126,10 +126,23 @@ def _progress(iterable, total: int, enabled: bool, desc: str):
     return tqdm(iterable, total=total, desc=desc, unit="batch")
 
 
+def classification_scores(logits: torch.Tensor, config) -> torch.Tensor:
+    """(B, num_labels) scores as transformers' text-classification pipeline gives them: the raw values for
+    regression, a sigmoid per label for multi-label classification or a single label, else a softmax."""
+    logits = logits.float()
+    if config.problem_type == "regression":
+        return logits
+    if config.problem_type == "multi_label_classification" or config.num_labels == 1:
+        return logits.sigmoid()
+    return logits.softmax(-1)
+
+
 class Predictor:
     """A loaded folder: `predictor(texts)` gives one result dict per text (`translation`, or `label`, `score`
-    and every label's `scores`); `translate(texts)` and `classify(texts)` say which they expect. With
-    `num_return_sequences=k` a translation result also holds `translations`, the k candidates, best first."""
+    and every label's `scores`: softmax probabilities, sigmoids for a multi-label or one-label classifier, values for
+    regression, as transformers' pipeline gives them); `translate(texts)` and `classify(texts)` say which they
+    expect. With `num_return_sequences=k` a translation result also holds `translations`, the k candidates, best
+    first."""
 
     def __init__(
         self,
@@ -328,13 +341,13 @@ class Predictor:
     @torch.no_grad()
     def _classify(self, texts: list[str]) -> list[dict]:
         batch = self._encode(texts).to(self.model.device)
-        probabilities = self.model(**batch).logits.float().softmax(-1)
+        scores = classification_scores(self.model(**batch).logits, self.model.config)
         id2label = self.model.config.id2label
         results = []
-        for text, row in zip(texts, probabilities.tolist()):
+        for text, row in zip(texts, scores.tolist()):
             best = max(range(len(row)), key=row.__getitem__)
-            scores = {id2label[i]: p for i, p in enumerate(row)}
-            results.append({"text": text, "label": id2label[best], "score": row[best], "scores": scores})
+            by_label = {id2label[i]: p for i, p in enumerate(row)}
+            results.append({"text": text, "label": id2label[best], "score": row[best], "scores": by_label})
         return results
 
     @torch.no_grad()

@@ -4,11 +4,13 @@
     python scripts/predict.py runs/multi30k-en-de --num_beams 4 < sentences.txt
     echo "A man is riding a bike." | python scripts/predict.py runs/multi30k-en-de --json
 
-The head comes from `config.architectures`: a sequence classifier prints `label<TAB>probability<TAB>text`
+The head comes from `config.architectures`: a sequence classifier prints `label<TAB>score<TAB>text`
 per input, a seq2seq model prints one translation per line. Without TEXT arguments every line of stdin (or of
 `--input FILE`) is an input, and the results are written line for line (a blank line for a blank one); `--output
 FILE` writes them there, with a progress bar.
-`--json` prints one JSON object per input instead (classifiers: every label's probability). Inputs longer than
+`--json` prints one JSON object per input instead (classifiers: every label's score). Scores are what
+transformers' text-classification pipeline gives: softmax probabilities, a sigmoid per label for a multi-label
+or one-label classifier, the value itself for regression. Inputs longer than
 the model's position table (or the tokenizer's `model_max_length`, if smaller) are truncated.
 `--engine ctranslate2` decodes with CTranslate2. The work is done by `hf_transformer.Predictor`.
 """

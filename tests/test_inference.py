@@ -220,6 +220,38 @@ def test_classifier_folder(classifier, tokenizer):
         Predictor.from_pretrained(folder, engine="ctranslate2")
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(num_labels=1, problem_type="regression"),
+        dict(num_labels=1),  # one label, no problem type: a sigmoid, as the pipeline gives it
+        dict(num_labels=3, problem_type="multi_label_classification"),
+        dict(num_labels=3),
+    ],
+    ids=["regression", "one-label", "multi-label", "single-label"],
+)
+def test_classifier_scores_are_the_text_classification_pipeline_s(tokenizer, tmp_path, settings):
+    # A softmax over one regression output is always 1.0, and a softmax over independent labels is not their
+    # probabilities: the scores follow the problem type, as transformers' pipeline reads it.
+    torch.manual_seed(0)
+    model = TransformerForSequenceClassification(tiny_config(vocab_size=len(tokenizer), n_layer=1, **settings))
+    with torch.no_grad():
+        model.classifier.weight.normal_(0.0, 1.0)
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    texts = SENTENCES[:4]
+    ours = Predictor.from_pretrained(tmp_path).classify(texts)
+    theirs = pipeline("text-classification", model=str(tmp_path), top_k=None)(texts)
+    for result, expected in zip(ours, theirs):
+        assert result["scores"] == pytest.approx({row["label"]: row["score"] for row in expected}, abs=1e-5)
+        assert (result["label"], result["score"]) == (
+            expected[0]["label"],
+            pytest.approx(expected[0]["score"], abs=1e-5),
+        )
+    if settings.get("problem_type") == "regression":
+        assert len({result["score"] for result in ours}) == len(texts)  # values, not a constant probability of 1
+
+
 def test_transformers_pipeline_translates_and_classifies(translator, classifier, tokenizer):
     folder, model = translator
     translate = pipeline(PIPELINE_TASK, model=str(folder))
