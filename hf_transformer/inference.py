@@ -404,11 +404,29 @@ def read_lines(stream: Iterable[str]) -> list[str]:
 
 
 class TranslationPipeline(Pipeline):
-    """`transformers.pipeline("hf-transformer-translation", model=folder)`: text in, `[{"translation_text": ...}]`
-    out, as transformers 4's translation pipeline answered. Generation options go to `generate`."""
+    """`transformers.pipeline("hf-transformer-translation", model=folder)`: answers as transformers 4's translation
+    pipeline did. A text gives `[{"translation_text": ...}]` (one dict per `num_return_sequences`), a list of texts a
+    list of those, flattened to one dict per text when each has one; `return_tensors=True` gives
+    `translation_token_ids` instead of the text, `clean_up_tokenization_spaces` goes to the decoding, and the other
+    options to `generate`."""
 
-    def _sanitize_parameters(self, truncation=True, **generate_kwargs):
-        return {"truncation": truncation}, generate_kwargs, {}
+    def _sanitize_parameters(
+        self, truncation=True, return_tensors=None, clean_up_tokenization_spaces=None, **generate_kwargs
+    ):
+        postprocess_params = {"return_tensors": bool(return_tensors)}
+        if clean_up_tokenization_spaces is not None:
+            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        return {"truncation": truncation}, generate_kwargs, postprocess_params
+
+    def __call__(self, texts, *args, **kwargs):
+        results = super().__call__(texts, *args, **kwargs)
+        if (
+            isinstance(texts, list)
+            and all(isinstance(text, str) for text in texts)
+            and all(len(r) == 1 for r in results)
+        ):
+            return [result[0] for result in results]
+        return results
 
     def preprocess(self, text: str, truncation: bool = True):
         if not isinstance(text, str):
@@ -431,8 +449,10 @@ class TranslationPipeline(Pipeline):
         )
         return {"output_ids": self.model.generate(**model_inputs, max_new_tokens=length, **generate_kwargs)}
 
-    def postprocess(self, model_outputs):
-        texts = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True)
+    def postprocess(self, model_outputs, return_tensors: bool = False, **decode_options):
+        if return_tensors:
+            return [{"translation_token_ids": ids} for ids in model_outputs["output_ids"]]
+        texts = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True, **decode_options)
         return [{"translation_text": text.strip()} for text in texts]
 
 

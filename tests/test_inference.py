@@ -256,11 +256,16 @@ def test_transformers_pipeline_translates_and_classifies(translator, classifier,
     folder, model = translator
     translate = pipeline(PIPELINE_TASK, model=str(folder))
     texts = SENTENCES[:3]
-    assert [row[0]["translation_text"] for row in translate(texts)] == one_by_one(model, tokenizer, texts)
+    # As transformers 4 answered: a list of texts gives one dict per text, a text a list of its candidates.
+    assert [row["translation_text"] for row in translate(texts)] == one_by_one(model, tokenizer, texts)
     assert (
         translate(texts[0], num_beams=1, max_new_tokens=3)[0]["translation_text"]
         == one_by_one(model, tokenizer, texts[:1], num_beams=1, max_new_tokens=3)[0]
     )
+    candidates = translate(texts[:2], num_beams=3, num_return_sequences=2)
+    assert [len(row) for row in candidates] == [2, 2] and candidates[0][0] == translate(texts[0], num_beams=3)[0]
+    ids = translate(texts[0], return_tensors=True)[0]["translation_token_ids"]
+    assert tokenizer.decode(ids, skip_special_tokens=True).strip() == translate(texts[0])[0]["translation_text"]
     with pytest.raises(KeyError, match="removed"):  # why the task has a name of its own
         pipeline("translation", model=str(folder))
 
