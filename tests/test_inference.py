@@ -88,8 +88,8 @@ def test_max_length_counts_the_start_token_and_bad_settings_are_refused(translat
     assert Predictor.from_pretrained(folder, max_length=4).translate(texts) == three_tokens
     assert Predictor.from_pretrained(folder, max_new_tokens=7).translate(texts, max_length=4) == three_tokens
     translate = pipeline(PIPELINE_TASK, model=str(folder))
-    three_tokens = [row[0]["translation_text"] for row in translate(texts, max_new_tokens=3)]
-    assert [row[0]["translation_text"] for row in translate(texts, max_length=4)] == three_tokens
+    three_tokens = [row["translation_text"] for row in translate(texts, max_new_tokens=3)]
+    assert [row["translation_text"] for row in translate(texts, max_length=4)] == three_tokens
     for options, message in (
         (dict(max_new_tokens=0), "`max_new_tokens` must be an integer of at least 1, got 0"),
         (dict(max_length=1), "`max_length` must be an integer of at least 2, got 1"),
