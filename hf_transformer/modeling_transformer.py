@@ -1055,18 +1055,36 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """HF's conventions: regression for one label, single-label for integer labels, else multi-label."""
+        """HF's conventions: regression for one label, single-label for integer labels, else multi-label. Labels
+        of a shape or dtype that problem cannot take raise ``ValueError`` naming both, before the problem type
+        inferred from them is kept in the config."""
         labels = labels.to(logits.device)
-        if self.config.problem_type is None:
+        batch_size = logits.shape[0]
+        problem_type = self.config.problem_type
+        if problem_type is None:
             if self.num_labels == 1:
-                self.config.problem_type = "regression"
+                problem_type = "regression"
             elif labels.dtype in (torch.long, torch.int):
-                self.config.problem_type = "single_label_classification"
+                problem_type = "single_label_classification"
             else:
-                self.config.problem_type = "multi_label_classification"
-        if self.config.problem_type == "regression":
+                problem_type = "multi_label_classification"
+        shape = tuple(labels.shape)
+        if problem_type == "single_label_classification":
+            if labels.is_floating_point() or shape not in ((batch_size,), (batch_size, 1)):
+                raise ValueError(
+                    f"single-label classification takes one integer class id per row, shape ({batch_size},); got "
+                    f"{labels.dtype} labels of shape {shape}. Multi-hot targets are float labels of shape "
+                    f"({batch_size}, {self.num_labels}) (or set problem_type='multi_label_classification')."
+                )
+        elif shape not in ((batch_size, self.num_labels),) + (((batch_size,),) if self.num_labels == 1 else ()):
+            raise ValueError(
+                f"{problem_type} takes labels of shape ({batch_size}, {self.num_labels}) for {self.num_labels} "
+                f"output(s) per row; got shape {shape}."
+            )
+        self.config.problem_type = problem_type
+        if problem_type == "regression":
             return F.mse_loss(logits.squeeze(-1).float(), labels.squeeze(-1).float())
-        if self.config.problem_type == "single_label_classification":
+        if problem_type == "single_label_classification":
             flat = labels.reshape(-1)
             valid = flat[flat != -100]
             low, high = value_range(valid) if valid.numel() else (0, 0)

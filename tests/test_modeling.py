@@ -443,6 +443,33 @@ def test_classification_problem_types():
         )
 
 
+@pytest.mark.parametrize(
+    "settings, labels, told",
+    [
+        (
+            dict(num_labels=3),
+            torch.tensor([[0, 1, 1], [1, 0, 0], [0, 0, 1]]),
+            r"one integer class id per row.*\(3, 3\)",
+        ),
+        (dict(num_labels=3, problem_type="single_label_classification"), torch.tensor([0.0, 2, 1]), "torch.float32"),
+        (dict(num_labels=3), torch.tensor([0, 1]), r"shape \(2,\)"),
+        (
+            dict(num_labels=3, problem_type="multi_label_classification"),
+            torch.ones(3, 2),
+            r"\(3, 3\).*got shape \(3, 2\)",
+        ),
+        (dict(num_labels=1), torch.ones(3, 2), r"regression takes labels of shape \(3, 1\)"),
+    ],
+    ids=["multi-hot-integers", "float-class-ids", "short-batch", "multi-label-width", "regression-width"],
+)
+def test_labels_the_problem_cannot_take_are_refused_and_leave_the_problem_type_open(settings, labels, told):
+    model = TransformerForSequenceClassification(tiny_config(**settings))
+    source, _ = batch_with_padding()
+    with pytest.raises(ValueError, match=told):
+        model(input_ids=source, labels=labels)
+    assert model.config.problem_type == settings.get("problem_type")  # not fixed by labels that were refused
+
+
 def test_gradient_checkpointing_gives_the_same_gradients(config):
     source, target = batch_with_padding()
     labels = target.masked_fill(target == 0, -100)
