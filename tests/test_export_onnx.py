@@ -220,6 +220,24 @@ def test_a_left_padded_batch_gives_the_right_padded_results(translator, classifi
     assert np.abs(onnx_classifier(left_ids, left_mask) - onnx_classifier(ids, mask)).max() <= 1e-4
 
 
+def test_a_regression_head_exports_its_values_and_has_no_labels(tokenizer, tmp_path):
+    torch.manual_seed(0)
+    model = TransformerForSequenceClassification(
+        tiny_config(
+            vocab_size=len(tokenizer), num_labels=1, problem_type="regression", n_layer=1, max_position_embeddings=48
+        )
+    ).eval()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    exported = OnnxClassifier(to_onnx(tmp_path / "model", tmp_path / "onnx"), intra_op_num_threads=1)
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = model(**batch).logits.numpy()
+    assert np.abs(exported(batch["input_ids"].numpy(), batch["attention_mask"].numpy()) - expected).max() <= 1e-4
+    with pytest.raises(ValueError, match="regression head gives values, not labels"):
+        exported.labels(batch["input_ids"].numpy())  # an argmax over one value would name label 0 for every text
+
+
 def test_command_line(classifier_dir, tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")

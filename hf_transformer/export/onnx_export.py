@@ -583,7 +583,7 @@ class OnnxSeq2SeqGenerator:
 
 class OnnxClassifier:
     """``classifier.onnx`` of :func:`to_onnx`: ``classifier(input_ids, attention_mask)`` -> (B, num_labels) logits;
-    ``labels`` reads ``id2label`` from the exported config."""
+    ``labels`` reads ``id2label`` from the exported config (a regression head has values, not labels)."""
 
     def __init__(self, output_dir, intra_op_num_threads: int | None = None, providers=None):
         output_dir = Path(output_dir)
@@ -592,6 +592,7 @@ class OnnxClassifier:
         self.pad = config.get("pad_token_id")
         self.positions = config.get("max_position_embeddings")
         self.id2label = {int(i): label for i, label in (config.get("id2label") or {}).items()}
+        self.problem_type = config.get("problem_type")
 
     def __call__(self, input_ids, attention_mask=None) -> np.ndarray:
         from ..input_checks import check_sequence_fits
@@ -602,4 +603,6 @@ class OnnxClassifier:
         return self.session.run(["logits"], {"input_ids": input_ids, "attention_mask": mask.astype(np.int64)})[0]
 
     def labels(self, input_ids, attention_mask=None) -> list:
+        if self.problem_type == "regression":
+            raise ValueError("a regression head gives values, not labels: call the classifier for its outputs")
         return [self.id2label.get(int(i), int(i)) for i in self(input_ids, attention_mask).argmax(-1)]
