@@ -320,12 +320,16 @@ class Predictor:
 
     # ------------------------------------------------------------------------------------------------
 
+    def _call_options(self, generate_options: dict) -> tuple[dict, dict]:
+        """The options this call sets (None: not set), and the predictor's own with those over them."""
+        given = {k: v for k, v in generate_options.items() if v is not None}
+        return given, {**self.generate_options, **given}
+
     def _blank_result(self, text: str, generate_options: dict) -> dict:
         if self.task == CLASSIFICATION:
             return {"text": text, "label": None, "score": None, "scores": {}}
         result = {"text": text, "translation": ""}
-        given = {k: v for k, v in generate_options.items() if v is not None}
-        options = {**self.generate_options, **given}
+        _, options = self._call_options(generate_options)
         count = options.get("num_return_sequences") or self.generation_config.num_return_sequences or 1
         if count > 1:  # as the other texts' results hold them
             result["translations"] = [""] * count
@@ -352,8 +356,7 @@ class Predictor:
 
     @torch.no_grad()
     def _translate(self, texts: list[str], **generate_options) -> list[dict]:
-        given = {k: v for k, v in generate_options.items() if v is not None}
-        options = {**self.generate_options, **given}
+        given, options = self._call_options(generate_options)
         # A length given with this call wins over the predictor's, whichever of the two names each uses.
         lengths = given if {"max_new_tokens", "max_length"} & set(given) else self.generate_options
         length = self.generation_length(lengths.get("max_new_tokens"), lengths.get("max_length"))
