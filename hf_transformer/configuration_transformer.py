@@ -66,7 +66,12 @@ def _base_config_keys() -> frozenset[str]:
     return frozenset(keys)
 
 
-_BASE_KEYS = _base_config_keys()
+# Keys `PretrainedConfig` no longer declares but transformers still reads off a config by name, so a person may
+# set them on any config: `AutoTokenizer` takes `config.tokenizer_class` when a folder's tokenizer_config.json
+# names no class.
+_ECOSYSTEM_KEYS = frozenset({"tokenizer_class"})
+
+_BASE_KEYS = _base_config_keys() | _ECOSYSTEM_KEYS
 
 # Set while a config is read back from a dictionary or config.json (`from_dict`, `from_json_file`, and
 # `from_pretrained` through `from_dict`): unknown keys are then kept as attributes, as `PretrainedConfig` keeps
@@ -224,7 +229,7 @@ class TransformerConfig(PretrainedConfig):
         unknown = sorted(k for k in kwargs if k not in generation_keys and k not in _BASE_KEYS)
         if not unknown:
             return
-        known = sorted(set(self.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
+        known = sorted(set(self.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES) | _BASE_KEYS)
         hints = {key: difflib.get_close_matches(key, known, n=1) for key in unknown}
         described = [f"`{key}`" + (f" (did you mean `{close[0]}`?)" if close else "") for key, close in hints.items()]
         # `model_type` is written by `to_dict()` into every saved config and is never a setting one types:

@@ -27,8 +27,9 @@ started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
 model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
 
-# bfloat16 autocast where the hardware computes in it, else float32 (scripts/precision_args.sh).
-. scripts/precision_args.sh
+# bfloat16 autocast where it trains the pretraining's model faster on this machine, else float32
+# (scripts/precision_args.sh; the fine-tuning takes the same).
+. scripts/precision_args.sh --task masked-lm --vocab_size 16000 --batch_size 128 "${model_args[@]}"
 
 # 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 16k tokenizer first):
 #    4,500 steps of 128 reviews, about 4.3 epochs, without dropout: in four passes over the text it does not

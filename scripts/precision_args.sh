@@ -1,12 +1,17 @@
-# Sourced by the job scripts: sets the array precision_args to bfloat16 autocast where the hardware computes in it
-# (a GPU, or a CPU with AVX512-BF16 or AMX: hf_transformer.training.cpu_computes_bfloat16, which the training
-# scripts' warning reads too), else leaves it empty (float32). The weights and the optimizer stay in float32 either
-# way. On such a CPU a d_model-256 translation model trains about 1.9x as many steps per second and the NSMC
-# encoder's masked-token pretraining about 1.4x (docs/results.md); on a CPU without it bfloat16 is many times slower.
-# One interpreter start for both checks; a failing one stops a script run under `set -e` (all the job scripts)
-# rather than falling back to float32.
-hardware=$(python -c "import torch; from hf_transformer.training import cpu_computes_bfloat16 as cpu_bf16
-print('gpu' if torch.cuda.is_available() else 'cpu_bf16' if cpu_bf16() else 'float32')")
+# Sourced by the job scripts with the shape of the model they train: sets the array precision_args to bfloat16
+# autocast where it trains that model faster here, else leaves it empty (float32). The weights and the optimizer
+# stay in float32 either way.
+#
+#   . scripts/precision_args.sh --task masked-lm|seq2seq --vocab_size V --max_length L --batch_size B \
+#       --d_model D --num_layers N --num_heads H --intermediate_size F
+#
+# A GPU trains in bfloat16. A CPU with AVX512-BF16 or AMX times a few training steps of a model of that shape in
+# both and takes bfloat16 only when it is clearly faster (hf_transformer.precision: on some such CPUs bfloat16 is
+# slower than float32 for some shapes, docs/performance-notes.md); a CPU without them computes bfloat16 in
+# reference kernels, many times slower, and keeps float32 without timing. The measurement runs at the thread count
+# the job's training will have (OMP_NUM_THREADS as set when this is sourced) and is printed to stderr. One failing
+# check stops a script run under `set -e` (all the job scripts) rather than falling back to float32.
+hardware=$(python -m hf_transformer.precision "$@")
 precision_args=()
 if [ "$hardware" = gpu ]; then
     precision_args=(--bf16 true)

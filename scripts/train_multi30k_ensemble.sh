@@ -18,8 +18,13 @@ cd "$(dirname "$0")/.."
 output_dir=${4:-runs/m30k-$source_lang-$target_lang-ensemble}
 mkdir -p "$output_dir"
 
-# bfloat16 autocast where the hardware computes in it, else float32 (scripts/precision_args.sh).
-. scripts/precision_args.sh
+# Each member trains at one thread, beside the other.
+export OMP_NUM_THREADS=1
+
+# bfloat16 autocast where it trains a member faster on this machine at one thread, else float32
+# (scripts/precision_args.sh; the members' shape, sentences of about 32 tokens).
+. scripts/precision_args.sh --task seq2seq --vocab_size 8000 --max_length 32 --batch_size 64 \
+    --d_model 256 --num_layers 3 --num_heads 4 --intermediate_size 1024
 
 # One tokenizer for both members (an ensemble's members read and write the same tokens): BPE, 8,000 pieces from
 # both sides of the training pairs, as train_translation.py would train it.
@@ -28,7 +33,6 @@ hf-transformer-tokenizer --quiet train --corpus multi30k --data-dir "$data_dir" 
 
 # Each member: the recipe of scripts/train_multi30k.sh (the paper's model at d_model 256, 3+3 layers, dropout 0.2,
 # 20 epochs of batch 64, the mean of the last 8 epochs) on BPE-dropout segmentations, one thread each.
-export OMP_NUM_THREADS=1
 pids=()
 for seed in 42 43; do
     python scripts/train_translation.py \

@@ -101,6 +101,21 @@ def job_commands(
     return commands
 
 
+def precision_probe(script: Path):
+    """The shape a job script asks ``scripts/precision_args.sh`` to time (its ``. scripts/precision_args.sh ...``
+    line, the script's top-level arrays filled in), parsed by ``python -m hf_transformer.precision``'s parser."""
+    from hf_transformer.precision import argument_parser
+
+    text = script.read_text().replace("\\\n", " ")
+    (line,) = re.findall(r"^\. scripts/precision_args\.sh (.*)$", text, re.M)
+    arrays = job_arrays(script)
+    words = []
+    for word in shlex.split(line, comments=True):
+        array = re.fullmatch(r"\$\{(\w+)\[@\]\}", word)
+        words += arrays[array.group(1)] if array else [word]
+    return argument_parser().parse_args(words)
+
+
 def write_nsmc(root: Path, rows: int, seed: int, name: str, empty_rows: int = 0) -> None:
     """Reviews in the NSMC file format whose label follows from their words; ``empty_rows`` rows have no text."""
     rng = random.Random(seed)

@@ -83,6 +83,16 @@ def test_the_keys_the_base_class_owns_are_read_off_the_base_class():
     assert config.num_labels == 3 and config._attn_implementation == "eager" and config.output_attentions
 
 
+def test_tokenizer_class_is_a_setting_transformers_reads_and_it_is_saved(tmp_path):
+    # PretrainedConfig no longer declares `tokenizer_class`, but AutoTokenizer still reads it off a model's config
+    # when tokenizer_config.json names no class: typed into the constructor it is kept, and a near miss still raises.
+    config = tiny_config(tokenizer_class="PreTrainedTokenizerFast")
+    config.save_pretrained(tmp_path)
+    assert AutoConfig.from_pretrained(tmp_path).tokenizer_class == "PreTrainedTokenizerFast"
+    with pytest.raises(ValueError, match=r"`tokenizer_clas` \(did you mean `tokenizer_class`\?\)"):
+        TransformerConfig(tokenizer_clas="PreTrainedTokenizerFast")
+
+
 # --- 2. weights given as a state dict, re-initialised mismatched weights -----------------------------------------
 
 

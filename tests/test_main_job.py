@@ -7,15 +7,17 @@ fine-tuning.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-from launch_utils import job_commands, load_script, precision_choices
+from launch_utils import job_commands, load_script, precision_choices, precision_probe
 from transformers import HfArgumentParser, TrainingArguments
 
+from hf_transformer.precision import LEAST_BFLOAT16_SPEEDUP
 from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments
 from hf_transformer.training import cpu_computes_bfloat16
 
@@ -23,27 +25,38 @@ MAIN_JOB = Path(__file__).resolve().parents[1] / "scripts" / "main_job.sh"
 PRECISION_ARGS = MAIN_JOB.parent / "precision_args.sh"
 
 
-def source_precision_args(path_dir: str) -> subprocess.CompletedProcess:
-    """Sources scripts/precision_args.sh as the job scripts do (under `set -euo pipefail`) with `python` found first
-    in ``path_dir``, and prints the array it set."""
-    script = f'set -euo pipefail; . "{PRECISION_ARGS}"; echo "[${{precision_args[*]:-}}]"'
+TINY_SHAPE = "--task masked-lm --vocab_size 64 --max_length 8 --batch_size 4 --d_model 16 --num_layers 1 --num_heads 2 "
+TINY_SHAPE += "--intermediate_size 32"
+
+
+def source_precision_args(path_dir: str, arguments: str = TINY_SHAPE) -> subprocess.CompletedProcess:
+    """Sources scripts/precision_args.sh as the job scripts do (under `set -euo pipefail`, with a model shape) with
+    `python` found first in ``path_dir``, and prints the array it set."""
+    script = f'set -euo pipefail; . "{PRECISION_ARGS}" {arguments}; echo "[${{precision_args[*]:-}}]"'
     env = {**os.environ, "PATH": f"{path_dir}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_precision_args_follow_the_package_check_of_this_machine(tmp_path):
-    python = tmp_path / "python"  # the interpreter running the tests (its environment: hf_transformer importable)
+def _this_python(folder: Path) -> str:
+    python = folder / "python"  # the interpreter running the tests (its environment: hf_transformer importable)
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python.chmod(0o755)
-    done = source_precision_args(str(tmp_path))
+    return str(folder)
+
+
+def test_precision_args_follow_this_machine_and_say_why(tmp_path):
+    done = source_precision_args(_this_python(tmp_path))
     assert done.returncode == 0, done.stderr
     if torch.cuda.is_available():
-        expected = "--bf16 true"
-    elif cpu_computes_bfloat16():
-        expected = "--bf16 true --use_cpu true"
+        assert done.stdout.strip() == "[--bf16 true]"
+    elif not cpu_computes_bfloat16():
+        assert done.stdout.strip() == "[]"
+        assert "no bfloat16 arithmetic on this CPU" in done.stderr
     else:
-        expected = ""
-    assert done.stdout.strip() == f"[{expected}]"
+        # Timed: the choice is the one the printed speed-up calls for.
+        speedup = float(re.search(r"at ([0-9.]+)x float32's steps per second", done.stderr).group(1))
+        expected = "[--bf16 true --use_cpu true]" if speedup >= LEAST_BFLOAT16_SPEEDUP else "[]"
+        assert done.stdout.strip() == expected, done.stderr
 
 
 def test_precision_args_stop_the_job_when_the_check_fails(tmp_path):
@@ -55,6 +68,26 @@ def test_precision_args_stop_the_job_when_the_check_fails(tmp_path):
     assert done.returncode != 0
     assert "no module named hf_transformer" in done.stderr
     assert "[" not in done.stdout
+
+
+def test_precision_args_without_a_model_shape_stop_the_job(tmp_path):
+    # Sourced without arguments, a script's own arguments would reach the check: it must name what is missing.
+    done = source_precision_args(_this_python(tmp_path), arguments="")
+    assert done.returncode != 0
+    assert "the following arguments are required: --task" in done.stderr
+    assert "[" not in done.stdout
+
+
+def test_main_job_times_the_precision_of_the_model_it_pretrains():
+    variables = {"data_dir": "DATA", "output_dir": "OUT", "pretrained_dir": "OUT-pretrained"}
+    pretraining = job_commands(MAIN_JOB, variables, [])["pretrain_denoising"]
+    parser = HfArgumentParser((NsmcModelArguments, TrainingArguments))
+    model, training = parser.parse_args_into_dataclasses(args=pretraining, return_remaining_strings=True)[:2]
+    probe = precision_probe(MAIN_JOB)
+    assert probe.task == "masked-lm"
+    for size in ("vocab_size", "max_length", "d_model", "num_layers", "num_heads", "intermediate_size"):
+        assert getattr(probe, size) == getattr(model, size), size
+    assert probe.batch_size == training.per_device_train_batch_size
 
 
 def test_precision_choices_are_float32_and_bfloat16():

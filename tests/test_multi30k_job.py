@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_utils import job_arrays, job_commands, load_script, precision_choices
+from launch_utils import job_arrays, job_commands, load_script, precision_choices, precision_probe
 from transformers import HfArgumentParser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -69,6 +69,21 @@ def test_multi30k_job_parses_as_the_recipe(precision):
     # Beam 5 with the length penalty chosen on validation among several.
     assert model.num_beams == 5 and len(model.length_penalty) > 1
     assert (model.d_model, model.num_layers, model.vocab_size) == (256, 3, 8000)
+
+
+@pytest.mark.parametrize("job", [JOB, REPO / "scripts" / "train_multi30k_ensemble.sh"], ids=lambda path: path.stem)
+def test_multi30k_jobs_time_the_precision_of_the_model_they_train(job):
+    variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en", "seed": "42"}
+    model, _, training = _parse(job_commands(job, variables, [])["train_translation"])
+    probe = precision_probe(job)
+    assert probe.task == "seq2seq"
+    assert (probe.d_model, probe.num_layers, probe.num_heads) == (model.d_model, model.num_layers, model.num_heads)
+    assert (probe.intermediate_size, probe.vocab_size) == (model.intermediate_size, model.vocab_size)
+    assert probe.batch_size == training.per_device_train_batch_size
+    # Timed at the thread count the training gets: the ensemble's members train at one thread each.
+    text = job.read_text()
+    if "export OMP_NUM_THREADS=1" in text:
+        assert text.index("export OMP_NUM_THREADS=1") < text.index(". scripts/precision_args.sh")
 
 
 @pytest.mark.parametrize("direction", list(REPORTED))
