@@ -319,7 +319,8 @@ def load_multi30k_tok_references(
 ) -> list[str]:
     """The official lowercased, normalised, Moses-tokenised reference lines of a Multi30k split.
 
-    `split` is `validation` or `test` (test_2016_flickr); the lines are in the split's order.
+    `split` is `validation` or `test` (test_2016_flickr); the lines are in the split's order, one per "\n" (as the
+    sentence files are read: a U+2028 or other separator `str.splitlines` splits at stays inside its sentence).
     """
     if split not in ("validation", "test"):
         raise ValueError(f"Multi30k has tokenised references for 'validation' and 'test', not {split!r}")
@@ -327,7 +328,8 @@ def load_multi30k_tok_references(
         raise ValueError(f"Multi30k has 'en' and 'de', not {lang!r}")
     spec = MULTI30K_TOK_FILES[f"{MULTI30K_SPLITS[split]}.lc.norm.tok.{lang}"]
     path = ensure_corpus_file(spec, data_dir, download=download)
-    return path.read_text(encoding="utf-8").splitlines()
+    text = path.read_text(encoding="utf-8")
+    return text.removesuffix("\n").split("\n") if text else []
 
 
 def load_parallel_text(

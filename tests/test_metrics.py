@@ -47,3 +47,12 @@ def test_tokenised_references_exist_for_validation_and_test_only(tmp_path):
         load_multi30k_tok_references("train", "en", tmp_path, download=False)
     with pytest.raises(FileNotFoundError, match="lc.norm.tok.de"):
         load_multi30k_tok_references("test", "de", tmp_path, download=False)
+
+
+def test_tokenised_references_are_read_one_per_newline(tmp_path):
+    # A separator str.splitlines splits at (U+2028, U+0085) is text inside a sentence, as in the sentence files.
+    folder = tmp_path / "multi30k" / "tok"
+    folder.mkdir(parents=True)
+    (folder / "test_2016_flickr.lc.norm.tok.de").write_text("ein hund\u2028läuft .\nzwei\x85 männer .\n", "utf-8")
+    lines = load_multi30k_tok_references("test", "de", tmp_path, download=False)
+    assert lines == ["ein hund\u2028läuft .", "zwei\x85 männer ."]
