@@ -55,6 +55,20 @@ def value_range(values: torch.Tensor) -> tuple[int, int]:
     return low, high
 
 
+def check_labels_in_vocabulary(labels: torch.Tensor, vocab_size: int) -> None:
+    """Token labels are ids of the output vocabulary or -100 (ignored): anything else raises, naming the range, in
+    the fused and the plain loss alike (cross-entropy's own error names neither `labels` nor the vocabulary).
+    Skipped while a graph is captured, as for the ids."""
+    if labels.numel() == 0 or capturing_graph():
+        return
+    labelled = labels[labels != -100]
+    if labelled.numel() == 0:
+        return
+    low, high = value_range(labelled)
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"`labels` must be in [0, {vocab_size}) or -100 (ignored), got values from {low} to {high}.")
+
+
 def check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
     # A compiled graph cannot read the ids on the host without breaking in two, and a traced one would keep the
     # check's answer for its example; there the embedding kernel's own bounds check raises instead (an

@@ -48,6 +48,7 @@ from .configuration_transformer import TransformerConfig
 from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
 from .input_checks import (
     check_ids_in_vocabulary,
+    check_labels_in_vocabulary,
     check_no_misspelt_arguments,
     check_prepared_mask,
     check_sequence_fits,
@@ -882,6 +883,8 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
             raise ValueError(
                 f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(hidden_states.shape[:2])}."
             )
+        if labels is not None:
+            check_labels_in_vocabulary(labels, self.config.decoder_vocab_size)
         # logits = hidden_states W_emb^T (B, T, V), and the label-smoothed loss; the fused path computes a training
         # step's loss without holding the logits (then None).
         logits, loss = output_logits_and_loss(
@@ -1160,6 +1163,7 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         )
         states = encoder_outputs.last_hidden_state  # (B, S, D)
         if labels is not None:
+            check_labels_in_vocabulary(labels, self.config.vocab_size)
             labels = labels.to(states.device)
             predicted = labels != -100
             states, labels = states[predicted], labels[predicted]  # (N, D), (N,)

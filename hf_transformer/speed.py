@@ -206,14 +206,9 @@ def _fused_loss(
     label_smoothing: float,
     num_items_in_batch: int | torch.Tensor | None,
 ) -> torch.Tensor:
-    from .input_checks import value_range  # here, not at the top: input_checks imports this module
-
+    # labels in [0, V) or -100: checked by the model (input_checks.check_labels_in_vocabulary) before either path.
     flat_labels = labels.reshape(-1).to(hidden_states.device)
-    vocab_size = weight.shape[0]
     labelled = flat_labels[flat_labels != -100]
-    low, high = value_range(labelled) if labelled.numel() else (0, 0)
-    if low < 0 or high >= vocab_size:
-        raise ValueError(f"`labels` must be in [0, {vocab_size}) or -100 (ignored), got values from {low} to {high}.")
     total = fused_linear_cross_entropy(
         hidden_states.reshape(-1, hidden_states.shape[-1]), weight, flat_labels, label_smoothing, bias=bias
     )

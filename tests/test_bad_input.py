@@ -107,6 +107,30 @@ def test_labels_shape_must_match_the_decoder_inputs(model):
 
 
 @pytest.mark.parametrize(
+    "training, fused", [(False, True), (True, False), (True, True)], ids=["eval", "plain", "fused"]
+)
+@pytest.mark.parametrize("bad", [40, -1])
+def test_token_labels_outside_the_vocabulary_are_named_in_every_loss_path(config, training, fused, bad):
+    # Evaluation and the plain loss went to cross-entropy's "Target 40 is out of bounds"; the fused one checked.
+    config.fused_output_loss = fused
+    source, target = batch_with_padding()
+    labels = target.clone()
+    labels[0, 1] = bad
+    labels[1, -1] = -100  # ignored, as a collator pads
+    seq2seq = TransformerForConditionalGeneration(config).train(training)
+    named = f"from {bad} to" if bad < 0 else f"from 0 to {bad}\\."  # the offending end of the range
+    with pytest.raises(ValueError, match=rf"`labels` must be in \[0, 40\) or -100 \(ignored\), got values {named}"):
+        seq2seq(input_ids=source, decoder_input_ids=target, labels=labels)
+    masked = TransformerForMaskedLM(config).train(training)
+    masked_labels = torch.full_like(source, -100)
+    masked_labels[0, 0] = bad
+    with pytest.raises(ValueError, match=r"`labels` must be in \[0, 40\) or -100"):
+        masked(input_ids=source, labels=masked_labels)
+    # -100 alone is no error.
+    assert torch.isfinite(seq2seq(input_ids=source, decoder_input_ids=target, labels=target).loss)
+
+
+@pytest.mark.parametrize(
     "model_class, misspelt, meant",
     [
         (TransformerForConditionalGeneration, "attention_masks", "attention_mask"),
