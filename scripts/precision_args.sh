@@ -8,9 +8,9 @@
 # A GPU trains in bfloat16. A CPU with AVX512-BF16 or AMX times a few training steps of a model of that shape in
 # both and takes bfloat16 only when it is faster beyond the timing's noise (hf_transformer.precision: on some such
 # CPUs bfloat16 is slower than float32 for some shapes, docs/performance-notes.md); a CPU without them computes
-# bfloat16 in reference kernels, many times slower, and keeps float32 without timing. The measurement runs at the thread count
-# the job's training will have (OMP_NUM_THREADS as set when this is sourced) and is printed to stderr. One failing
-# check stops a script run under `set -e` (all the job scripts) rather than falling back to float32.
+# bfloat16 in reference kernels, many times slower, and keeps float32 without timing. The measurement runs at the
+# thread count the job's training will have (OMP_NUM_THREADS as set when this is sourced) and is printed to stderr.
+# One failing check stops a script run under `set -e` (all the job scripts) rather than falling back to float32.
 hardware=$(python -m hf_transformer.precision "$@")
 precision_args=()
 if [ "$hardware" = gpu ]; then
