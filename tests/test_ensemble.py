@@ -81,6 +81,19 @@ def test_ensemble_scores_are_the_log_of_the_members_mean_probability():
     assert not torch.allclose(probabilities[0], probabilities[1], atol=1e-3)  # the members do differ
 
 
+def test_ensemble_loss_is_the_cross_entropy_of_its_scores_and_refuses_labels_outside_the_vocabulary():
+    ensemble = TransformerEnsemble([random_model(2), random_model(3)])
+    target = torch.tensor([[START, 5, 6, 7], [START, 8, 9, PAD], [START, 10, EOS, PAD]])
+    labels = torch.tensor([[5, 6, 7, EOS], [8, 9, EOS, -100], [10, EOS, -100, -100]])
+    with torch.no_grad():
+        output = ensemble(input_ids=SOURCE, attention_mask=MASK, decoder_input_ids=target, labels=labels)
+    expected = torch.nn.functional.cross_entropy(output.logits.reshape(-1, 40), labels.reshape(-1), ignore_index=-100)
+    torch.testing.assert_close(output.loss, expected)
+    labels[0, 0] = 40
+    with pytest.raises(ValueError, match=r"`labels` must be in \[0, 40\) or -100 \(ignored\), got values from 2 to 40"):
+        ensemble(input_ids=SOURCE, attention_mask=MASK, decoder_input_ids=target, labels=labels)
+
+
 def test_cached_greedy_decoding_follows_the_ensemble_scores_of_the_whole_prefix():
     ensemble = TransformerEnsemble([random_model(4), random_model(5, d_model=48, num_attention_heads=2)])
     generated = generate(ensemble, num_beams=1)

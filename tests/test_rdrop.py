@@ -58,6 +58,15 @@ def test_wrong_shapes_and_a_negative_weight_are_refused():
         rdrop_loss(logits[:3], labels, alpha=1.0)
     with pytest.raises(ValueError, match="alpha must be >= 0, got -1"):
         rdrop_loss(logits, labels, alpha=-1.0)
+
+
+@pytest.mark.parametrize("bad", [-1, 11])
+def test_labels_outside_the_vocabulary_are_refused(bad):
+    # -1 was read as token 0 (the targets are clamped at 0 to gather), 11 failed inside gather.
+    logits, labels = _logits_and_labels()
+    labels[1, 2] = bad
+    with pytest.raises(ValueError, match=r"`labels` must be in \[0, 11\) or -100 \(ignored\)"):
+        rdrop_loss(logits, labels, alpha=1.0)
     with pytest.raises(ValueError, match="rdrop_alpha must be >= 0, got -0.5"):
         RDropSeq2SeqTrainer(model=None, rdrop_alpha=-0.5)
 
