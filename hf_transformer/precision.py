@@ -23,6 +23,7 @@ import time
 import torch
 
 from .configuration_transformer import TransformerConfig
+from .modeling_transformer import TransformerForConditionalGeneration, TransformerForMaskedLM
 from .training import cpu_computes_bfloat16
 
 # bfloat16 rounds every product's inputs to 8 bits of mantissa: worth it only for a gain beyond the timing's noise.
@@ -44,9 +45,8 @@ def probe_model(
     intermediate_size: int,
     seed: int = 0,
 ) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
-    """A freshly initialised model of the given shape and one batch of random tokens (every row full length)."""
-    from .modeling_transformer import TransformerForConditionalGeneration, TransformerForMaskedLM
-
+    """A freshly initialised model of the given shape (the configuration's default layers: the cost of a step
+    depends on the sizes, not on where the layer norms sit) and one batch of random tokens, every row full length."""
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     config = TransformerConfig(
