@@ -59,7 +59,7 @@ def check_labels_in_vocabulary(labels: torch.Tensor, vocab_size: int) -> None:
     """Token labels are ids of the output vocabulary or -100 (ignored): anything else raises, naming the range, in
     the fused and the plain loss alike (cross-entropy's own error names neither `labels` nor the vocabulary).
     Skipped while a graph is captured, as for the ids."""
-    if labels.numel() == 0 or capturing_graph():
+    if capturing_graph():
         return
     labelled = labels[labels != -100]
     if labelled.numel() == 0:

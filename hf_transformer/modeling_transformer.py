@@ -879,11 +879,12 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
             return_dict=True,
         )
         hidden_states = outputs.last_hidden_state  # (B, T, D)
-        if labels is not None and labels.shape != hidden_states.shape[:2]:
-            raise ValueError(
-                f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(hidden_states.shape[:2])}."
-            )
         if labels is not None:
+            if labels.shape != hidden_states.shape[:2]:
+                raise ValueError(
+                    f"`labels` has shape {tuple(labels.shape)} but the decoder produced "
+                    f"{tuple(hidden_states.shape[:2])}."
+                )
             check_labels_in_vocabulary(labels, self.config.decoder_vocab_size)
         # logits = hidden_states W_emb^T (B, T, V), and the label-smoothed loss; the fused path computes a training
         # step's loss without holding the logits (then None).

@@ -208,12 +208,11 @@ def _fused_loss(
 ) -> torch.Tensor:
     # labels in [0, V) or -100: checked by the model (input_checks.check_labels_in_vocabulary) before either path.
     flat_labels = labels.reshape(-1).to(hidden_states.device)
-    labelled = flat_labels[flat_labels != -100]
     total = fused_linear_cross_entropy(
         hidden_states.reshape(-1, hidden_states.shape[-1]), weight, flat_labels, label_smoothing, bias=bias
     )
     if num_items_in_batch is None:
-        return total / labelled.numel()
+        return total / (flat_labels != -100).sum()
     if torch.is_tensor(num_items_in_batch):
         num_items_in_batch = num_items_in_batch.to(total.device)
     return total / num_items_in_batch

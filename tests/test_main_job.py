@@ -25,8 +25,10 @@ MAIN_JOB = Path(__file__).resolve().parents[1] / "scripts" / "main_job.sh"
 PRECISION_ARGS = MAIN_JOB.parent / "precision_args.sh"
 
 
-TINY_SHAPE = "--task masked-lm --vocab_size 64 --max_length 8 --batch_size 4 --d_model 16 --num_layers 1 --num_heads 2 "
-TINY_SHAPE += "--intermediate_size 32"
+TINY_SHAPE = (
+    "--task masked-lm --vocab_size 64 --max_length 8 --batch_size 4 --d_model 16 --num_layers 1 --num_heads 2 "
+    "--intermediate_size 32"
+)
 
 
 def source_precision_args(path_dir: str, arguments: str = TINY_SHAPE) -> subprocess.CompletedProcess:
