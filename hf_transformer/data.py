@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Translation, Value
 from tokenizers import models as tokenizer_models
 from torch.utils import data as torch_data
@@ -663,6 +664,35 @@ class SubwordSampledTranslation(torch_data.Dataset):
         )
 
 
+class BidirectionalTranslation(torch_data.Dataset):
+    """The pairs of one corpus in both directions, for bidirectional training (BiT, Ding et al., 2021).
+
+    While `mixing` is on, each draw of row i is that pair source -> target or, with probability 1/2, target ->
+    source (the second dataset holds the same rows with the sides swapped); switched off, every draw is source ->
+    target. One model then first learns both directions of a shared vocabulary, which aligns the two languages'
+    pieces, and is tuned on its own direction after: `hf_transformer.training.BidirectionalEpochs` switches it off
+    after the first epochs. An epoch stays one draw per pair, so the training costs the steps it did. The direction
+    is drawn from torch's random source (seeded by the Trainer; each DataLoader worker has its own stream).
+    """
+
+    def __init__(self, forward: torch_data.Dataset, backward: torch_data.Dataset):
+        if len(forward) != len(backward):
+            raise ValueError(
+                f"the two directions must hold the same pairs: {len(forward)} rows forward, {len(backward)} backward"
+            )
+        self.forward = forward
+        self.backward = backward
+        self.mixing = True
+
+    def __len__(self) -> int:
+        return len(self.forward)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        if self.mixing and torch.rand(()).item() < 0.5:
+            return dict(self.backward[index])
+        return dict(self.forward[index])
+
+
 def _encode_pairs(tokenizer, sources, targets, max_source_length: int, max_target_length: int):
     """Sources as `input_ids` / `attention_mask`, targets (through `text_target=`) as `labels`, each truncated;
     one pair (strings) or a batch (lists of strings)."""
@@ -764,6 +794,8 @@ __all__ = [
     "resolve_max_length",
     "tokenize_classification",
     "tokenize_translation",
+    "SubwordSampledTranslation",
+    "BidirectionalTranslation",
     "classification_collator",
     "seq2seq_collator",
     "sequence_lengths",

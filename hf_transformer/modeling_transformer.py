@@ -437,6 +437,13 @@ class TransformerEncoder(nn.Module):
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
 
+    # As BART's: code handed `model.get_encoder()` or `get_decoder()` reaches the stack's own token table.
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.embed_tokens = value
+
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -493,6 +500,13 @@ class TransformerDecoder(nn.Module):
         self.layer_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
+
+    # As BART's: code handed `model.get_encoder()` or `get_decoder()` reaches the stack's own token table.
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.embed_tokens = value
 
     def forward(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, TrainerCallback
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +176,25 @@ def process_report(trainer, tokenizer) -> str:
 def train_metrics(train_output) -> dict:
     """`Trainer.train`'s metrics, each named with a ``train_`` prefix (some already carry it)."""
     return {k if k.startswith("train_") else f"train_{k}": v for k, v in train_output.metrics.items()}
+
+
+class BidirectionalEpochs(TrainerCallback):
+    """Bidirectional training for the first `epochs` epochs, then the model's own direction only: switches a
+    `hf_transformer.data.BidirectionalTranslation` training set's `mixing` at the start of each epoch (before its
+    DataLoader workers, if any, are started). A run resumed from a checkpoint gets the phase of the epoch it resumes
+    in."""
+
+    def __init__(self, dataset, epochs: int):
+        if epochs < 0:
+            raise ValueError(f"--bidirectional_epochs must be 0 or more, got {epochs}")
+        self.dataset = dataset
+        self.epochs = epochs
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        epoch = math.floor(state.epoch + 1e-6) if state.epoch else 0  # the epoch starting (state.epoch: its start)
+        self.dataset.mixing = epoch < self.epochs
+        if state.is_world_process_zero and epoch == self.epochs and self.epochs:
+            logger.info("epoch %d: bidirectional training ends; training on the source -> target pairs only", epoch)
 
 
 AVERAGE_CHECKPOINTS_HELP = (

@@ -44,6 +44,7 @@ import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.data import (
     IGNORE_INDEX,
+    BidirectionalTranslation,
     SubwordSampledTranslation,
     first_rows,
     load_multi30k,
@@ -56,6 +57,7 @@ from hf_transformer.metrics import bleu, bleu_lc_tok, chrf, require_scorers
 from hf_transformer.rdrop import RDropSeq2SeqTrainer
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
+    BidirectionalEpochs,
     SplitLimits,
     average_last_checkpoints,
     check_checkpoint_averaging,
@@ -169,6 +171,14 @@ class TranslationTrainingArguments(Seq2SeqTrainingArguments):
         metadata={
             "help": "R-Drop: each training batch runs twice with independent dropout and the loss adds this weight "
             "times the symmetric KL between the two predictions (0: off; on, a step costs about twice as much)"
+        },
+    )
+    bidirectional_epochs: int = field(
+        default=0,
+        metadata={
+            "help": "bidirectional training (BiT): in the first N epochs each pair is drawn as source -> target or, "
+            "at random half the time, target -> source, so one model learns both directions of the shared "
+            "vocabulary; the later epochs train source -> target only (0: off; an epoch costs what it did)"
         },
     )
 
@@ -478,6 +488,14 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError("BLEU needs generated text: keep --predict_with_generate on")
     require_scorers()  # before any training: the scores come at the first evaluation
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
+    bidirectional = training_args.bidirectional_epochs
+    if bidirectional < 0 or (
+        bidirectional and training_args.max_steps <= 0 and bidirectional >= training_args.num_train_epochs
+    ):
+        raise ValueError(
+            f"--bidirectional_epochs {bidirectional} must be 0 (off) or fewer than --num_train_epochs "
+            f"({training_args.num_train_epochs}): the last epochs train the model's own direction"
+        )
     started = time.time()
     set_seed(training_args.seed)
     source, target = data_args.source_lang, data_args.target_lang
@@ -524,18 +542,36 @@ def main(argv: list[str] | None = None) -> dict:
     model.generation_config.num_beams = model_args.num_beams
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
 
-    train_dataset = tokenized["train"]
-    if model_args.subword_dropout:
-        train_dataset = SubwordSampledTranslation(
+    def training_pairs(source_lang: str, target_lang: str):
+        if not model_args.subword_dropout:
+            if (source_lang, target_lang) == (source, target):
+                return tokenized["train"]
+            return tokenize_translation(
+                splits["train"],
+                tokenizer,
+                source_lang=source_lang,
+                target_lang=target_lang,
+                max_source_length=model_args.max_source_length,
+                max_target_length=model_args.max_target_length,
+            )
+        return SubwordSampledTranslation(
             splits["train"],
             tokenizer,
-            source_lang=source,
-            target_lang=target,
+            source_lang=source_lang,
+            target_lang=target_lang,
             dropout=model_args.subword_dropout,
             max_source_length=model_args.max_source_length,
             max_target_length=model_args.max_target_length,
         )
+
+    train_dataset = training_pairs(source, target)
+    if model_args.subword_dropout:
         logger.info("training pairs re-tokenized at each draw with BPE-dropout %s", model_args.subword_dropout)
+    callbacks = []
+    if training_args.bidirectional_epochs:
+        train_dataset = BidirectionalTranslation(train_dataset, training_pairs(target, source))
+        callbacks.append(BidirectionalEpochs(train_dataset, training_args.bidirectional_epochs))
+        logger.info("the first %d epochs train both directions", training_args.bidirectional_epochs)
 
     trainer = RDropSeq2SeqTrainer(
         rdrop_alpha=training_args.rdrop_alpha,
@@ -546,6 +582,7 @@ def main(argv: list[str] | None = None) -> dict:
         data_collator=seq2seq_collator(tokenizer, model),
         processing_class=tokenizer,
         compute_metrics=metric("validation"),
+        callbacks=callbacks,
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))

@@ -496,6 +496,31 @@ def test_resize_token_embeddings_keeps_the_tie(config):
     assert out.logits.shape == (1, 2, 48)
 
 
+@pytest.mark.parametrize("share_embeddings", [True, False])
+def test_encoder_and_decoder_reach_their_own_token_tables(share_embeddings):
+    # As BART's: `model.get_encoder().get_input_embeddings()` is how code handed only a stack embeds its inputs.
+    config = tiny_config(share_embeddings=share_embeddings)
+    model = TransformerForConditionalGeneration(config).eval()
+    encoder, decoder = model.get_encoder(), model.get_decoder()
+    assert encoder.get_input_embeddings() is model.get_input_embeddings()
+    assert (decoder.get_input_embeddings() is encoder.get_input_embeddings()) == share_embeddings
+    source, target = batch_with_padding()
+    by_ids = model(input_ids=source, decoder_input_ids=target, decoder_attention_mask=target.ne(0)).logits
+    by_embeds = model(
+        inputs_embeds=encoder.get_input_embeddings()(source),
+        attention_mask=source.ne(0),
+        decoder_inputs_embeds=decoder.get_input_embeddings()(target),
+        decoder_attention_mask=target.ne(0),
+    ).logits
+    real = target.ne(0)
+    torch.testing.assert_close(by_embeds[real], by_ids[real])
+
+    replacement = torch.nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
+    decoder.set_input_embeddings(replacement)
+    assert model.model.decoder.embeddings.embed_tokens is replacement
+    assert encoder.get_input_embeddings() is not replacement
+
+
 @pytest.mark.parametrize("position_type", ["sinusoidal", "learned"])
 def test_embedding_tables_start_at_std_inverse_sqrt_d_model(position_type):
     config = tiny_config(d_model=64, vocab_size=400, position_embedding_type=position_type, max_position_embeddings=200)

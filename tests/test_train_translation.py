@@ -373,3 +373,71 @@ def test_lowercase_with_a_tokenizer_that_keeps_case_is_refused_before_training(t
             ["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments]
         )
     assert not (tmp_path / "model" / "model.safetensors").exists()
+
+
+def test_bidirectional_epochs_draw_both_directions_then_the_model_s_own(tmp_path, monkeypatch):
+    from hf_transformer.data import BidirectionalTranslation
+
+    write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
+    script = load_script("train_translation")
+    draws = []  # (mixing, the row's source side is English) per draw, in order
+
+    class RecordingPairs(BidirectionalTranslation):
+        def __getitem__(self, index):
+            row = super().__getitem__(index)
+            english = self.forward[index]["input_ids"] == row["input_ids"]
+            assert english or self.backward[index]["input_ids"] == row["input_ids"]
+            draws.append((self.mixing, english))
+            return row
+
+    monkeypatch.setattr(script, "BidirectionalTranslation", RecordingPairs)
+    script.main(
+        [
+            "--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *TINY_MODEL,
+            "--bidirectional_epochs", "2", "--num_train_epochs", "3", "--per_device_train_batch_size", "16",
+            "--eval_strategy", "no", "--num_beams", "1", "--train_sampling_strategy", "group_by_length",
+        ]
+    )  # fmt: skip
+    mixed = [english for mixing, english in draws if mixing]
+    own = [english for mixing, english in draws if not mixing]
+    # The length-grouped sampler reads every row once before the first epoch (the Trainer peeks at a row or two
+    # besides); then two mixed epochs, and one of the model's own direction.
+    assert 3 * 64 <= len(mixed) <= 3 * 64 + 4 and len(own) == 64
+    assert all(own)
+    assert 0.3 < sum(mixed) / len(mixed) < 0.7  # each draw is one direction or the other, about half each
+    assert draws[-64:] == [(False, True)] * 64  # the last epoch trains the model's own direction only
+
+
+def test_bidirectional_epochs_callback_follows_the_epoch_a_resumed_run_is_in():
+    from types import SimpleNamespace
+
+    from hf_transformer.training import BidirectionalEpochs
+
+    dataset = SimpleNamespace(mixing=True)
+    callback = BidirectionalEpochs(dataset, 3)
+    for epoch, mixing in [
+        (None, True),
+        (0.0, True),
+        (2.0, True),
+        (2.5, True),
+        (2.9999999, False),
+        (3.0, False),
+        (5.5, False),
+    ]:
+        callback.on_epoch_begin(None, SimpleNamespace(epoch=epoch, is_world_process_zero=True), None)
+        assert dataset.mixing is mixing, epoch
+    # A run resumed in the middle of a mixed epoch mixes again.
+    callback.on_epoch_begin(None, SimpleNamespace(epoch=1.5, is_world_process_zero=True), None)
+    assert dataset.mixing is True
+    with pytest.raises(ValueError, match="--bidirectional_epochs must be 0 or more"):
+        BidirectionalEpochs(dataset, -1)
+
+
+@pytest.mark.parametrize("epochs", ["3", "-1"])
+def test_bidirectional_epochs_must_leave_epochs_of_the_model_s_own_direction(tmp_path, epochs):
+    with pytest.raises(ValueError, match=f"--bidirectional_epochs {epochs} must be 0 \\(off\\) or fewer than"):
+        load_script("train_translation").main(
+            ["--output_dir", str(tmp_path / "run"), "--use_cpu", "--num_train_epochs", "3",
+             "--bidirectional_epochs", epochs]
+        )  # fmt: skip
+    assert not (tmp_path / "run").exists()
