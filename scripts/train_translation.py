@@ -543,26 +543,16 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
 
     def training_pairs(source_lang: str, target_lang: str):
-        if not model_args.subword_dropout:
-            if (source_lang, target_lang) == (source, target):
-                return tokenized["train"]
-            return tokenize_translation(
-                splits["train"],
-                tokenizer,
-                source_lang=source_lang,
-                target_lang=target_lang,
-                max_source_length=model_args.max_source_length,
-                max_target_length=model_args.max_target_length,
+        """The training split in one direction: tokenized once, or anew at each draw with BPE-dropout."""
+        if not model_args.subword_dropout and (source_lang, target_lang) == (source, target):
+            return tokenized["train"]
+        sides = dict(source_lang=source_lang, target_lang=target_lang)
+        lengths = dict(max_source_length=model_args.max_source_length, max_target_length=model_args.max_target_length)
+        if model_args.subword_dropout:
+            return SubwordSampledTranslation(
+                splits["train"], tokenizer, dropout=model_args.subword_dropout, **sides, **lengths
             )
-        return SubwordSampledTranslation(
-            splits["train"],
-            tokenizer,
-            source_lang=source_lang,
-            target_lang=target_lang,
-            dropout=model_args.subword_dropout,
-            max_source_length=model_args.max_source_length,
-            max_target_length=model_args.max_target_length,
-        )
+        return tokenize_translation(splits["train"], tokenizer, **sides, **lengths)
 
     train_dataset = training_pairs(source, target)
     if model_args.subword_dropout:
