@@ -31,7 +31,7 @@ from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
-from .input_checks import check_labels_in_vocabulary
+from .input_checks import check_labels_in_range
 from .modeling_transformer import TransformerForConditionalGeneration, TransformerPreTrainedModel
 
 __all__ = ["EnsembleCache", "TransformerEnsemble"]
@@ -234,7 +234,7 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
 
         loss = None
         if labels is not None:
-            check_labels_in_vocabulary(labels, logits.shape[-1])
+            check_labels_in_range(labels, logits.shape[-1])
             loss = F.cross_entropy(
                 logits.reshape(-1, logits.shape[-1]),
                 labels.reshape(-1).to(logits.device),

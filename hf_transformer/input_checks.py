@@ -55,18 +55,19 @@ def value_range(values: torch.Tensor) -> tuple[int, int]:
     return low, high
 
 
-def check_labels_in_vocabulary(labels: torch.Tensor, vocab_size: int) -> None:
-    """Token labels are ids of the output vocabulary or -100 (ignored): anything else raises, naming the range, in
-    the fused and the plain loss alike (cross-entropy's own error names neither `labels` nor the vocabulary).
-    Skipped while a graph is captured, as for the ids."""
+def check_labels_in_range(labels: torch.Tensor, count: int) -> None:
+    """Labels are ids in [0, count) -- of the output vocabulary, or of the classes -- or -100 (ignored): anything else
+    raises, naming the range, in the fused and the plain loss alike (cross-entropy's own error names neither `labels`
+    nor the range, and a negative label other than -100 would pick a wrong row in a gather). Skipped while a graph is
+    captured, as for the ids."""
     if capturing_graph():
         return
     labelled = labels[labels != -100]
     if labelled.numel() == 0:
         return
     low, high = value_range(labelled)
-    if low < 0 or high >= vocab_size:
-        raise ValueError(f"`labels` must be in [0, {vocab_size}) or -100 (ignored), got values from {low} to {high}.")
+    if low < 0 or high >= count:
+        raise ValueError(f"`labels` must be in [0, {count}) or -100 (ignored), got values from {low} to {high}.")
 
 
 def check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:

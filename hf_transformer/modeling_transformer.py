@@ -48,12 +48,11 @@ from .configuration_transformer import TransformerConfig
 from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
 from .input_checks import (
     check_ids_in_vocabulary,
-    check_labels_in_vocabulary,
+    check_labels_in_range,
     check_no_misspelt_arguments,
     check_prepared_mask,
     check_sequence_fits,
     check_token_inputs,
-    value_range,
 )
 from .speed import Dropout, attend, capturing_graph, inverted_dropout, output_logits_and_loss
 
@@ -899,7 +898,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
                     f"`labels` has shape {tuple(labels.shape)} but the decoder produced "
                     f"{tuple(hidden_states.shape[:2])}."
                 )
-            check_labels_in_vocabulary(labels, self.config.decoder_vocab_size)
+            check_labels_in_range(labels, self.config.decoder_vocab_size)
         # logits = hidden_states W_emb^T (B, T, V), and the label-smoothed loss; the fused path computes a training
         # step's loss without holding the logits (then None).
         logits, loss = output_logits_and_loss(
@@ -1104,10 +1103,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
             return F.mse_loss(logits.squeeze(-1).float(), labels.squeeze(-1).float())
         if problem_type == "single_label_classification":
             flat = labels.reshape(-1)
-            valid = flat[flat != -100]
-            low, high = value_range(valid) if valid.numel() else (0, 0)
-            if low < 0 or high >= self.num_labels:
-                raise ValueError(f"Label values must be in [0, {self.num_labels}), got {valid.tolist()[:10]}.")
+            check_labels_in_range(flat, self.num_labels)
             return F.cross_entropy(logits.float().reshape(-1, self.num_labels), flat)
         return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
 
@@ -1178,7 +1174,7 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         )
         states = encoder_outputs.last_hidden_state  # (B, S, D)
         if labels is not None:
-            check_labels_in_vocabulary(labels, self.config.vocab_size)
+            check_labels_in_range(labels, self.config.vocab_size)
             labels = labels.to(states.device)
             predicted = labels != -100
             states, labels = states[predicted], labels[predicted]  # (N, D), (N,)

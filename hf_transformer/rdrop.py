@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from transformers import Seq2SeqTrainer
 
 from .data import IGNORE_INDEX
-from .input_checks import check_labels_in_vocabulary
+from .input_checks import check_labels_in_range
 
 
 def rdrop_loss(
@@ -40,7 +40,7 @@ def rdrop_loss(
         )
     if alpha < 0:
         raise ValueError(f"the R-Drop weight alpha must be >= 0, got {alpha}")
-    check_labels_in_vocabulary(labels, logits.shape[-1])  # a negative label but -100 would become token 0 below
+    check_labels_in_range(labels, logits.shape[-1])  # a negative label but -100 would become token 0 below
     labelled = labels != IGNORE_INDEX  # (B, T)
     targets = labels.clamp(min=0)
     log_probs = F.log_softmax(logits.float(), dim=-1)  # (2B, T, V)

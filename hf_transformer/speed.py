@@ -206,7 +206,7 @@ def _fused_loss(
     label_smoothing: float,
     num_items_in_batch: int | torch.Tensor | None,
 ) -> torch.Tensor:
-    # labels in [0, V) or -100: checked by the model (input_checks.check_labels_in_vocabulary) before either path.
+    # labels in [0, V) or -100: checked by the model (input_checks.check_labels_in_range) before either path.
     flat_labels = labels.reshape(-1).to(hidden_states.device)
     total = fused_linear_cross_entropy(
         hidden_states.reshape(-1, hidden_states.shape[-1]), weight, flat_labels, label_smoothing, bias=bias

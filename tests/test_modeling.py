@@ -437,7 +437,7 @@ def test_classification_problem_types():
     targets = torch.tensor([[1.0, 0, 1, 0], [0, 0, 0, 1], [1, 1, 1, 1]])
     out = multi(input_ids=source, labels=targets)
     torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, targets))
-    with pytest.raises(ValueError, match="Label values"):
+    with pytest.raises(ValueError, match=r"`labels` must be in \[0, 2\) or -100 \(ignored\), got values from 0 to 2"):
         TransformerForSequenceClassification(tiny_config(num_labels=2))(
             input_ids=source, labels=torch.tensor([0, 1, 2])
         )
