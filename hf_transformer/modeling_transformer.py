@@ -420,7 +420,18 @@ class TransformerDecoderLayer(GradientCheckpointingLayer):
 # ---------------------------------------------------------------------------------------------------
 
 
-class TransformerEncoder(nn.Module):
+class _StackTokenTable:
+    """As BART's encoder and decoder: code handed only `model.get_encoder()` or `get_decoder()` reaches that stack's
+    own token table (`self.embeddings.embed_tokens`)."""
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embeddings.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embeddings.embed_tokens = value
+
+
+class TransformerEncoder(_StackTokenTable, nn.Module):
     """N encoder layers over the embedded source. Called by ``generate`` through ``get_encoder()``."""
 
     main_input_name = "input_ids"
@@ -435,13 +446,6 @@ class TransformerEncoder(nn.Module):
         self.layer_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
-
-    # As BART's: code handed `model.get_encoder()` or `get_decoder()` reaches the stack's own token table.
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings.embed_tokens = value
 
     def forward(
         self,
@@ -486,7 +490,7 @@ class TransformerEncoder(nn.Module):
         return output if return_dict else output.to_tuple()
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(_StackTokenTable, nn.Module):
     """N decoder layers: masked self-attention over the target, then attention over the encoder output."""
 
     def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
@@ -499,13 +503,6 @@ class TransformerDecoder(nn.Module):
         self.layer_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
-
-    # As BART's: code handed `model.get_encoder()` or `get_decoder()` reaches the stack's own token table.
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embeddings.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embeddings.embed_tokens = value
 
     def forward(
         self,
