@@ -18,6 +18,9 @@ Checked against transformers 5.23.0 and 5.24.0:
   defines it), overridden: the cross-attention cache is not reordered when the reordering provably changes
   nothing. The cache keeps transformers' shapes and contents either way. ``hf_transformer.ensemble`` overrides it
   once more, to reorder each member's cache this way.
+- ``GenerationMixin.prepare_inputs_for_generation(input_ids, next_sequence_length, ..., is_first_iteration)``
+  (public, its arguments are not), extended: a decoder input handed over with the cache of an earlier call is cut to
+  the tokens that cache does not hold, as transformers cuts it when a ``decoder_attention_mask`` is given.
 - ``Cache.get_mask_sizes(query_length, layer_idx)`` and ``EncoderDecoderCache.is_updated`` (read by the
   decoder and the attention layers).
 - The decoding cache's name: transformers 5.24 renames it from ``past_key_values`` to ``cache`` (the argument
@@ -139,6 +142,20 @@ class TransformerGenerationMixin(GenerationMixin):
             for module in self.modules():
                 stop_packing(module)
         return compiles
+
+    def prepare_inputs_for_generation(self, input_ids, next_sequence_length=None, **kwargs):
+        # Continuing from the cache of an earlier call (`generate(..., decoder_input_ids=out.sequences,
+        # cache=out.cache)`), the decoder input is the whole target so far and the cache holds all of it but the
+        # last token. transformers feeds only the uncached tokens when a `decoder_attention_mask` tells it the
+        # whole length; without one it fed every token again, after the cached ones: they were cached twice, at
+        # later positions, and the continuation differed from one call. A decoder input longer than the cache
+        # is read as the whole target (as transformers reads a decoder-only model's input whose mask is as long).
+        cache = kwargs.get(CACHE_NAME)
+        if next_sequence_length is None and kwargs.get("is_first_iteration") and cache is not None:
+            cached = cache.get_seq_length()
+            if 0 < cached < input_ids.shape[1]:
+                next_sequence_length = input_ids.shape[1] - cached
+        return super().prepare_inputs_for_generation(input_ids, next_sequence_length=next_sequence_length, **kwargs)
 
     def create_masks_for_generate(self, config, inputs_embeds, attention_mask, *args, **kwargs):
         # Over a static cache, generate asks for a 4-D self-attention mask before every step. Without target

@@ -31,7 +31,7 @@ from hf_transformer import (
     TransformerModel,
 )
 from hf_transformer.checkpoint import CheckpointError
-from hf_transformer.generation import TransformerGenerationMixin
+from hf_transformer.generation import CACHE_NAME, TransformerGenerationMixin
 from hf_transformer.modeling_transformer import EncoderSequenceClassifierOutput, sinusoid_table
 
 # --- 1. configs with attributes added before saving ------------------------------------------------------------
@@ -237,6 +237,40 @@ def test_beam_search_cache_has_one_row_per_beam_in_both_caches(attention):
         attention = model.model.decoder.layers[layer].cross_attn
         expected = attention.k_proj(encoded).view(3, -1, heads, head_dim).transpose(1, 2)
         torch.testing.assert_close(cross.keys, expected.repeat_interleave(beams, dim=0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("cache_implementation", [None, "static"])
+def test_generation_continues_from_the_cache_of_an_earlier_call(cache_implementation):
+    # generate(..., decoder_input_ids=out.sequences, cache=out.cache) must go on as one longer call would: the
+    # decoder input is the whole target so far, and the cache holds all of it but the last token.
+    torch.manual_seed(0)
+    model = TransformerForConditionalGeneration(tiny_config(vocab_size=60)).eval()
+    source, _ = batch_with_padding()
+    settings = dict(
+        attention_mask=source.ne(0), do_sample=False, eos_token_id=None, return_dict_in_generate=True,
+        output_scores=True,
+    )  # fmt: skip
+    whole = model.generate(source, max_new_tokens=9, cache_implementation=cache_implementation, **settings)
+    first = model.generate(source, max_new_tokens=4, cache_implementation=cache_implementation, **settings)
+    assert getattr(first, CACHE_NAME).get_seq_length() == 4  # the start token and three of the four new ones
+    rest = model.generate(
+        source,
+        decoder_input_ids=first.sequences,
+        **{CACHE_NAME: getattr(first, CACHE_NAME)},
+        max_new_tokens=5,
+        **settings,
+    )
+    assert torch.equal(rest.sequences, whole.sequences)
+    torch.testing.assert_close(torch.stack(first.scores + rest.scores), torch.stack(whole.scores))
+    assert getattr(rest, CACHE_NAME).get_seq_length() == getattr(whole, CACHE_NAME).get_seq_length() == 9
+    if cache_implementation is None:
+        # The whole target with a mask as long (transformers' own cut): the same.
+        first = model.generate(source, max_new_tokens=4, **settings)
+        masked = model.generate(
+            source, decoder_input_ids=first.sequences, decoder_attention_mask=torch.ones_like(first.sequences),
+            **{CACHE_NAME: getattr(first, CACHE_NAME)}, max_new_tokens=5, **settings,
+        )  # fmt: skip
+        assert torch.equal(masked.sequences, whole.sequences)
 
 
 def test_decoder_rows_must_match_the_encoder_rows():

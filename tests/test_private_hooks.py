@@ -25,6 +25,12 @@ HOOKS = [
         None,
         (GenerationMixin, "prepare_inputs_for_generation", 'getattr(self, "create_masks_for_generate"'),
     ),
+    (
+        GenerationMixin,
+        "prepare_inputs_for_generation",
+        ["self", "input_ids", "next_sequence_length"],
+        (GenerationMixin, "_prefill", "is_first_iteration=is_first_iteration"),
+    ),
     (PreTrainedModel, "get_expanded_tied_weights_keys", ["self", "all_submodels"], None),
     (
         PreTrainedModel,
@@ -66,7 +72,13 @@ def test_overrides_are_defined_where_expected():
     for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "save_pretrained"):
         assert name in CheckedLoadingMixin.__dict__, name
     assert issubclass(TransformerPreTrainedModel, CheckedLoadingMixin)
-    for name in ("_reorder_cache", "_valid_auto_compile_criteria", "create_masks_for_generate", "generate"):
+    for name in (
+        "_reorder_cache",
+        "_valid_auto_compile_criteria",
+        "create_masks_for_generate",
+        "prepare_inputs_for_generation",
+        "generate",
+    ):
         assert name in TransformerGenerationMixin.__dict__, name
     assert TransformerForConditionalGeneration.generate is TransformerGenerationMixin.generate
 
@@ -94,6 +106,13 @@ def test_generation_module_lists_each_generation_hook():
         if owner is GenerationMixin:
             assert f"``GenerationMixin.{name}" in generation.__doc__, name
     assert f"transformers {generation.TRANSFORMERS_VERSION_CHECKED}" in generation.__doc__
+
+
+def test_a_restarted_prefill_is_told_it_is_the_first_step():
+    # prepare_inputs_for_generation cuts a decoder input handed over with an earlier call's cache only at the
+    # prefill, which transformers marks with `is_first_iteration` (later steps give `next_sequence_length`).
+    assert "is_first_iteration" in inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    assert "next_sequence_length=next_sequence_length" in inspect.getsource(GenerationMixin._prefill)
 
 
 def test_the_forward_takes_the_cache_under_the_name_generate_hands_it_over():
