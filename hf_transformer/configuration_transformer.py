@@ -25,6 +25,7 @@ LAYER_NORM_POSITIONS = ("post", "pre")
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 ACTIVATION_FUNCTIONS = ("relu", "gelu")
 CLASSIFIER_POOLINGS = ("mean", "max", "first", "decoder")
+INIT_METHODS = ("normal", "xavier_uniform")
 
 # The loss a classifier computes (transformers' names, read by `TransformerForSequenceClassification`).
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
@@ -123,6 +124,11 @@ class TransformerConfig(PretrainedConfig):
         projection tied to the decoder token table. classifier_pooling: "mean", "max" (over non-pad
         encoder tokens), "first" (first encoder token) or "decoder" (the seed tutorial's way: the
         decoder reads one start token over the encoder output, max-pooled).
+    Initialisation (of a new model; loaded weights are never drawn again):
+        init_method: "normal" (every projection from N(0, init_std), as BART) or "xavier_uniform" (the
+        attention and feed-forward projections Glorot-uniform, as tensor2tensor, fairseq and the Annotated
+        Transformer draw them, the query, key and value projections with gain 1/sqrt(2) as fairseq does; the
+        heads' own projections stay normal). Token and position tables are drawn with std d_model^-0.5 either way.
 
     Unknown keyword arguments raise ``ValueError`` (with the closest known name), so a misspelled
     option never passes silently. A config read back from a dictionary or config.json (``from_dict``,
@@ -166,6 +172,7 @@ class TransformerConfig(PretrainedConfig):
     classifier_pooling: str = "mean"
     fused_output_loss: bool = True
     init_std: float = 0.02
+    init_method: str = "normal"
     use_cache: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 2
@@ -431,6 +438,7 @@ _CHOICES = {
     "position_embedding_type": POSITION_EMBEDDING_TYPES,
     "activation_function": ACTIVATION_FUNCTIONS,
     "classifier_pooling": CLASSIFIER_POOLINGS,
+    "init_method": INIT_METHODS,
     "problem_type": (None, *PROBLEM_TYPES),
 }
 _FLAGS = (

@@ -251,6 +251,14 @@ def scaled_dot_product_attention(
     return output, probs
 
 
+def _projection(in_features: int, out_features: int, xavier_gain: float = 1.0) -> nn.Linear:
+    """A sub-layer's linear projection. ``xavier_gain``: its Glorot-uniform gain when the config's
+    ``init_method`` is "xavier_uniform" (read by ``TransformerPreTrainedModel._init_weights``)."""
+    projection = nn.Linear(in_features, out_features)
+    projection.xavier_gain = xavier_gain
+    return projection
+
+
 class TransformerAttention(nn.Module):
     """Multi-head attention: H heads of size Dh (``H * Dh`` may differ from D), concatenated and projected."""
 
@@ -264,10 +272,10 @@ class TransformerAttention(nn.Module):
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         inner_dim = self.num_heads * self.head_dim
-        self.q_proj = nn.Linear(config.d_model, inner_dim)
-        self.k_proj = nn.Linear(config.d_model, inner_dim)
-        self.v_proj = nn.Linear(config.d_model, inner_dim)
-        self.out_proj = nn.Linear(inner_dim, config.d_model)
+        self.q_proj = _projection(config.d_model, inner_dim, xavier_gain=2**-0.5)
+        self.k_proj = _projection(config.d_model, inner_dim, xavier_gain=2**-0.5)
+        self.v_proj = _projection(config.d_model, inner_dim, xavier_gain=2**-0.5)
+        self.out_proj = _projection(inner_dim, config.d_model)
 
     def _split_heads(self, states: torch.Tensor) -> torch.Tensor:
         """(B, L, H*Dh) -> (B, H, L, Dh)."""
@@ -317,8 +325,8 @@ class TransformerFeedForward(nn.Module):
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
-        self.fc1 = nn.Linear(config.d_model, config.intermediate_size)
-        self.fc2 = nn.Linear(config.intermediate_size, config.d_model)
+        self.fc1 = _projection(config.d_model, config.intermediate_size)
+        self.fc2 = _projection(config.intermediate_size, config.d_model)
         self.activation = nn.ReLU() if config.activation_function == "relu" else nn.GELU()
         self.activation_dropout = Dropout(config.activation_dropout)
 
@@ -654,6 +662,9 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.Linear) and hasattr(module, "xavier_gain"):
+            if self.config.init_method == "xavier_uniform":  # the layers' projections; biases stay zero
+                init.xavier_uniform_(module.weight, gain=module.xavier_gain)
         elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
             init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
         elif isinstance(module, TransformerForMaskedLM):

@@ -113,6 +113,13 @@ class ModelArguments:
     share_embeddings: bool = field(default=True, metadata={"help": "one token table for encoder and decoder"})
     tie_word_embeddings: bool = field(default=True, metadata={"help": "output projection tied to the token table"})
     label_smoothing: float = field(default=0.1, metadata={"help": "label smoothing of the training loss (paper 0.1)"})
+    init_method: str = field(
+        default="normal",
+        metadata={
+            "help": "normal (projections from N(0, 0.02), as BART) or xavier_uniform (the layers' projections "
+            "Glorot-uniform, as tensor2tensor and fairseq)"
+        },
+    )
     num_beams: int = field(
         default=4, metadata={"help": "beam size of the final scoring; saved as the model's generation default"}
     )
@@ -464,6 +471,7 @@ def build_config(model_args: ModelArguments, tokenizer) -> TransformerConfig:
         share_embeddings=model_args.share_embeddings,
         tie_word_embeddings=model_args.tie_word_embeddings,
         label_smoothing=model_args.label_smoothing,
+        init_method=model_args.init_method,
         layer_norm_epsilon=1e-6,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,

@@ -122,6 +122,7 @@ def test_head_size_is_independent_of_model_size():
         (dict(position_embedding_type="rotary"), "position_embedding_type"),
         (dict(activation_function="swish"), "activation_function"),
         (dict(classifier_pooling="cls"), "classifier_pooling"),
+        (dict(init_method="xavier"), "init_method"),
         (dict(n_enc_vocab=100, n_dec_vocab=90), "share_embeddings"),
         (dict(layer_norm_epsilon=0.0), "layer_norm_epsilon"),
         (dict(scale_embedding="yes"), "scale_embedding"),

@@ -543,6 +543,32 @@ def test_initialisation_follows_the_config():
     assert torch.equal(norm.weight, torch.ones_like(norm.weight))
 
 
+def test_xavier_initialisation_draws_the_layers_projections_and_leaves_the_rest(tmp_path):
+    # init_method="xavier_uniform": U(-a, a) with a = gain * sqrt(6 / (fan_in + fan_out)), gain 1/sqrt(2) for the
+    # query, key and value projections (fairseq), 1 for the attention output and the feed-forward layers.
+    config = tiny_config(d_model=128, intermediate_size=512, num_attention_heads=4, init_method="xavier_uniform")
+    model = TransformerForSequenceClassification(config)
+    projections = {name: module for name, module in model.named_modules() if name.endswith(("_proj", "fc1", "fc2"))}
+    assert len(projections) == 6 * config.encoder_layers  # the classifier's encoder: q, k, v, out, fc1, fc2
+    for name, projection in projections.items():
+        gain = 2**-0.5 if name.endswith(("q_proj", "k_proj", "v_proj")) else 1.0
+        fan_out, fan_in = projection.weight.shape
+        bound = gain * math.sqrt(6 / (fan_in + fan_out))
+        assert projection.weight.abs().max().item() <= bound, name
+        assert projection.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05), name
+        assert torch.count_nonzero(projection.bias) == 0, name
+    assert model.classifier.weight.std().item() == pytest.approx(config.init_std, rel=0.2)  # the head's own: normal
+    assert model.get_input_embeddings().weight[1:].std().item() == pytest.approx(128**-0.5, rel=0.05)
+    # The default draws every projection from N(0, init_std); loaded weights are never drawn again.
+    normal = TransformerForSequenceClassification(tiny_config(d_model=128, intermediate_size=512))
+    assert normal.model.encoder.layers[0].self_attn.out_proj.weight.std().item() == pytest.approx(0.02, rel=0.1)
+    model.save_pretrained(tmp_path)
+    loaded = TransformerForSequenceClassification.from_pretrained(tmp_path)
+    assert loaded.config.init_method == "xavier_uniform"
+    for name, tensor in model.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+
+
 def test_scaled_embeddings_multiply_by_sqrt_d_model():
     config = tiny_config(scale_embedding=True)
     model = TransformerModel(config).eval()

@@ -226,6 +226,18 @@ def test_paper_recipe_defaults():
     assert model_args.share_embeddings and model_args.tie_word_embeddings and model_args.scale_embedding
     assert (data_args.source_lang, data_args.target_lang) == ("en", "de")
 
+    class Tokenizer:  # what build_config reads of a tokenizer
+        pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
+
+        def __len__(self):
+            return 100
+
+    assert module.build_config(model_args, Tokenizer()).init_method == "normal"
+    model_args = parser.parse_args_into_dataclasses(args=["--output_dir", "unused", "--init_method", "xavier_uniform"])[
+        0
+    ]
+    assert module.build_config(model_args, Tokenizer()).init_method == "xavier_uniform"
+
 
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="the shared Multi30k corpus is not present")
 def test_real_multi30k_de_en_smoke(tmp_path):
