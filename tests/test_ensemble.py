@@ -11,6 +11,7 @@ from test_train_translation import TINY_MODEL, write_multi30k
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.ensemble import EnsembleCache, TransformerEnsemble
+from hf_transformer.generation import CACHE_NAME
 
 PAD, START, EOS = 0, 1, 2
 
@@ -105,6 +106,22 @@ def test_cached_greedy_decoding_follows_the_ensemble_scores_of_the_whole_prefix(
     finished = (prefix == EOS).cumsum(1) - (prefix == EOS).int() > 0  # after each row's first end token
     assert torch.equal(generated[~finished], prefix[~finished])
     assert len(set(generated[:, 1:].flatten().tolist())) > 3
+
+
+def test_greedy_decoding_continues_from_the_ensemble_cache_of_an_earlier_call():
+    ensemble = TransformerEnsemble([random_model(4), random_model(5, d_model=48, num_attention_heads=2)])
+    settings = dict(
+        attention_mask=MASK, do_sample=False, eos_token_id=None, return_dict_in_generate=True, output_scores=True
+    )
+    whole = ensemble.generate(SOURCE, max_new_tokens=8, **settings)
+    first = ensemble.generate(SOURCE, max_new_tokens=3, **settings)
+    cache = getattr(first, CACHE_NAME)
+    assert isinstance(cache, EnsembleCache) and all(member.get_seq_length() == 3 for member in cache.members())
+    rest = ensemble.generate(
+        SOURCE, decoder_input_ids=first.sequences, max_new_tokens=5, **{CACHE_NAME: cache}, **settings
+    )
+    assert torch.equal(rest.sequences, whole.sequences)
+    torch.testing.assert_close(torch.stack(first.scores + rest.scores), torch.stack(whole.scores))
 
 
 def test_beam_search_returns_an_ensemble_cache_carrying_every_member():
