@@ -147,8 +147,8 @@ class TransformerGenerationMixin(GenerationMixin):
         # Continuing from the cache of an earlier call (`generate(..., decoder_input_ids=out.sequences,
         # cache=out.cache)`), the decoder input is the whole target so far and the cache holds all of it but the
         # last token. transformers feeds only the uncached tokens when a `decoder_attention_mask` tells it the
-        # whole length; without one it fed every token again, after the cached ones: they were cached twice, at
-        # later positions, and the continuation differed from one call. A decoder input longer than the cache
+        # whole length; without one it feeds every token again, after the cached ones, which caches them twice at
+        # later positions and makes the continuation differ from one call. A decoder input longer than the cache
         # is read as the whole target (as transformers reads a decoder-only model's input whose mask is as long).
         cache = kwargs.get(CACHE_NAME)
         if next_sequence_length is None and kwargs.get("is_first_iteration") and cache is not None:

@@ -233,10 +233,10 @@ def test_paper_recipe_defaults():
             return 100
 
     assert module.build_config(model_args, Tokenizer()).init_method == "normal"
-    model_args = parser.parse_args_into_dataclasses(args=["--output_dir", "unused", "--init_method", "xavier_uniform"])[
-        0
-    ]
-    assert module.build_config(model_args, Tokenizer()).init_method == "xavier_uniform"
+    xavier_args, _, _ = parser.parse_args_into_dataclasses(
+        args=["--output_dir", "unused", "--use_cpu", "--init_method", "xavier_uniform"]
+    )
+    assert module.build_config(xavier_args, Tokenizer()).init_method == "xavier_uniform"
 
 
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="the shared Multi30k corpus is not present")
