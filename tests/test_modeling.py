@@ -554,7 +554,7 @@ def test_xavier_initialisation_draws_the_layers_projections_and_leaves_the_rest(
         gain = 2**-0.5 if name.endswith(("q_proj", "k_proj", "v_proj")) else 1.0
         fan_out, fan_in = projection.weight.shape
         bound = gain * math.sqrt(6 / (fan_in + fan_out))
-        assert projection.weight.abs().max().item() <= bound, name
+        assert projection.weight.abs().max().item() <= bound * (1 + 1e-6), name  # float32 rounding of the bound
         assert projection.weight.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.05), name
         assert torch.count_nonzero(projection.bias) == 0, name
     assert model.classifier.weight.std().item() == pytest.approx(config.init_std, rel=0.2)  # the head's own: normal
