@@ -662,9 +662,8 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
-        elif isinstance(module, nn.Linear) and hasattr(module, "xavier_gain"):
-            if self.config.init_method == "xavier_uniform":  # the layers' projections; biases stay zero
-                init.xavier_uniform_(module.weight, gain=module.xavier_gain)
+        elif hasattr(module, "xavier_gain") and self.config.init_method == "xavier_uniform":
+            init.xavier_uniform_(module.weight, gain=module.xavier_gain)  # the layers' projections; biases stay zero
         elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
             init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
         elif isinstance(module, TransformerForMaskedLM):
