@@ -201,17 +201,19 @@ def new_tokens_within_position_table(max_new_tokens: int, table: int | None) -> 
 
 def reordering_keeps_rows(layer, beam_idx: torch.Tensor) -> bool:
     """Whether ``layer.reorder_cache(beam_idx)`` would leave the layer's keys and values as they are: every row
-    is sent to a row of its own run of consecutive equal rows. The runs are found once, by comparing the rows, and
-    kept with the tensors they were found in; new or edited tensors are compared again."""
+    is sent to a row of its own run of consecutive equal rows. The runs are found by comparing the rows and kept
+    with the tensors they were found in, which are compared again when new or edited since (told by torch's version
+    counter). Tensors made under ``torch.inference_mode`` keep no version counter: theirs are compared every time."""
     keys, values = getattr(layer, "keys", None), getattr(layer, "values", None)
     if not torch.is_tensor(keys) or not torch.is_tensor(values) or keys.shape[0] != beam_idx.shape[0]:
         return False
+    versions = None if keys.is_inference() or values.is_inference() else (keys._version, values._version)
     found = getattr(layer, "_equal_row_runs", None)
-    if found is None or found[0] is not keys or found[1] is not values or found[2] != (keys._version, values._version):
+    if versions is None or found is None or found[0] is not keys or found[1] is not values or found[2] != versions:
         new_run = torch.ones(keys.shape[0], dtype=torch.bool, device=keys.device)  # (R,): a row that starts a run
         new_run[1:] = ~((keys[1:] == keys[:-1]).flatten(1).all(1) & (values[1:] == values[:-1]).flatten(1).all(1))
-        found = (keys, values, (keys._version, values._version), new_run.cumsum(0))
-        layer._equal_row_runs = found
+        found = (keys, values, versions, new_run.cumsum(0))
+        layer._equal_row_runs = None if versions is None else found
     runs = found[3]
     return bool(torch.equal(runs[beam_idx.to(runs.device)], runs))
 

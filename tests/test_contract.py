@@ -438,6 +438,48 @@ def test_a_reordering_across_inputs_is_applied_to_the_cross_attention_cache():
     assert torch.equal(layer.keys, edited[within])
 
 
+@pytest.mark.parametrize("decoder", ["model", "model-static-cache", "ensemble"])
+def test_beam_search_under_inference_mode_decodes_as_under_no_grad(decoder):
+    # torch.inference_mode is how many callers wrap generate; its tensors keep no version counter, which the
+    # cross-attention reordering check must not read.
+    from hf_transformer.ensemble import TransformerEnsemble
+
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    if decoder == "ensemble":
+        model = TransformerEnsemble([model, TransformerForConditionalGeneration(tiny_config()).eval()])
+    source, _ = batch_with_padding()
+    arguments = dict(
+        attention_mask=source.ne(0), num_beams=3, num_return_sequences=2, max_new_tokens=6,
+        return_dict_in_generate=True, output_scores=True, do_sample=False,
+    )  # fmt: skip
+    if decoder == "model-static-cache":
+        arguments["cache_implementation"] = "static"
+    with torch.no_grad():
+        expected = model.generate(source, **arguments)
+    with torch.inference_mode():
+        got = model.generate(source, **arguments)
+    assert torch.equal(got.sequences, expected.sequences)
+    torch.testing.assert_close(got.sequences_scores, expected.sequences_scores, rtol=0, atol=0)
+
+
+def test_an_edited_cross_attention_cache_made_under_inference_mode_is_reordered():
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    source, target = batch_with_padding()
+    rows = torch.tensor([0, 0, 1, 1, 2, 2])  # two beams per input
+    within = torch.tensor([1, 0, 3, 2, 4, 5])  # beams swap inside their inputs
+    with torch.inference_mode():
+        out = model(input_ids=source[rows], attention_mask=source.ne(0)[rows], decoder_input_ids=target[rows, :1])
+        cache = out.past_key_values
+        layer = cache.cross_attention_cache.layers[0]
+        before = layer.keys.clone()
+        model._reorder_cache(cache, within)  # equal rows: nothing to move
+        assert torch.equal(layer.keys, before)
+        layer.keys[1] += 1.0  # an in-place edit no version counter records: rows 0 and 1 now differ
+        edited = layer.keys.clone()
+        model._reorder_cache(cache, within)
+        assert torch.equal(layer.keys, edited[within])
+
+
 def test_encoder_classifier_output_answers_to_the_seq2seq_names_of_its_config():
     model = TransformerForSequenceClassification(tiny_config()).eval()
     source, _ = batch_with_padding()

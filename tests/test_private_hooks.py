@@ -88,6 +88,11 @@ def test_other_private_names_the_package_reads():
     assert isinstance(GenerationConfig._get_default_generation_params(), dict)
     assert hasattr(EncoderDecoderCache, "get_mask_sizes")
     assert hasattr(torch.ops.mkldnn, "_reorder_linear_weight") and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    # The version counter tells the cross-attention reordering check that a cached tensor was edited in place.
+    counted = torch.zeros(2)
+    before = counted._version
+    counted.add_(1.0)
+    assert isinstance(before, int) and counted._version > before
     # Read by the attention layers, the FSDP-safe save and the remote-code copy.
     assert "is_updated" in EncoderDecoderCache(DynamicCache(), DynamicCache()).__dict__
     assert list(inspect.signature(PreTrainedModel.should_save_on_this_rank).parameters)[:2] == [
