@@ -480,6 +480,23 @@ def test_an_edited_cross_attention_cache_made_under_inference_mode_is_reordered(
         assert torch.equal(layer.keys, edited[within])
 
 
+@pytest.mark.parametrize("assistance", ["assistant_model", "prompt_lookup"])
+def test_assisted_decoding_gives_greedy_search_tokens(assistance):
+    # Assisted decoding feeds several candidate tokens over the cache at once and crops the cache back to the
+    # accepted ones; with greedy verification the result is greedy search's (transformers takes one input a call).
+    model = TransformerForConditionalGeneration(tiny_config()).eval()
+    if assistance == "assistant_model":
+        options = {"assistant_model": TransformerForConditionalGeneration(tiny_config()).eval()}
+    else:
+        options = {"prompt_lookup_num_tokens": 3}
+    source, _ = batch_with_padding()
+    for row in source:
+        row = row[row.ne(0)][None]  # (1, S) without padding
+        greedy = model.generate(row, max_new_tokens=12, do_sample=False)
+        assisted = model.generate(row, max_new_tokens=12, do_sample=False, **options)
+        assert torch.equal(assisted, greedy)
+
+
 def test_encoder_classifier_output_answers_to_the_seq2seq_names_of_its_config():
     model = TransformerForSequenceClassification(tiny_config()).eval()
     source, _ = batch_with_padding()
