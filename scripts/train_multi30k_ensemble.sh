@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # Two Multi30k models trained side by side and decoded as one ensemble, either direction:
-#   train the shared 8k BPE tokenizer -> train two d_model-256 3+3-layer Transformers from scratch on the 29,000
-#   training pairs with BPE-dropout 0.1 (seeds 42 and 43, one thread each, both at once) -> average each one's last
-#   eight epochs -> score the two as one ensemble (the log of their mean next-token probability): beam 5's length
-#   penalty chosen on validation, then test2016 once (cased sacreBLEU and lowercased Moses-tokenised BLEU).
+#   train the shared 8k Unigram tokenizer -> train two d_model-256 3+3-layer Transformers from scratch on the 29,000
+#   training pairs with the recipe of scripts/train_multi30k.sh (seeds 42 and 43, one thread each, both at once) ->
+#   average each one's last eight epochs -> score the two as one ensemble (the log of their mean next-token
+#   probability): beam 5's length penalty chosen on validation, then test2016 once (cased sacreBLEU and lowercased
+#   Moses-tokenised BLEU).
 #
 #   bash scripts/train_multi30k_ensemble.sh SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR]
 #
 # SOURCE_LANG TARGET_LANG: en de or de en. DATA_DIR holds multi30k/ (default: $HF_TRANSFORMER_DATA, else ./data);
 # OUTPUT_DIR (default runs/m30k-SOURCE-TARGET-ensemble) gets tokenizer/, member-42/ and member-43/ (each a model
 # folder with its own scores) and the ensemble's results.json and test_predictions.txt. Needs the package with its
-# `train` extra; .venv is used unless another environment is active. About 110 minutes on a 2-core machine with
-# bfloat16 arithmetic: each member takes one core for about 100 minutes (docs/results.md), the scoring about 10.
+# `train` extra; .venv is used unless another environment is active. About 2 hours on a 2-core machine with AVX-512:
+# each member takes one core for about 115 minutes in float32 (docs/results.md), the scoring about 10.
+# With both directions' ensembles trained, each reranked with the other as its noisy channel scores higher still
+# (docs/results.md; LP: the length penalty in the forward ensemble's results.json):
+#   python scripts/rerank_translation.py --model_dirs runs/m30k-en-de-ensemble/member-{42,43} \
+#       --channel_model_dirs runs/m30k-de-en-ensemble/member-{42,43} --output_dir runs/m30k-en-de-ensemble-rerank \
+#       --data_dir DATA_DIR --source_lang en --target_lang de --num_candidates 5 --length_penalty LP
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/multi30k_args.sh "$@"  # .venv, source_lang, target_lang, data_dir
@@ -26,22 +32,21 @@ export OMP_NUM_THREADS=1
 . scripts/precision_args.sh --task seq2seq --vocab_size 8000 --max_length 32 --batch_size 64 \
     --d_model 256 --num_layers 3 --num_heads 4 --intermediate_size 1024
 
-# One tokenizer for both members (an ensemble's members read and write the same tokens): BPE, 8,000 pieces from
+# One tokenizer for both members (an ensemble's members read and write the same tokens): Unigram, 8,000 pieces from
 # both sides of the training pairs, as train_translation.py would train it.
-hf-transformer-tokenizer --quiet train --corpus multi30k --data-dir "$data_dir" --model bpe --vocab-size 8000 \
+hf-transformer-tokenizer --quiet train --corpus multi30k --data-dir "$data_dir" --model unigram --vocab-size 8000 \
     --model-max-length 128 --output "$output_dir/tokenizer"
 
-# Each member: the recipe scripts/train_multi30k.sh had when the reported ensemble was trained (the paper's model at
-# d_model 256, 3+3 layers, dropout 0.2, 20 epochs of batch 64 with the paper's inverse square root decay, the mean of
-# the last 8 epochs) on BPE-dropout segmentations, one thread each.
+# Each member: the recipe of scripts/train_multi30k.sh (the paper's model at d_model 256, 3+3 layers, dropout 0.2,
+# 20 epochs of batch 64, the learning rate decaying linearly to zero, the mean of the last 8 epochs), one thread each.
 pids=()
 for seed in 42 43; do
     python scripts/train_translation.py \
         --output_dir "$output_dir/member-$seed" --data_dir "$data_dir" \
         --source_lang "$source_lang" --target_lang "$target_lang" \
-        --tokenizer "$output_dir/tokenizer" --subword_dropout 0.1 --dropout 0.2 --attention_dropout 0.1 \
+        --tokenizer "$output_dir/tokenizer" --dropout 0.2 --attention_dropout 0.1 \
         --num_train_epochs 20 --per_device_train_batch_size 64 --per_device_eval_batch_size 128 \
-        --learning_rate 1e-3 --warmup_steps 800 --train_sampling_strategy group_by_length \
+        --learning_rate 1e-3 --warmup_steps 800 --lr_scheduler_type linear --train_sampling_strategy group_by_length \
         --eval_strategy steps --eval_steps 1816 --save_strategy epoch --save_total_limit 8 --average_checkpoints 8 \
         --num_beams 5 --length_penalty 1.0 1.4 1.8 \
         --logging_steps 100 --report_to none --seed "$seed" --disable_tqdm true \
