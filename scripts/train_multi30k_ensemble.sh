@@ -12,7 +12,7 @@
 # OUTPUT_DIR (default runs/m30k-SOURCE-TARGET-ensemble) gets tokenizer/, member-42/ and member-43/ (each a model
 # folder with its own scores) and the ensemble's results.json and test_predictions.txt. Needs the package with its
 # `train` extra; .venv is used unless another environment is active. About 2 hours on a 2-core machine with AVX-512:
-# each member takes one core for about 115 minutes in float32 (docs/results.md), the scoring about 10.
+# each member takes one core for about 115-130 minutes in float32 (docs/results.md), the scoring about 15.
 # With both directions' ensembles trained, each reranked with the other as its noisy channel scores higher still
 # (docs/results.md; LP: the length penalty in the forward ensemble's results.json):
 #   python scripts/rerank_translation.py --model_dirs runs/m30k-en-de-ensemble/member-{42,43} \
