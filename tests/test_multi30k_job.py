@@ -53,6 +53,12 @@ def _assert_same_settings(job_parts, reported_parts, ignored: set[str]) -> None:
                 assert value == getattr(reported_part, name), name
 
 
+def _reported_precision(reported_parts) -> list[str]:
+    """The precision arguments scripts/precision_args.sh gives a job on a CPU, as the reported run was trained: a job's
+    precision is the machine's choice, so it is given the reported run's and all else must agree."""
+    return ["--bf16", "true", "--use_cpu", "true"] if reported_parts[2].bf16 else []
+
+
 @pytest.mark.parametrize("precision", precision_choices())
 def test_multi30k_job_parses_as_the_recipe(precision):
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en"}
@@ -93,9 +99,7 @@ def test_multi30k_job_is_the_reported_recipe(direction):
     source, target = direction
     reported = _parse(_reported_call(REPORTED[direction], "train_translation"))
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
-    # The job's precision is the machine's choice (scripts/precision_args.sh); given the reported run's, all else
-    # agrees.
-    precision = ["--bf16", "true", "--use_cpu", "true"] if reported[2].bf16 else []
+    precision = _reported_precision(reported)
     job = _parse(job_commands(JOB, variables, precision)["train_translation"])
     assert job[0] == reported[0]  # tokenizer, model sizes, dropouts, beams, length penalties
     assert (job[1].source_lang, job[1].target_lang) == (reported[1].source_lang, reported[1].target_lang)
@@ -141,8 +145,7 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
     for seed, reported_run in zip((42, 43), member_runs):
         reported = _parse(_reported_call(reported_run, "train_translation"))
-        # The job's precision is the machine's choice; given the reported member's, all else agrees.
-        precision = ["--bf16", "true", "--use_cpu", "true"] if reported[2].bf16 else []
+        precision = _reported_precision(reported)
         job = job_commands(ENSEMBLE_JOB, {**variables, "seed": str(seed)}, precision)
         assert list(job) == ["train_translation", "evaluate_translation"]
         member = _parse(job["train_translation"])
