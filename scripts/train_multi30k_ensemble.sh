@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Two Multi30k models trained side by side and decoded as one ensemble, either direction:
-#   train the shared 8k Unigram tokenizer -> train two d_model-256 3+3-layer Transformers from scratch on the 29,000
-#   training pairs with the recipe of scripts/train_multi30k.sh (seeds 42 and 43, one thread each, both at once) ->
-#   average each one's last eight epochs -> score the two as one ensemble (the log of their mean next-token
+# Multi30k models trained side by side and decoded as one ensemble, either direction:
+#   train the shared 8k Unigram tokenizer -> train d_model-256 3+3-layer Transformers from scratch on the 29,000
+#   training pairs with the recipe of scripts/train_multi30k.sh (seeds 42 and 43 by default, one thread each, both at
+#   once) -> average each one's last eight epochs -> score them as one ensemble (the log of their mean next-token
 #   probability): beam 5's length penalty chosen on validation, then test2016 once (cased sacreBLEU and lowercased
 #   Moses-tokenised BLEU).
 #
@@ -10,9 +10,11 @@
 #
 # SOURCE_LANG TARGET_LANG: en de or de en. DATA_DIR holds multi30k/ (default: $HF_TRANSFORMER_DATA, else ./data);
 # OUTPUT_DIR (default runs/m30k-SOURCE-TARGET-ensemble) gets tokenizer/, member-42/ and member-43/ (each a model
-# folder with its own scores) and the ensemble's results.json and test_predictions.txt. Needs the package with its
-# `train` extra; .venv is used unless another environment is active. About 2 hours on a 2-core machine with AVX-512:
-# each member takes one core for about 115-130 minutes in float32 (docs/results.md), the scoring about 15.
+# folder with its own scores) and the ensemble's results.json and test_predictions.txt. ENSEMBLE_SEEDS="42 43 44"
+# trains and scores three members (or any other seeds); no more members train at once than the machine has cores.
+# Needs the package with its `train` extra; .venv is used unless another environment is active. About 2 hours on a
+# 2-core machine with AVX-512: each member takes one core for about 115-130 minutes in float32 (docs/results.md),
+# the scoring about 15 (a third member: 2 hours more).
 # With both directions' ensembles trained, each reranked with the other as its noisy channel scores higher still
 # (docs/results.md; LP: the length penalty in the forward ensemble's results.json):
 #   python scripts/rerank_translation.py --model_dirs runs/m30k-en-de-ensemble/member-{42,43} \
@@ -24,7 +26,7 @@ cd "$(dirname "$0")/.."
 output_dir=${4:-runs/m30k-$source_lang-$target_lang-ensemble}
 mkdir -p "$output_dir"
 
-# Each member trains at one thread, beside the other.
+# Each member trains at one thread, beside the others.
 export OMP_NUM_THREADS=1
 
 # bfloat16 autocast where it trains a member faster on this machine at one thread, else float32
@@ -32,15 +34,28 @@ export OMP_NUM_THREADS=1
 . scripts/precision_args.sh --task seq2seq --vocab_size 8000 --max_length 32 --batch_size 64 \
     --d_model 256 --num_layers 3 --num_heads 4 --intermediate_size 1024
 
-# One tokenizer for both members (an ensemble's members read and write the same tokens): Unigram, 8,000 pieces from
+# One tokenizer for all members (an ensemble's members read and write the same tokens): Unigram, 8,000 pieces from
 # both sides of the training pairs, as train_translation.py would train it.
 hf-transformer-tokenizer --quiet train --corpus multi30k --data-dir "$data_dir" --model unigram --vocab-size 8000 \
     --model-max-length 128 --output "$output_dir/tokenizer"
 
 # Each member: the recipe of scripts/train_multi30k.sh (the paper's model at d_model 256, 3+3 layers, dropout 0.2,
-# 20 epochs of batch 64, the learning rate decaying linearly to zero, the mean of the last 8 epochs), one thread each.
+# 20 epochs of batch 64, the learning rate decaying linearly to zero, the mean of the last 8 epochs), one thread each,
+# as many at once as there are cores.
+seeds=(42 43)
+if [ -n "${ENSEMBLE_SEEDS:-}" ]; then
+    read -r -a seeds <<< "$ENSEMBLE_SEEDS"
+fi
+cores=$(nproc)
+member_dirs=()
 pids=()
-for seed in 42 43; do
+for seed in "${seeds[@]}"; do
+    if [ "${#pids[@]}" -ge "$cores" ]; then
+        for pid in "${pids[@]}"; do
+            wait "$pid"  # a member that fails stops the job here (set -e), its log says why
+        done
+        pids=()
+    fi
     python scripts/train_translation.py \
         --output_dir "$output_dir/member-$seed" --data_dir "$data_dir" \
         --source_lang "$source_lang" --target_lang "$target_lang" \
@@ -52,15 +67,16 @@ for seed in 42 43; do
         --logging_steps 100 --report_to none --seed "$seed" --disable_tqdm true \
         "${precision_args[@]}" > "$output_dir/member-$seed.log" 2>&1 &
     pids+=($!)
+    member_dirs+=("$output_dir/member-$seed")
     echo "member $seed training (pid $!), its log: $output_dir/member-$seed.log"
 done
 for pid in "${pids[@]}"; do
-    wait "$pid"  # a member that fails stops the job here (set -e), its log says why
+    wait "$pid"
 done
 
-# Both members as one model, scored as each member scored itself (bfloat16 decoding where it trained in it).
+# The members as one model, scored as each member scored itself (bfloat16 decoding where it trained in it).
 python scripts/evaluate_translation.py \
-    --model_dirs "$output_dir/member-42" "$output_dir/member-43" --output_dir "$output_dir" \
+    --model_dirs "${member_dirs[@]}" --output_dir "$output_dir" \
     --data_dir "$data_dir" --source_lang "$source_lang" --target_lang "$target_lang" \
     --num_beams 5 --length_penalty 1.0 1.4 1.8 \
     "${precision_args[@]}"

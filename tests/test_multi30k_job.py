@@ -153,11 +153,14 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
         assert member[0].tokenizer == "OUT/tokenizer" and member[2].output_dir == f"OUT/member-{seed}"
         # Every other setting is the reported run's: the model, the schedule, seed, precision.
         _assert_same_settings(member, reported, PER_MEMBER)
-    # The ensemble's scoring is the reported ensemble's, over the two members the job trained.
+    # The ensemble's scoring is the reported ensemble's, over the members the job trained (their folders, filled in at
+    # run time: test_ensemble_job_trains_its_members_before_it_scores_them_together).
+    assert job_arrays(ENSEMBLE_JOB)["seeds"] == ["42", "43"]
+    member_dirs = {"member_dirs": ["OUT/member-42", "OUT/member-43"]}
+    job = job_commands(ENSEMBLE_JOB, {**variables, "seed": "42"}, precision, arrays=member_dirs)
     scoring = HfArgumentParser(_evaluation_parts())
     job_scoring = scoring.parse_args_into_dataclasses(args=job["evaluate_translation"])
     reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, "evaluate_translation"))
-    assert job_scoring[0].model_dirs == ["OUT/member-42", "OUT/member-43"]
     assert len(reported_scoring[0].model_dirs) == 2
     for name in ("num_beams", "length_penalty", "bf16", "per_device_eval_batch_size"):
         assert getattr(job_scoring[0], name) == getattr(reported_scoring[0], name), name
@@ -166,6 +169,68 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
 def _evaluation_parts():
     script = load_script("evaluate_translation")
     return (script.EvaluationArguments, script.DataArguments)
+
+
+def _run_ensemble_job(tmp_path: Path, seeds: str | None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The ensemble job with stand-ins for python and the tokenizer CLI on PATH that log each call's start and end
+    (a training lasts a moment; the seed FAIL fails): the job's result and the log's lines."""
+    log = tmp_path / "calls.log"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *"-m hf_transformer.precision"*) echo cpu; exit 0;; esac\n'
+        f'echo "start $*" >> "{log}"\n'
+        "sleep 0.5\n"
+        f'echo "end $*" >> "{log}"\n'
+        'case "$*" in *"--seed FAIL"*) exit 3;; esac\n'
+    )
+    (bin_dir / "hf-transformer-tokenizer").write_text("#!/bin/sh\nexit 0\n")
+    for stand_in in bin_dir.iterdir():
+        stand_in.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VIRTUAL_ENV": str(tmp_path)}
+    env.pop("ENSEMBLE_SEEDS", None)
+    if seeds is not None:
+        env["ENSEMBLE_SEEDS"] = seeds
+    result = subprocess.run(
+        ["bash", str(ENSEMBLE_JOB), "de", "en", "DATA", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    return result, log.read_text().splitlines() if log.exists() else []
+
+
+def _seed_of(call: str) -> str:
+    return call.split("--seed ")[1].split()[0]
+
+
+@pytest.mark.parametrize("seeds", [None, "42 43 44"])
+def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, tmp_path):
+    result, calls = _run_ensemble_job(tmp_path, seeds)
+    assert result.returncode == 0, result.stderr
+    expected_seeds = (seeds or "42 43").split()
+    trainings = [call for call in calls if "scripts/train_translation.py" in call]
+    assert sorted(_seed_of(call) for call in trainings if call.startswith("start")) == sorted(expected_seeds)
+    for call in trainings:
+        assert f"--output_dir {tmp_path}/out/member-{_seed_of(call)} " in call
+    # No more trainings at once than there are cores, and the scoring only after every one has ended.
+    running, most = 0, 0
+    for call in trainings:
+        running += 1 if call.startswith("start") else -1
+        most = max(most, running)
+    assert most <= len(os.sched_getaffinity(0))
+    (scoring,) = [call for call in calls if call.startswith("start scripts/evaluate_translation.py")]
+    assert calls.index(scoring) > max(calls.index(call) for call in trainings)
+    members = " ".join(f"{tmp_path}/out/member-{seed}" for seed in expected_seeds)
+    assert f"--model_dirs {members} --output_dir {tmp_path}/out " in scoring
+
+
+def test_ensemble_job_stops_before_scoring_when_a_member_fails(tmp_path):
+    result, calls = _run_ensemble_job(tmp_path, "42 FAIL")
+    assert result.returncode == 3
+    assert not any("evaluate_translation.py" in call for call in calls)
 
 
 @pytest.mark.parametrize("languages", [["en", "fr"], ["de"]])
