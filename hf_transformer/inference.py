@@ -14,6 +14,9 @@ tokenizer's `model_max_length` and the model's position table are truncated to i
 (`num_beams`, `max_new_tokens`, `length_penalty`, `do_sample`, ...) go to `generate` as given; without them the
 folder's generation config applies.
 
+A LoRA adapter folder (peft) is read with its base model, the adapters merged into the weights
+(:mod:`hf_transformer.adapters`).
+
 `engine="ctranslate2"` decodes a seq2seq model with CTranslate2 (`pip install -e ".[export]"`): the folder is
 either one written by `hf_transformer.export.to_ctranslate2` or a saved model folder, which is then converted
 into a temporary folder first (`quantization` as for `to_ctranslate2`); `device` ("cpu", "cuda", "cuda:1") and
@@ -41,6 +44,8 @@ from transformers import (
     GenerationConfig,
     Pipeline,
 )
+
+from .adapters import is_adapter_folder, load_merged
 
 CLASSIFICATION, SEQ2SEQ = "classification", "seq2seq"
 PIPELINE_TASK = "hf-transformer-translation"
@@ -206,6 +211,9 @@ class Predictor:
             )  # fmt: skip
         if quantization is not None:
             raise ValueError("quantization applies to engine='ctranslate2'; for torch use torch's quantize_dynamic")
+        if is_adapter_folder(model_dir):  # LoRA adapters (peft): merged into their base model's weights
+            model, tokenizer, task = load_merged(model_dir)
+            return cls(model.to(device), tokenizer, task, engine=engine, **options)
         config = AutoConfig.from_pretrained(model_dir)
         task = task_of(config)
         auto = AutoModelForSequenceClassification if task == CLASSIFICATION else AutoModelForSeq2SeqLM

@@ -6,6 +6,9 @@ through peft's Auto classes."""
 from __future__ import annotations
 
 import copy
+import json
+import sys
+import tempfile
 
 import peft
 import pytest
@@ -135,3 +138,128 @@ def test_a_classifier_trains_its_head_beside_the_adapters_and_reloads_with_both(
         logits = adapted(input_ids=source, attention_mask=source.ne(0)).logits
         torch.testing.assert_close(reloaded(input_ids=source, attention_mask=source.ne(0)).logits, logits)
         assert (logits - fresh_base(input_ids=source, attention_mask=source.ne(0)).logits).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------------------------------------------
+# Adapter folders on the way to deployment (hf_transformer.adapters): merged, predicted with, exported
+# ---------------------------------------------------------------------------------------------------
+
+WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
+SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
+TEXTS = ["a man rides a red bike .", "two dogs in the snow .", "a cat sits on the big grass with a small dog ."]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    """Base folders (seq2seq, classifier; each with its tokenizer) and adapter folders trained on nothing but with
+    random adapters (no tokenizer: the base's is read), with the adapted models."""
+    from hf_transformer.tokenization import train_tokenizer
+
+    tokenizer = train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=16, show_progress=False)
+    root = tmp_path_factory.mktemp("adapters")
+    torch.manual_seed(0)
+    settings = dict(vocab_size=len(tokenizer), max_position_embeddings=16, init_std=0.1)
+    bases = {
+        "seq2seq": TransformerForConditionalGeneration(tiny_config(**settings)),
+        "classification": TransformerForSequenceClassification(tiny_config(num_labels=3, **settings)),
+    }
+    adapted = {}
+    for task, model in bases.items():
+        model.save_pretrained(root / f"{task}-base")
+        tokenizer.save_pretrained(root / f"{task}-base")
+        base = AutoModelForSeq2SeqLM if task == "seq2seq" else AutoModelForSequenceClassification
+        model = lora(base.from_pretrained(root / f"{task}-base"), "SEQ_2_SEQ_LM" if task == "seq2seq" else "SEQ_CLS")
+        with torch.no_grad():
+            if task == "classification":  # the head peft trains in full: moved too, as training would move it
+                model.base_model.model.classifier.modules_to_save.default.weight.normal_(0.0, 1.0)
+        model.eval().save_pretrained(root / f"{task}-adapter")
+        adapted[task] = model
+    return root, tokenizer, adapted
+
+
+def test_merge_adapter_writes_a_whole_folder_that_computes_what_the_adapted_model_computes(folders, tmp_path):
+    from hf_transformer.adapters import is_adapter_folder, merge_adapter
+
+    root, tokenizer, adapted = folders
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    for task, auto in (("seq2seq", AutoModelForSeq2SeqLM), ("classification", AutoModelForSequenceClassification)):
+        assert is_adapter_folder(root / f"{task}-adapter") and not is_adapter_folder(root / f"{task}-base")
+        merged = merge_adapter(root / f"{task}-adapter", tmp_path / task)
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= {path.name for path in merged.iterdir()}
+        model = auto.from_pretrained(merged).eval()
+        inputs = dict(batch) | ({"decoder_input_ids": batch["input_ids"][:, :5]} if task == "seq2seq" else {})
+        with torch.no_grad():
+            torch.testing.assert_close(model(**inputs).logits, adapted[task](**inputs).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_predictor_reads_an_adapter_folder_as_its_merged_model(folders):
+    from hf_transformer import Predictor
+
+    root, tokenizer, adapted = folders
+    translator = Predictor.from_pretrained(root / "seq2seq-adapter", num_beams=3, max_new_tokens=6)
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    expected = adapted["seq2seq"].generate(**batch, num_beams=3, max_new_tokens=6)
+    assert translator.translate(TEXTS) == tokenizer.batch_decode(expected, skip_special_tokens=True)
+    classifier = Predictor.from_pretrained(root / "classification-adapter")
+    with torch.no_grad():
+        probabilities = adapted["classification"](**batch).logits.softmax(-1)
+    results = classifier.classify(TEXTS)
+    assert [result["label"] for result in results] == [
+        adapted["classification"].config.id2label[i] for i in probabilities.argmax(-1).tolist()
+    ]
+    scores = torch.tensor([result["score"] for result in results])
+    torch.testing.assert_close(scores, probabilities.max(-1).values, atol=1e-5, rtol=0)
+
+
+def test_exports_of_an_adapter_folder_are_those_of_its_merged_model(folders, tmp_path, monkeypatch):
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("onnxruntime")
+    from hf_transformer.adapters import merge_adapter
+    from hf_transformer.export import to_ctranslate2, to_onnx
+    from hf_transformer.export.onnx_export import OnnxClassifier
+
+    root, tokenizer, adapted = folders
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where the exporters merge into
+    (tmp_path / "tmp").mkdir()
+    merged = merge_adapter(root / "seq2seq-adapter", tmp_path / "merged")
+    from_adapter = to_ctranslate2(root / "seq2seq-adapter", tmp_path / "ct2-adapter")
+    from_merged = to_ctranslate2(merged, tmp_path / "ct2-merged")
+    assert (from_adapter / "model.bin").read_bytes() == (from_merged / "model.bin").read_bytes()
+    assert "tokenizer.json" in {path.name for path in from_adapter.iterdir()}
+
+    exported = to_onnx(root / "classification-adapter", tmp_path / "onnx")
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = adapted["classification"](**batch).logits.numpy()
+    onnx_classifier = OnnxClassifier(exported, intra_op_num_threads=1)
+    assert abs(onnx_classifier(batch["input_ids"].numpy(), batch["attention_mask"].numpy()) - expected).max() <= 1e-4
+    assert not any((tmp_path / "tmp").iterdir())  # the merged models are gone
+
+
+def test_an_adapter_folder_is_never_replaced_by_what_is_made_from_it(folders):
+    from hf_transformer.adapters import merge_adapter
+    from hf_transformer.export import to_ctranslate2
+
+    root, _, _ = folders
+    adapter = root / "seq2seq-adapter"
+    before = sorted(path.name for path in adapter.iterdir())
+    with pytest.raises(ValueError, match="would replace the adapter folder"):
+        merge_adapter(adapter, adapter)
+    with pytest.raises(ValueError, match="would replace the adapter folder"):
+        to_ctranslate2(adapter, adapter.parent, force=True)
+    assert sorted(path.name for path in adapter.iterdir()) == before
+
+
+def test_an_adapter_folder_without_peft_or_without_its_base_says_so(folders, tmp_path, monkeypatch):
+    from hf_transformer.adapters import load_merged
+
+    root, _, _ = folders
+    broken = tmp_path / "no-base"
+    broken.mkdir()
+    settings = json.loads((root / "seq2seq-adapter" / "adapter_config.json").read_text())
+    (broken / "adapter_config.json").write_text(json.dumps(settings | {"base_model_name_or_path": None}))
+    with pytest.raises(ValueError, match="names no base model"):
+        load_merged(broken)
+    monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
+    with pytest.raises(ImportError, match="holds a LoRA adapter .* needs peft"):
+        load_merged(root / "seq2seq-adapter")

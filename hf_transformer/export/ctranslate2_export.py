@@ -63,6 +63,7 @@ from pathlib import Path
 
 import torch
 
+from ..adapters import is_adapter_folder, merged_model_folder
 from ..configuration_transformer import TransformerConfig
 from ..generation import new_tokens_within_position_table
 from ..input_checks import check_sequence_fits
@@ -319,7 +320,8 @@ def _id_to_token(tokenizer, size: int) -> list[str]:
 
 def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force: bool = False) -> Path:
     """Converts ``model_dir`` (written by ``TransformerForConditionalGeneration.save_pretrained``, with its
-    tokenizer) to a CTranslate2 model folder ``output_dir`` and returns its path.
+    tokenizer; or a LoRA adapter folder, merged into its base model first: :mod:`hf_transformer.adapters`) to a
+    CTranslate2 model folder ``output_dir`` and returns its path.
 
     ``quantization`` is CTranslate2's weight type (None keeps float32; "int8", "int8_float32", "int16",
     "float16", "bfloat16", ...). ``force`` replaces an existing ``output_dir``. Raises ``ValueError`` for a folder
@@ -329,6 +331,9 @@ def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force
     from ctranslate2.converters.transformers import TransformersConverter
 
     model_dir, output_dir = Path(model_dir), Path(output_dir)
+    if is_adapter_folder(model_dir):  # LoRA adapters (peft): merged into their base model first
+        with merged_model_folder(model_dir, output_dir) as merged:
+            return to_ctranslate2(merged, output_dir, quantization=quantization, force=force)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
     config = TransformerConfig.from_pretrained(model_dir)

@@ -209,7 +209,8 @@ def to_onnx(
     model_dir, output_dir, opset: int | None = None, quantization: str | None = None, force: bool = False
 ) -> Path:
     """Exports the folder ``model_dir`` (written by ``save_pretrained``: a seq2seq model or a classifier, as its
-    config's ``architectures`` says) to the ONNX graphs of the module's docstring in ``output_dir``, beside a copy of
+    config's ``architectures`` says; or a LoRA adapter folder, merged into its base model first:
+    :mod:`hf_transformer.adapters`) to the ONNX graphs of the module's docstring in ``output_dir``, beside a copy of
     its config, generation config and tokenizer files. ``opset``: the ONNX opset (None: the exporter's default).
 
     The graphs are traced from unpadded examples; each is then run with onnxruntime on its example and on padded
@@ -225,6 +226,11 @@ def to_onnx(
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
     model_dir, output_dir = Path(model_dir), Path(output_dir)
+    from ..adapters import is_adapter_folder, merged_model_folder
+
+    if is_adapter_folder(model_dir):  # LoRA adapters (peft): merged into their base model first
+        with merged_model_folder(model_dir, output_dir) as merged:
+            return to_onnx(merged, output_dir, opset=opset, quantization=quantization, force=force)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
     if output_dir.resolve() == model_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
