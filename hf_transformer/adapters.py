@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
 ADAPTER_CONFIG = "adapter_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -58,10 +58,13 @@ def load_merged(adapter_dir):
 
     base = settings["base_model_name_or_path"]
     task = {"SEQ_2_SEQ_LM": SEQ2SEQ, "SEQ_CLS": CLASSIFICATION}.get(settings.get("task_type"))
-    if task is None:
+    if task is None:  # an adapter saved without a task type: the base model's own head
         task = task_of(AutoConfig.from_pretrained(base))
-    auto = peft.AutoPeftModelForSequenceClassification if task == CLASSIFICATION else peft.AutoPeftModelForSeq2SeqLM
-    model = auto.from_pretrained(str(adapter_dir)).merge_and_unload().eval()
+    # The base model loaded by this package's Auto classes (peft's own Auto classes would import the module an
+    # adapter without a task type names, which peft refuses for any library but transformers).
+    auto = AutoModelForSequenceClassification if task == CLASSIFICATION else AutoModelForSeq2SeqLM
+    model = peft.PeftModel.from_pretrained(auto.from_pretrained(base), str(adapter_dir))
+    model = model.merge_and_unload().eval()
     has_tokenizer = any((adapter_dir / name).is_file() for name in TOKENIZER_FILES)
     tokenizer = AutoTokenizer.from_pretrained(str(adapter_dir) if has_tokenizer else base)
     return model, tokenizer, task

@@ -211,6 +211,20 @@ def test_a_predictor_reads_an_adapter_folder_as_its_merged_model(folders):
     torch.testing.assert_close(scores, probabilities.max(-1).values, atol=1e-5, rtol=0)
 
 
+def test_an_adapter_saved_without_a_task_type_is_read_with_its_base_models_head(folders, tmp_path):
+    from hf_transformer import Predictor
+
+    root, tokenizer, _ = folders
+    base = AutoModelForSeq2SeqLM.from_pretrained(root / "seq2seq-base")
+    adapted = peft.get_peft_model(base, peft.LoraConfig(r=4, target_modules="all-linear", init_lora_weights=False))
+    adapted.eval().save_pretrained(tmp_path / "adapter")
+    assert json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())["task_type"] is None
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    expected = adapted.base_model.model.generate(**batch, num_beams=1, max_new_tokens=6)
+    translator = Predictor.from_pretrained(tmp_path / "adapter", num_beams=1, max_new_tokens=6)
+    assert translator.translate(TEXTS) == tokenizer.batch_decode(expected, skip_special_tokens=True)
+
+
 def test_exports_of_an_adapter_folder_are_those_of_its_merged_model(folders, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
     pytest.importorskip("onnxruntime")
