@@ -14,7 +14,7 @@
 # trains and scores three members (or any other seeds); no more members train at once than the machine has cores.
 # Needs the package with its `train` extra; .venv is used unless another environment is active. About 2 hours on a
 # 2-core machine with AVX-512: each member takes one core for about 115-130 minutes in float32 (docs/results.md),
-# the scoring about 15 (a third member: 2 hours more).
+# the scoring about 15 (a third member: 2 hours more; De->En, three seeds reranked: docs/results.md).
 # With both directions' ensembles trained, each reranked with the other as its noisy channel scores higher still
 # (docs/results.md; LP: the length penalty in the forward ensemble's results.json):
 #   python scripts/rerank_translation.py --model_dirs runs/m30k-en-de-ensemble/member-{42,43} \
