@@ -7,10 +7,17 @@ exponent chosen on validation, test2016 scored once with them.
         --num_candidates 5
 
 Several `--model_dirs` (or `--channel_model_dirs`) score as their ensemble (they must share one tokenizer); the
-forward and the channel models need not share one. The output folder gets `results.json` (the reranked figures
-as `bleu` / `bleu_lc_tok`, beside those of the n-best's first candidates, which are beam search's own output, and
-every grid setting's validation score) and `test_predictions.txt`; `scripts/collect_results.py` reads it like a
-training run's folder.
+forward and the channel models need not share one. An ensemble's folder as scripts/train_multi30k_ensemble.sh (or
+scripts/evaluate_translation.py) leaves it stands for its members, and beam search takes the length penalty its
+scoring chose on validation:
+
+    python scripts/rerank_translation.py --model_dirs runs/m30k-de-en-ensemble \
+        --channel_model_dirs runs/m30k-en-de-ensemble --output_dir runs/m30k-de-en-ensemble-reranked \
+        --data_dir ../shared/data --source_lang de --target_lang en
+
+The output folder gets `results.json` (the reranked figures as `bleu` / `bleu_lc_tok`, beside those of the n-best's
+first candidates, which are beam search's own output, and every grid setting's validation score) and
+`test_predictions.txt`; `scripts/collect_results.py` reads it like a training run's folder.
 """
 
 from __future__ import annotations
@@ -37,14 +44,19 @@ logger = logging.getLogger("rerank_translation")
 
 @dataclass
 class RerankArguments:
-    model_dirs: list[str] = field(metadata={"help": "the forward translation model folder(s); several: an ensemble"})
+    model_dirs: list[str] = field(
+        metadata={"help": "the forward translation model folder(s) or an ensemble's folder; several: an ensemble"}
+    )
     channel_model_dirs: list[str] = field(
         metadata={"help": "the reverse direction's model folder(s), scoring p(source | candidate)"}
     )
     output_dir: str = field(metadata={"help": "where results.json and test_predictions.txt go"})
     num_candidates: int = field(default=5, metadata={"help": "n-best size (beam search with this many beams)"})
     length_penalty: float | None = field(
-        default=None, metadata={"help": "beam search's length penalty (default: the forward folder's own)"}
+        default=None,
+        metadata={
+            "help": "beam search's length penalty (default: the forward ensemble folder's choice, else the model's)"
+        },
     )
     channel_weights: list[float] = field(
         default_factory=lambda: [0.0, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0],
@@ -56,6 +68,34 @@ class RerankArguments:
     )
     batch_size: int = field(default=64, metadata={"help": "sentences per decoding and scoring batch"})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, ..."})
+
+
+def model_folders(folders: list[str]) -> tuple[list[str], float | None]:
+    """The model folders ``folders`` name, and the length penalty an ensemble's scoring chose on validation (None if
+    none is named): a folder scripts/evaluate_translation.py wrote (results.json listing the ``ensemble``, no
+    config.json; scripts/train_multi30k_ensemble.sh's output) stands for its members, each found where it was scored
+    or, moved since, inside that folder (where the ensemble job trains them)."""
+    members, length_penalty = [], None
+    for folder in folders:
+        path = Path(folder)
+        recorded = path / "results.json"
+        scored = {}
+        if not (path / "config.json").is_file() and recorded.is_file():
+            scored = json.loads(recorded.read_text())
+        if "ensemble" not in scored:
+            members.append(folder)  # a model or adapter folder; anything else fails in Predictor, naming it
+            continue
+        for member in scored["ensemble"]:
+            places = [Path(member["folder"]), path / Path(member["folder"]).name]
+            found = next((candidate for candidate in places if (candidate / "config.json").is_file()), None)
+            if found is None:
+                raise FileNotFoundError(
+                    f"ensemble {folder}: member {member['folder']} not found (looked in {', '.join(map(str, places))})"
+                )
+            members.append(str(found))
+        if length_penalty is None:
+            length_penalty = scored.get("length_penalty")
+    return members, length_penalty
 
 
 def load(folders: list[str], batch_size: int, device: str) -> Predictor:
@@ -70,12 +110,16 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
 
-    forward = load(args.model_dirs, args.batch_size, args.device)
-    channel = load(args.channel_model_dirs, args.batch_size, args.device)
+    forward_dirs, ensemble_length_penalty = model_folders(args.model_dirs)
+    channel_dirs, _ = model_folders(args.channel_model_dirs)
+    forward = load(forward_dirs, args.batch_size, args.device)
+    channel = load(channel_dirs, args.batch_size, args.device)
     splits = data_args.evaluation_splits()
     tokenized_references = lc_tok_references(splits, data_args)
     selection = "bleu_lc_tok" if lowercases(forward.tokenizer) and "validation" in tokenized_references else "bleu"
     length_penalty = args.length_penalty
+    if length_penalty is None:
+        length_penalty = ensemble_length_penalty
     if length_penalty is None:
         length_penalty = forward.generation_config.length_penalty
 
@@ -112,8 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
         "split": "test2016",
         "source_lang": source_lang,
         "target_lang": target_lang,
-        "models": args.model_dirs,
-        "channel_models": args.channel_model_dirs,
+        "models": forward_dirs,
+        "channel_models": channel_dirs,
         "num_candidates": args.num_candidates,
         "length_penalty": length_penalty,
         **chosen,

@@ -16,10 +16,10 @@
 # 2-core machine with AVX-512: each member takes one core for about 115-130 minutes in float32 (docs/results.md),
 # the scoring about 15 (a third member: 2 hours more; De->En, three seeds reranked: docs/results.md).
 # With both directions' ensembles trained, each reranked with the other as its noisy channel scores higher still
-# (docs/results.md; LP: the length penalty in the forward ensemble's results.json):
-#   python scripts/rerank_translation.py --model_dirs runs/m30k-en-de-ensemble/member-{42,43} \
-#       --channel_model_dirs runs/m30k-de-en-ensemble/member-{42,43} --output_dir runs/m30k-en-de-ensemble-rerank \
-#       --data_dir DATA_DIR --source_lang en --target_lang de --num_candidates 5 --length_penalty LP
+# (docs/results.md; an ensemble's folder stands for its members, at the length penalty its scoring chose):
+#   python scripts/rerank_translation.py --model_dirs runs/m30k-en-de-ensemble \
+#       --channel_model_dirs runs/m30k-de-en-ensemble --output_dir runs/m30k-en-de-ensemble-reranked \
+#       --data_dir DATA_DIR --source_lang en --target_lang de
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/multi30k_args.sh "$@"  # .venv, source_lang, target_lang, data_dir

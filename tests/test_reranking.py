@@ -107,6 +107,32 @@ def test_choose_weights_takes_the_best_setting_of_the_grid():
     assert chosen == {"channel_weight": 0.5, "length_exponent": 1.0}
 
 
+def _ensemble_folder(path, members: list[str], length_penalty: float):
+    """A folder as scripts/evaluate_translation.py leaves an ensemble's scores: results.json, no model."""
+    path.mkdir(parents=True, exist_ok=True)
+    scored = {"ensemble": [{"folder": member, "bleu": 30.0} for member in members], "length_penalty": length_penalty}
+    (path / "results.json").write_text(json.dumps(scored))
+    return path
+
+
+def test_an_ensemble_folder_stands_for_its_members_and_its_length_penalty(tmp_path):
+    model_folders = load_script("rerank_translation").model_folders
+    for name in ("model", "ensemble/member-43"):
+        (tmp_path / name).mkdir(parents=True)
+        (tmp_path / name / "config.json").write_text("{}")
+    # A member scored elsewhere and moved since with its ensemble's folder is found inside that folder.
+    ensemble = _ensemble_folder(tmp_path / "ensemble", [str(tmp_path / "model"), "gone/member-43"], 1.4)
+    assert model_folders([str(ensemble)]) == ([str(tmp_path / "model"), str(ensemble / "member-43")], 1.4)
+    # Model folders, and a training run's folder without config.json (an adapter's), are passed on as given.
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "results.json").write_text(json.dumps({"bleu": 30.0}))
+    assert model_folders([str(tmp_path / "model"), str(adapter)]) == ([str(tmp_path / "model"), str(adapter)], None)
+    missing = _ensemble_folder(tmp_path / "missing", ["nowhere/member-44"], 1.0)
+    with pytest.raises(FileNotFoundError, match="member nowhere/member-44 not found"):
+        model_folders([str(missing)])
+
+
 def train_tiny(data_dir, output_dir, source: str, target: str, seed: int) -> dict:
     return load_script("train_translation").main(
         [
@@ -145,3 +171,20 @@ def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path)
     lines = (tmp_path / "reranked" / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
     references = [pair[1] for pair in written["test_2016_flickr"]]
     assert len(lines) == 40 and bleu(lines, references) == pytest.approx(results["test_bleu"])
+
+    # Ensembles' folders (of one member each here) stand for their members; beam search takes the length penalty
+    # the forward ensemble's scoring chose.
+    forward = _ensemble_folder(tmp_path / "en-de-ensemble", [str(tmp_path / "en-de")], 1.6)
+    channel = _ensemble_folder(tmp_path / "de-en-ensemble", [str(tmp_path / "de-en")], 0.6)
+    from_ensembles = load_script("rerank_translation").main(
+        [
+            "--model_dirs", str(forward), "--channel_model_dirs", str(channel),
+            "--output_dir", str(tmp_path / "reranked-ensembles"), "--data_dir", str(data_dir), "--source_lang", "en",
+            "--target_lang", "de", "--num_candidates", "3", "--channel_weights", "0", "1",
+            "--length_exponents", "0.5", "1",
+        ]
+    )  # fmt: skip
+    assert from_ensembles["models"] == [str(tmp_path / "en-de")]
+    assert from_ensembles["channel_models"] == [str(tmp_path / "de-en")]
+    assert from_ensembles["length_penalty"] == 1.6
+    assert from_ensembles["parameters"] == saved["parameters"]
