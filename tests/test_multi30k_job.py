@@ -303,3 +303,39 @@ def test_reranked_job_stops_when_a_direction_fails(tmp_path):
     assert result.returncode == 1
     assert "train failed in a direction" in result.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["train-de-en.log", "train-en-de.log"]
+
+
+# The reported reranking of each direction's ensemble by the other's, as the README's commands run it.
+REPORTED_ENSEMBLE_RERANKING = {
+    ("en", "de"): "m30k-en-de-linear-ens2-rerank",
+    ("de", "en"): "m30k-de-en-linear-ens2-rerank",
+}
+
+
+def _readme_calls(script: str) -> list[list[str]]:
+    """The arguments of every ``python scripts/<script>.py`` command in the README's bash blocks."""
+    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
+    calls = [shlex.split(line, comments=True) for line in lines if f"python scripts/{script}.py" in line]
+    return [words[words.index(f"scripts/{script}.py") + 1 :] for words in calls]
+
+
+@pytest.mark.parametrize("direction", list(REPORTED_ENSEMBLE_RERANKING))
+def test_readme_reranks_the_ensemble_jobs_folders_as_the_reported_runs(direction):
+    source, target = direction
+    script = load_script("rerank_translation")
+    parser = HfArgumentParser((script.RerankArguments, script.DataArguments))
+    calls = [parser.parse_args_into_dataclasses(args=call) for call in _readme_calls("rerank_translation")]
+    (readme,) = [call for call in calls if (call[1].source_lang, call[1].target_lang) == direction]
+    # The ensemble job's folders (its default OUTPUT_DIR), the channel the other direction's.
+    default = re.search(r"output_dir=\$\{4:-(\S+)\}", ENSEMBLE_JOB.read_text()).group(1)
+    folder = default.replace("$source_lang", "{}").replace("$target_lang", "{}")
+    assert readme[0].model_dirs == [folder.format(source, target)]
+    assert readme[0].channel_model_dirs == [folder.format(target, source)]
+    # Beam search takes the ensemble's own length penalty, which the reported run was given by hand; all else equal.
+    assert readme[0].length_penalty is None
+    reported = parser.parse_args_into_dataclasses(
+        args=_reported_call(REPORTED_ENSEMBLE_RERANKING[direction], "rerank_translation")
+    )
+    ignored = {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "length_penalty"}
+    _assert_same_settings(readme, reported, ignored)
