@@ -11,7 +11,8 @@
 # SOURCE_LANG TARGET_LANG: en de or de en. DATA_DIR holds multi30k/ (default: $HF_TRANSFORMER_DATA, else ./data);
 # OUTPUT_DIR (default runs/m30k-SOURCE-TARGET-ensemble) gets tokenizer/, member-42/ and member-43/ (each a model
 # folder with its own scores) and the ensemble's results.json and test_predictions.txt. ENSEMBLE_SEEDS="42 43 44"
-# trains and scores three members (or any other seeds); no more members train at once than the machine has cores.
+# trains and scores three members (or any other seeds); SMALL_MEMBER=1 adds member-small/, the anchor's small model on
+# its GPU schedule (below); no more members train at once than the machine has cores.
 # Needs the package with its `train` extra; .venv is used unless another environment is active. About 2 hours on a
 # 2-core machine with AVX-512: each member takes one core for about 115-130 minutes in float32 (docs/results.md),
 # the scoring about 15 (a third member: 2 hours more; De->En, three seeds reranked: docs/results.md).
@@ -39,36 +40,62 @@ export OMP_NUM_THREADS=1
 hf-transformer-tokenizer --quiet train --corpus multi30k --data-dir "$data_dir" --model unigram --vocab-size 8000 \
     --model-max-length 128 --output "$output_dir/tokenizer"
 
-# Each member: the recipe of scripts/train_multi30k.sh (the paper's model at d_model 256, 3+3 layers, dropout 0.2,
-# 20 epochs of batch 64, the learning rate decaying linearly to zero, the mean of the last 8 epochs), one thread each,
-# as many at once as there are cores.
+# Each seed's member: the recipe of scripts/train_multi30k.sh (the paper's model at d_model 256, 3+3 layers, dropout
+# 0.2, 20 epochs of batch 64, the learning rate decaying linearly to zero, the mean of the last 8 epochs).
+seed_recipe=(--dropout 0.2 --attention_dropout 0.1 --num_train_epochs 20 --per_device_train_batch_size 64 \
+    --per_device_eval_batch_size 128 --learning_rate 1e-3 --warmup_steps 800 --lr_scheduler_type linear \
+    --eval_strategy steps --eval_steps 1816 --save_total_limit 8 --average_checkpoints 8 --logging_steps 100)
+# SMALL_MEMBER=1: one more member of another shape, the anchor's small model (d_model 128, 4+4 layers, feed-forward
+# 256, dropout 0.3 without attention dropout) on its GPU schedule (scripts/train_multi30k_reranked.sh): 512 sentences
+# a step, peak lr 5e-3 after 2,000 warm-up steps, decaying as 1/sqrt(step), 90 epochs, the mean of the last ten;
+# float32. About 8 minutes on one H100 GPU; on a CPU at one thread about 7 hours (docs/results.md).
+small_recipe=(--d_model 128 --num_layers 4 --num_heads 4 --intermediate_size 256 --dropout 0.3 \
+    --attention_dropout 0.0 --num_train_epochs 90 --per_device_train_batch_size 512 --per_device_eval_batch_size 256 \
+    --learning_rate 5e-3 --warmup_steps 2000 --eval_strategy steps --eval_steps 1900 --save_total_limit 10 \
+    --save_only_model true --average_checkpoints 10 --logging_steps 570 --dataloader_num_workers 4)
+
+# One member ($1: its name): the shared tokenizer, the array recipe, the array member_precision, the variable seed.
+train_member() {
+    python scripts/train_translation.py \
+        --output_dir "$output_dir/member-$1" --data_dir "$data_dir" \
+        --source_lang "$source_lang" --target_lang "$target_lang" --tokenizer "$output_dir/tokenizer" \
+        "${recipe[@]}" --train_sampling_strategy group_by_length --save_strategy epoch \
+        --num_beams 5 --length_penalty 1.0 1.4 1.8 --report_to none --seed "$seed" --disable_tqdm true \
+        "${member_precision[@]}" > "$output_dir/member-$1.log" 2>&1
+}
+
 seeds=(42 43)
 if [ -n "${ENSEMBLE_SEEDS:-}" ]; then
     read -r -a seeds <<< "$ENSEMBLE_SEEDS"
 fi
+members=("${seeds[@]}")
+if [ "${SMALL_MEMBER:-0}" = 1 ]; then
+    members=(small "${seeds[@]}")
+fi
+# One thread each, as many at once as there are cores.
 cores=$(nproc)
 member_dirs=()
 pids=()
-for seed in "${seeds[@]}"; do
+for member in "${members[@]}"; do
     if [ "${#pids[@]}" -ge "$cores" ]; then
         for pid in "${pids[@]}"; do
             wait "$pid"  # a member that fails stops the job here (set -e), its log says why
         done
         pids=()
     fi
-    python scripts/train_translation.py \
-        --output_dir "$output_dir/member-$seed" --data_dir "$data_dir" \
-        --source_lang "$source_lang" --target_lang "$target_lang" \
-        --tokenizer "$output_dir/tokenizer" --dropout 0.2 --attention_dropout 0.1 \
-        --num_train_epochs 20 --per_device_train_batch_size 64 --per_device_eval_batch_size 128 \
-        --learning_rate 1e-3 --warmup_steps 800 --lr_scheduler_type linear --train_sampling_strategy group_by_length \
-        --eval_strategy steps --eval_steps 1816 --save_strategy epoch --save_total_limit 8 --average_checkpoints 8 \
-        --num_beams 5 --length_penalty 1.0 1.4 1.8 \
-        --logging_steps 100 --report_to none --seed "$seed" --disable_tqdm true \
-        "${precision_args[@]}" > "$output_dir/member-$seed.log" 2>&1 &
+    if [ "$member" = small ]; then
+        recipe=("${small_recipe[@]}")
+        member_precision=()
+        seed=42
+    else
+        recipe=("${seed_recipe[@]}")
+        member_precision=("${precision_args[@]}")
+        seed=$member
+    fi
+    train_member "$member" &
     pids+=($!)
-    member_dirs+=("$output_dir/member-$seed")
-    echo "member $seed training (pid $!), its log: $output_dir/member-$seed.log"
+    member_dirs+=("$output_dir/member-$member")
+    echo "member $member training (pid $!), its log: $output_dir/member-$member.log"
 done
 for pid in "${pids[@]}"; do
     wait "$pid"

@@ -80,7 +80,10 @@ def test_multi30k_job_parses_as_the_recipe(precision):
 @pytest.mark.parametrize("job", [JOB, REPO / "scripts" / "train_multi30k_ensemble.sh"], ids=lambda path: path.stem)
 def test_multi30k_jobs_time_the_precision_of_the_model_they_train(job):
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en", "seed": "42"}
-    model, _, training = _parse(job_commands(job, variables, [])["train_translation"])
+    # The ensemble's seed members are the model timed (its small member trains in float32 whatever the probe says).
+    arrays = job_arrays(job)
+    member = {"recipe": arrays["seed_recipe"], "member_precision": []} if "seed_recipe" in arrays else {}
+    model, _, training = _parse(job_commands(job, {**variables, "1": "42"}, [], arrays=member)["train_translation"])
     probe = precision_probe(job)
     assert probe.task == "seq2seq"
     assert (probe.d_model, probe.num_layers, probe.num_heads) == (model.d_model, model.num_layers, model.num_heads)
@@ -143,10 +146,13 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
     source, target = direction
     (member_runs, ensemble_run) = REPORTED_ENSEMBLE[direction]
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
+    seed_recipe = job_arrays(ENSEMBLE_JOB)["seed_recipe"]
     for seed, reported_run in zip((42, 43), member_runs):
         reported = _parse(_reported_call(reported_run, "train_translation"))
         precision = _reported_precision(reported)
-        job = job_commands(ENSEMBLE_JOB, {**variables, "seed": str(seed)}, precision)
+        member_variables = {**variables, "seed": str(seed), "1": str(seed)}
+        arrays = {"recipe": seed_recipe, "member_precision": precision}
+        job = job_commands(ENSEMBLE_JOB, member_variables, precision, arrays=arrays)
         assert list(job) == ["train_translation", "evaluate_translation"]
         member = _parse(job["train_translation"])
         assert member[1].source_lang == reported[1].source_lang == source
@@ -156,8 +162,8 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
     # The ensemble's scoring is the reported ensemble's, over the members the job trained (their folders, filled in at
     # run time: test_ensemble_job_trains_its_members_before_it_scores_them_together).
     assert job_arrays(ENSEMBLE_JOB)["seeds"] == ["42", "43"]
-    member_dirs = {"member_dirs": ["OUT/member-42", "OUT/member-43"]}
-    job = job_commands(ENSEMBLE_JOB, {**variables, "seed": "42"}, precision, arrays=member_dirs)
+    arrays = {"member_dirs": ["OUT/member-42", "OUT/member-43"], "recipe": seed_recipe, "member_precision": precision}
+    job = job_commands(ENSEMBLE_JOB, {**variables, "seed": "42", "1": "42"}, precision, arrays=arrays)
     scoring = HfArgumentParser(_evaluation_parts())
     job_scoring = scoring.parse_args_into_dataclasses(args=job["evaluate_translation"])
     reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, "evaluate_translation"))
@@ -166,12 +172,52 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
         assert getattr(job_scoring[0], name) == getattr(reported_scoring[0], name), name
 
 
+# The runs docs/results.md reports for SMALL_MEMBER=1's member (trained on a GPU, beside the other direction's) and for
+# the ensembles of three seeds and that member.
+REPORTED_SMALL_MEMBER = {
+    ("en", "de"): ("m30k-en-de-anchor-gpu-shared", "m30k-en-de-linear-ens3-gpu"),
+    ("de", "en"): ("m30k-de-en-anchor-gpu-shared", "m30k-de-en-linear-ens3-gpu"),
+}
+
+
+@pytest.mark.parametrize("direction", list(REPORTED_SMALL_MEMBER))
+def test_ensemble_job_trains_the_reported_small_member(direction):
+    source, target = direction
+    member_run, ensemble_run = REPORTED_SMALL_MEMBER[direction]
+    variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
+    arrays = {"recipe": job_arrays(ENSEMBLE_JOB)["small_recipe"], "member_precision": []}
+    job = job_commands(ENSEMBLE_JOB, {**variables, "seed": "42", "1": "small"}, ["--bf16", "true"], arrays=arrays)
+    member = _parse(job["train_translation"])
+    reported = _parse(_reported_call(member_run, "train_translation"))
+    assert member[0].tokenizer == "OUT/tokenizer" and member[2].output_dir == "OUT/member-small"
+    assert (member[1].source_lang, member[1].target_lang) == direction
+    # float32 whatever the seeds' precision, as the reported member trained.
+    assert not member[2].bf16 and not reported[2].bf16
+    # The reported members were given the 100-epoch schedule and stopped by the GPU machine's time limit after
+    # epoch 90 (En->De) and 92 (De->En); the learning rate, decaying as 1/sqrt(step), does not depend on the
+    # number of epochs, so the job's 90 epochs are En->De's run and De->En's but for its last two.
+    assert member[2].num_train_epochs == 90 and reported[2].num_train_epochs == 100
+    assert member[2].lr_scheduler_type == reported[2].lr_scheduler_type == "inverse_sqrt"
+    _assert_same_settings(member, reported, PER_MEMBER | {"num_train_epochs"})
+    # The reported ensemble is the three seeds' members and this one.
+    scoring = HfArgumentParser(_evaluation_parts())
+    reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, "evaluate_translation"))
+    assert [Path(folder).name for folder in reported_scoring[0].model_dirs] == [
+        f"m30k-{source}-{target}-linear",
+        f"m30k-{source}-{target}-linear-s43",
+        f"m30k-{source}-{target}-linear-s44",
+        member_run,
+    ]
+
+
 def _evaluation_parts():
     script = load_script("evaluate_translation")
     return (script.EvaluationArguments, script.DataArguments)
 
 
-def _run_ensemble_job(tmp_path: Path, seeds: str | None) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _run_ensemble_job(
+    tmp_path: Path, seeds: str | None, small_member: bool = False
+) -> tuple[subprocess.CompletedProcess, list[str]]:
     """The ensemble job with stand-ins for python and the tokenizer CLI on PATH that log each call's start and end
     (a training lasts a moment; the seed FAIL fails): the job's result and the log's lines."""
     log = tmp_path / "calls.log"
@@ -190,8 +236,11 @@ def _run_ensemble_job(tmp_path: Path, seeds: str | None) -> tuple[subprocess.Com
         stand_in.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VIRTUAL_ENV": str(tmp_path)}
     env.pop("ENSEMBLE_SEEDS", None)
+    env.pop("SMALL_MEMBER", None)
     if seeds is not None:
         env["ENSEMBLE_SEEDS"] = seeds
+    if small_member:
+        env["SMALL_MEMBER"] = "1"
     result = subprocess.run(
         ["bash", str(ENSEMBLE_JOB), "de", "en", "DATA", str(tmp_path / "out")],
         capture_output=True,
@@ -206,15 +255,23 @@ def _seed_of(call: str) -> str:
     return call.split("--seed ")[1].split()[0]
 
 
-@pytest.mark.parametrize("seeds", [None, "42 43 44"])
-def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, tmp_path):
-    result, calls = _run_ensemble_job(tmp_path, seeds)
+def _member_of(call: str) -> str:
+    return call.split("--output_dir ")[1].split()[0].rsplit("member-", 1)[1]
+
+
+@pytest.mark.parametrize("seeds, small_member", [(None, False), ("42 43 44", False), ("42 43 44", True)])
+def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, small_member, tmp_path):
+    result, calls = _run_ensemble_job(tmp_path, seeds, small_member)
     assert result.returncode == 0, result.stderr
     expected_seeds = (seeds or "42 43").split()
+    expected_members = ["small", *expected_seeds] if small_member else expected_seeds
     trainings = [call for call in calls if "scripts/train_translation.py" in call]
-    assert sorted(_seed_of(call) for call in trainings if call.startswith("start")) == sorted(expected_seeds)
+    assert sorted(_member_of(call) for call in trainings if call.startswith("start")) == sorted(expected_members)
     for call in trainings:
-        assert f"--output_dir {tmp_path}/out/member-{_seed_of(call)} " in call
+        member = _member_of(call)
+        # Each seed's member trains with its seed and the seeds' recipe; the small member with the small one.
+        assert _seed_of(call) == ("42" if member == "small" else member)
+        assert ("--d_model 128 " in call) == (member == "small")
     # No more trainings at once than there are cores, and the scoring only after every one has ended.
     running, most = 0, 0
     for call in trainings:
@@ -223,7 +280,7 @@ def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, t
     assert most <= len(os.sched_getaffinity(0))
     (scoring,) = [call for call in calls if call.startswith("start scripts/evaluate_translation.py")]
     assert calls.index(scoring) > max(calls.index(call) for call in trainings)
-    members = " ".join(f"{tmp_path}/out/member-{seed}" for seed in expected_seeds)
+    members = " ".join(f"{tmp_path}/out/member-{member}" for member in expected_members)
     assert f"--model_dirs {members} --output_dir {tmp_path}/out " in scoring
 
 
@@ -305,10 +362,11 @@ def test_reranked_job_stops_when_a_direction_fails(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["train-de-en.log", "train-en-de.log"]
 
 
-# The reported reranking of each direction's ensemble by the other's, as the README's commands run it.
+# The reported rerankings of each direction's ensemble by the other's, as the README's commands run them: the ensemble
+# job's two seeds, and its three seeds with the small member.
 REPORTED_ENSEMBLE_RERANKING = {
-    ("en", "de"): "m30k-en-de-linear-ens2-rerank",
-    ("de", "en"): "m30k-de-en-linear-ens2-rerank",
+    ("en", "de"): ("m30k-en-de-linear-ens2-rerank", "m30k-en-de-linear-ens3-gpu-rerank"),
+    ("de", "en"): ("m30k-de-en-linear-ens2-rerank", "m30k-de-en-linear-ens3-gpu-rerank"),
 }
 
 
@@ -332,10 +390,10 @@ def test_readme_reranks_the_ensemble_jobs_folders_as_the_reported_runs(direction
     folder = default.replace("$source_lang", "{}").replace("$target_lang", "{}")
     assert readme[0].model_dirs == [folder.format(source, target)]
     assert readme[0].channel_model_dirs == [folder.format(target, source)]
-    # Beam search takes the ensemble's own length penalty, which the reported run was given by hand; all else equal.
+    # Beam search takes the ensemble's own length penalty (the two-seed run was given it by hand); all else equal.
     assert readme[0].length_penalty is None
-    reported = parser.parse_args_into_dataclasses(
-        args=_reported_call(REPORTED_ENSEMBLE_RERANKING[direction], "rerank_translation")
-    )
-    ignored = {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "length_penalty"}
-    _assert_same_settings(readme, reported, ignored)
+    for run in REPORTED_ENSEMBLE_RERANKING[direction]:
+        reported = parser.parse_args_into_dataclasses(args=_reported_call(run, "rerank_translation"))
+        ignored = {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "length_penalty"}
+        _assert_same_settings(readme, reported, ignored)
+        assert reported[0].length_penalty is None or run.endswith("ens2-rerank")
