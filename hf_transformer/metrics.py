@@ -16,7 +16,7 @@ import importlib.util
 from collections.abc import Sequence
 from functools import lru_cache
 
-__all__ = ["moses_lc_tok", "bleu", "bleu_lc_tok", "chrf", "require_scorers"]
+__all__ = ["moses_lc_tok", "bleu", "bleu_lc_tok", "chrf", "paired_bootstrap", "require_scorers"]
 
 # The optional packages the scores need; the `train` extra installs them.
 SCORERS = ("sacrebleu", "sacremoses")
@@ -86,3 +86,45 @@ def bleu_lc_tok(hypotheses: Sequence[str], tokenized_references: Sequence[str], 
     return sacrebleu.corpus_bleu(
         moses_lc_tok(hypotheses, lang), [list(tokenized_references)], tokenize="none", force=True
     ).score
+
+
+def paired_bootstrap(
+    systems: dict[str, Sequence[str]],
+    references: Sequence[str],
+    *,
+    lc_tok_lang: str | None = None,
+    samples: int = 1000,
+) -> list[dict]:
+    """Paired bootstrap resampling (Koehn, 2004) of corpus BLEU, as sacreBLEU's ``--paired-bs`` runs it.
+
+    ``systems`` maps a name to its detokenised output, line by line; the first is the baseline. The same ``samples``
+    resamplings of the sentences (sacreBLEU's fixed seed, ``SACREBLEU_SEED``) score every system, which gives each its
+    mean and 95% confidence interval, and each other system the p-value of its difference from the baseline (the
+    chance of a difference at least as large if the two systems were alike). With ``lc_tok_lang`` the outputs are
+    brought to the lc.norm.tok form first and ``references`` are the official tokenised ones (`bleu_lc_tok`); else
+    cased detokenised BLEU against the raw ``references`` (`bleu`).
+
+    Returns one record per system, baseline first: ``name``, ``score``, ``mean``, ``ci`` (the half-width of the 95%
+    interval) and ``p_value`` (None for the baseline).
+    """
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    if len(systems) < 2:
+        raise ValueError(f"paired_bootstrap compares a baseline with at least one system; got {len(systems)}")
+    for name, hypotheses in systems.items():
+        if len(hypotheses) != len(references):
+            raise ValueError(f"{name}: {len(hypotheses)} lines but {len(references)} references")
+    if lc_tok_lang is not None:
+        named = [(name, moses_lc_tok(hypotheses, lc_tok_lang)) for name, hypotheses in systems.items()]
+        metric = BLEU(tokenize="none", force=True)
+    else:
+        named = [(name, list(hypotheses)) for name, hypotheses in systems.items()]
+        metric = BLEU()
+    test = PairedTest(named, {"bleu": metric}, [list(references)], test_type="bs", n_samples=samples, n_jobs=1)
+    _, scores = test()
+    (key,) = [key for key in scores if key != "System"]
+    return [
+        {"name": name, "score": result.score, "mean": result.mean, "ci": result.ci, "p_value": result.p_value}
+        for name, result in zip(scores["System"], scores[key], strict=True)
+    ]

@@ -3,12 +3,14 @@ BLEU against Multi30k's official `lc.norm.tok` references."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from launch_utils import load_script, write_multi30k
 
 from hf_transformer.data import load_multi30k_tok_references
-from hf_transformer.metrics import bleu, bleu_lc_tok, moses_lc_tok
+from hf_transformer.metrics import bleu, bleu_lc_tok, moses_lc_tok, paired_bootstrap
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -56,3 +58,67 @@ def test_tokenised_references_are_read_one_per_newline(tmp_path):
     (folder / "test_2016_flickr.lc.norm.tok.de").write_text("ein hund\u2028läuft .\nzwei\x85 männer .\n", "utf-8")
     lines = load_multi30k_tok_references("test", "de", tmp_path, download=False)
     assert lines == ["ein hund\u2028läuft .", "zwei\x85 männer ."]
+
+
+def _bootstrap_systems(references: list[str]) -> dict[str, list[str]]:
+    """A baseline that drops each sentence's last word, the references themselves (clearly better), and the
+    baseline with one sentence mended (alike but for chance)."""
+    baseline = [" ".join(line.split()[:-1]) for line in references]
+    return {
+        "baseline": baseline,
+        "references": list(references),
+        "one sentence mended": [references[0], *baseline[1:]],
+    }
+
+
+def test_paired_bootstrap_scores_as_bleu_and_tells_a_real_difference_from_chance(tmp_path):
+    write_multi30k(tmp_path, {"test_2016_flickr": 300})
+    references = (tmp_path / "multi30k" / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+    systems = _bootstrap_systems(references)
+    for lc_tok in (False, True):
+        if lc_tok:  # cased differently from the references: lc-tok BLEU does not see it
+            systems = {name: [line.upper() for line in lines] for name, lines in systems.items()}
+            records = paired_bootstrap(systems, moses_lc_tok(references, "en"), lc_tok_lang="en", samples=300)
+            expected = [bleu_lc_tok(lines, moses_lc_tok(references, "en"), "en") for lines in systems.values()]
+        else:
+            records = paired_bootstrap(systems, references, samples=300)
+            expected = [bleu(lines, references) for lines in systems.values()]
+        assert [record["name"] for record in records] == list(systems)
+        assert [record["score"] for record in records] == pytest.approx(expected)
+        assert records[1]["score"] == pytest.approx(100.0)
+        baseline, better, alike = records
+        assert baseline["p_value"] is None and baseline["ci"] > 0
+        assert baseline["mean"] == pytest.approx(baseline["score"], abs=baseline["ci"])
+        assert better["p_value"] < 0.01 and alike["p_value"] > 0.05
+
+
+def test_paired_bootstrap_refuses_what_it_cannot_compare():
+    with pytest.raises(ValueError, match="references: 2 lines but 3 references"):
+        paired_bootstrap({"baseline": ["a", "b", "c"], "references": ["a", "b"]}, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="at least one system; got 1"):
+        paired_bootstrap({"baseline": ["a"]}, ["a"])
+
+
+def test_compare_translations_scores_output_files_both_ways(tmp_path):
+    script = load_script("compare_translations")
+    write_multi30k(tmp_path, {"train": 4, "val": 4, "test_2016_flickr": 200})
+    references = (tmp_path / "multi30k" / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "multi30k" / "tok").mkdir()
+    tok = tmp_path / "multi30k" / "tok" / "test_2016_flickr.lc.norm.tok.de"
+    tok.write_text("\n".join(moses_lc_tok(references, "de")) + "\n", encoding="utf-8")
+    files = []
+    for name, lines in _bootstrap_systems(references).items():
+        files.append(tmp_path / f"{name.replace(' ', '-')}.de")
+        files[-1].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out" / "compare.json"
+    arguments = [*map(str, files), "--data_dir", str(tmp_path), "--target_lang", "de", "--samples", "200"]
+    figures = script.main([*arguments, "--output", str(output)])
+    assert json.loads(output.read_text()) == figures
+    for metric in ("bleu", "bleu_lc_tok"):
+        assert [record["name"] for record in figures[metric]] == list(map(str, files))
+        assert figures[metric][1]["score"] == pytest.approx(100.0) and figures[metric][1]["p_value"] < 0.01
+    # An output of another length is named; nothing is written.
+    files[1].write_text("\n".join(references[:-1]) + "\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match=f"{files[1]}: 199 lines but 200 references"):
+        script.main([*arguments, "--output", str(tmp_path / "none.json")])
+    assert not (tmp_path / "none.json").exists()
