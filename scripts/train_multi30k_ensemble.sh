@@ -25,6 +25,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/multi30k_args.sh "$@"  # .venv, source_lang, target_lang, data_dir
 output_dir=${4:-runs/m30k-$source_lang-$target_lang-ensemble}
+case "${SMALL_MEMBER:-0}" in
+    0 | 1) ;;
+    *) echo "SMALL_MEMBER is 1 (add the small member) or 0, not '$SMALL_MEMBER'" >&2; exit 2 ;;
+esac
 mkdir -p "$output_dir"
 
 # Each member trains at one thread, beside the others.

@@ -219,13 +219,14 @@ def _run_ensemble_job(
     tmp_path: Path, seeds: str | None, small_member: bool = False
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
     """The ensemble job with stand-ins for python and the tokenizer CLI on PATH that log each call's start and end
-    (a training lasts a moment; the seed FAIL fails): the job's result and the log's lines."""
+    (the precision check answers "gpu"; a training lasts a moment; the seed FAIL fails): the job's result and the
+    log's lines."""
     log = tmp_path / "calls.log"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").write_text(
         "#!/bin/sh\n"
-        'case "$*" in *"-m hf_transformer.precision"*) echo cpu; exit 0;; esac\n'
+        'case "$*" in *"-m hf_transformer.precision"*) echo gpu; exit 0;; esac\n'
         f'echo "start $*" >> "{log}"\n'
         "sleep 0.5\n"
         f'echo "end $*" >> "{log}"\n'
@@ -272,6 +273,8 @@ def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, s
         # Each seed's member trains with its seed and the seeds' recipe; the small member with the small one.
         assert _seed_of(call) == ("42" if member == "small" else member)
         assert ("--d_model 128 " in call) == (member == "small")
+        # The machine's precision (bfloat16 on the stand-in's "GPU") for the seeds; the small member in float32.
+        assert ("--bf16 true" in call) == (member != "small")
     # No more trainings at once than there are cores, and the scoring only after every one has ended.
     running, most = 0, 0
     for call in trainings:
@@ -282,6 +285,20 @@ def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, s
     assert calls.index(scoring) > max(calls.index(call) for call in trainings)
     members = " ".join(f"{tmp_path}/out/member-{member}" for member in expected_members)
     assert f"--model_dirs {members} --output_dir {tmp_path}/out " in scoring
+
+
+def test_ensemble_job_refuses_a_small_member_setting_it_does_not_know(tmp_path):
+    env = {**os.environ, "SMALL_MEMBER": "yes", "VIRTUAL_ENV": str(tmp_path)}
+    result = subprocess.run(
+        ["bash", str(ENSEMBLE_JOB), "de", "en", "DATA", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert result.returncode == 2
+    assert "SMALL_MEMBER is 1 (add the small member) or 0, not 'yes'" in result.stderr
+    assert not (tmp_path / "out").exists()  # nothing was started
 
 
 def test_ensemble_job_stops_before_scoring_when_a_member_fails(tmp_path):
