@@ -25,6 +25,8 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
+from .export import refuse_replacing
+
 ADAPTER_CONFIG = "adapter_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -74,7 +76,7 @@ def merge_adapter(adapter_dir, output_dir) -> Path:
     """Writes the whole model of ``adapter_dir`` (adapters merged, tokenizer beside) to ``output_dir``, a folder
     every loader and exporter of this package reads; returns its path."""
     adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
-    _refuse_overwriting(adapter_dir, output_dir)
+    refuse_replacing(adapter_dir, output_dir, "adapter folder")
     model, tokenizer, _ = load_merged(adapter_dir)
     model.save_pretrained(output_dir)
     tokenizer.save_pretrained(output_dir)
@@ -86,11 +88,6 @@ def merged_model_folder(adapter_dir, output_dir) -> Iterator[Path]:
     """For an exporter writing to ``output_dir``: a temporary folder holding the merged model of ``adapter_dir``,
     removed on exit. Refuses an ``output_dir`` that would replace the adapter folder."""
     adapter_dir, output_dir = Path(adapter_dir), Path(output_dir)
-    _refuse_overwriting(adapter_dir, output_dir)
+    refuse_replacing(adapter_dir, output_dir, "adapter folder")
     with tempfile.TemporaryDirectory(prefix="merged-") as merged:
         yield merge_adapter(adapter_dir, Path(merged) / "model")
-
-
-def _refuse_overwriting(adapter_dir: Path, output_dir: Path) -> None:
-    if output_dir.resolve() == adapter_dir.resolve() or output_dir.resolve() in adapter_dir.resolve().parents:
-        raise ValueError(f"The output folder {output_dir} would replace the adapter folder {adapter_dir}.")

@@ -326,8 +326,10 @@ def test_an_existing_output_folder_needs_force(tmp_path, tokenizer):
         to_ctranslate2(folder, tmp_path / "out")
     assert to_ctranslate2(folder, tmp_path / "out", force=True) == tmp_path / "out"
     assert (tmp_path / "out" / "model.bin").is_file()
-    with pytest.raises(ValueError, match="replace the model folder"):
-        to_ctranslate2(folder, folder, force=True)
+    for output in (folder, tmp_path):  # the model folder itself, or a folder holding it
+        with pytest.raises(ValueError, match="replace the model folder"):
+            to_ctranslate2(folder, output, force=True)
+    assert (folder / "config.json").is_file()
 
 
 def test_command_line(tmp_path, tokenizer):

@@ -67,6 +67,7 @@ from ..adapters import is_adapter_folder, merged_model_folder
 from ..configuration_transformer import TransformerConfig
 from ..generation import new_tokens_within_position_table
 from ..input_checks import check_sequence_fits
+from . import refuse_replacing
 
 __all__ = ["to_ctranslate2", "CTranslate2Generator", "ctranslate2_generate", "check_convertible"]
 
@@ -340,8 +341,7 @@ def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force
     check_convertible(config)
     if output_dir.exists() and not force:
         raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
-    if output_dir.resolve() == model_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
-        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}.")
+    refuse_replacing(model_dir, output_dir, "model folder")
     if not (model_dir / "tokenizer_config.json").is_file() and not (model_dir / "tokenizer.json").is_file():
         raise FileNotFoundError(f"{model_dir} holds no tokenizer; save it with the model (tokenizer.save_pretrained).")
 

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
+from . import refuse_replacing
+
 __all__ = ["to_onnx", "quantize_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
 
 ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE = "encoder.onnx", "decoder.onnx", "classifier.onnx"
@@ -233,8 +235,7 @@ def to_onnx(
             return to_onnx(merged, output_dir, opset=opset, quantization=quantization, force=force)
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
-    if output_dir.resolve() == model_dir.resolve() or output_dir.resolve() in model_dir.resolve().parents:
-        raise ValueError(f"The output folder {output_dir} would replace the model folder {model_dir}.")
+    refuse_replacing(model_dir, output_dir, "model folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not force:
         raise FileExistsError(f"{output_dir} already holds files; pass force=True (--force) to write into it.")
     import torch
