@@ -70,22 +70,26 @@ def job_arrays(script: Path) -> dict[str, list[str]]:
     return {name: shlex.split(value) for name, value in re.findall(r"^(\w+)=\((.*)\)$", text, re.M)}
 
 
+def script_calls(shell_text: str) -> list[tuple[str, str]]:
+    """``(name, the rest of the line)`` for each ``python scripts/<name>.py ...`` line of shell text (a job script, a
+    README's bash block), in order, continuation lines joined."""
+    lines = shell_text.replace("\\\n", " ").splitlines()
+    matches = (re.match(r"\s*python scripts/(\w+)\.py (.*)", line) for line in lines)
+    return [(match.group(1), match.group(2)) for match in matches if match]
+
+
 def job_commands(
     script: Path, variables: dict[str, str], precision: list[str], arrays: dict[str, list[str]] | None = None
 ) -> dict[str, list[str]]:
     """``scripts/<name>.py`` -> its arguments in a bash job script, with the script's shell variables (``$name``) and
     arrays (``"${name[@]}"``) filled in, ``precision_args`` (scripts/precision_args.sh) and any array set inside a
     branch (``arrays``) given, and output redirections and a trailing ``&`` left out."""
-    text = script.read_text().replace("\\\n", " ")
     arrays = job_arrays(script) | (arrays or {})
     arrays["precision_args"] = precision
     commands = {}
-    for line in text.splitlines():
-        match = re.match(r"\s*python scripts/(\w+)\.py (.*)", line)
-        if not match:
-            continue
+    for name, rest in script_calls(script.read_text()):
         words = []
-        shell_words = iter(shlex.split(match.group(2), comments=True))
+        shell_words = iter(shlex.split(rest, comments=True))
         for word in shell_words:
             if word in (">", ">>", "2>", "&>"):  # a redirection and its file: the shell's, not the script's
                 next(shell_words, None)
@@ -97,7 +101,7 @@ def job_commands(
                 words += arrays[array.group(1)]
             else:
                 words.append(re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], word))
-        commands[match.group(1)] = words
+        commands[name] = words
     return commands
 
 

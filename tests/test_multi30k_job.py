@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_utils import job_arrays, job_commands, load_script, precision_choices, precision_probe
+from launch_utils import job_arrays, job_commands, load_script, precision_choices, precision_probe, script_calls
 from transformers import HfArgumentParser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -390,9 +390,7 @@ REPORTED_ENSEMBLE_RERANKING = {
 def _readme_calls(script: str) -> list[list[str]]:
     """The arguments of every ``python scripts/<script>.py`` command in the README's bash blocks."""
     blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    lines = "\n".join(blocks).replace("\\\n", " ").splitlines()
-    calls = [shlex.split(line, comments=True) for line in lines if f"python scripts/{script}.py" in line]
-    return [words[words.index(f"scripts/{script}.py") + 1 :] for words in calls]
+    return [shlex.split(rest, comments=True) for name, rest in script_calls("\n".join(blocks)) if name == script]
 
 
 @pytest.mark.parametrize("direction", list(REPORTED_ENSEMBLE_RERANKING))
