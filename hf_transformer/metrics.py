@@ -112,6 +112,8 @@ def paired_bootstrap(
 
     if len(systems) < 2:
         raise ValueError(f"paired_bootstrap compares a baseline with at least one system; got {len(systems)}")
+    if samples < 1:
+        raise ValueError(f"samples is the number of bootstrap resamplings, at least 1; got {samples}")
     for name, hypotheses in systems.items():
         if len(hypotheses) != len(references):
             raise ValueError(f"{name}: {len(hypotheses)} lines but {len(references)} references")

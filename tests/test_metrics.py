@@ -97,6 +97,8 @@ def test_paired_bootstrap_refuses_what_it_cannot_compare():
         paired_bootstrap({"baseline": ["a", "b", "c"], "references": ["a", "b"]}, ["a", "b", "c"])
     with pytest.raises(ValueError, match="at least one system; got 1"):
         paired_bootstrap({"baseline": ["a"]}, ["a"])
+    with pytest.raises(ValueError, match="at least 1; got 0"):
+        paired_bootstrap({"baseline": ["a"], "other": ["b"]}, ["a"], samples=0)
 
 
 def test_compare_translations_scores_output_files_both_ways(tmp_path):
