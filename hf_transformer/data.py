@@ -328,8 +328,13 @@ def load_multi30k_tok_references(
     if lang not in _LANGUAGE_NAMES:
         raise ValueError(f"Multi30k has 'en' and 'de', not {lang!r}")
     spec = MULTI30K_TOK_FILES[f"{MULTI30K_SPLITS[split]}.lc.norm.tok.{lang}"]
-    path = ensure_corpus_file(spec, data_dir, download=download)
-    text = path.read_text(encoding="utf-8")
+    return read_sentence_lines(ensure_corpus_file(spec, data_dir, download=download))
+
+
+def read_sentence_lines(path: str | os.PathLike) -> list[str]:
+    """A file of one sentence per line (a corpus side, a system's output), split at "\n" only, as the sentence files
+    are read: a U+2028 or other separator `str.splitlines` splits at stays inside its sentence."""
+    text = Path(path).read_text(encoding="utf-8")
     return text.removesuffix("\n").split("\n") if text else []
 
 
@@ -788,6 +793,7 @@ __all__ = [
     "load_nsmc",
     "load_multi30k",
     "load_multi30k_tok_references",
+    "read_sentence_lines",
     "load_parallel_text",
     "load_local_dataset",
     "first_rows",

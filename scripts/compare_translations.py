@@ -18,7 +18,13 @@ import json
 import sys
 from pathlib import Path
 
-from hf_transformer.data import load_multi30k, load_multi30k_tok_references
+from hf_transformer.data import (
+    MULTI30K_FILES,
+    MULTI30K_SPLITS,
+    ensure_corpus_file,
+    load_multi30k_tok_references,
+    read_sentence_lines,
+)
 from hf_transformer.metrics import paired_bootstrap, require_scorers
 
 SPLITS = ("test", "validation")
@@ -44,13 +50,9 @@ def compare(
     if len(set(outputs)) != len(outputs):
         raise ValueError(f"an output is given twice: {outputs}")
     require_scorers()
-    source_lang = "de" if target_lang == "en" else "en"
-    rows = load_multi30k(data_dir, source_lang=source_lang, target_lang=target_lang, download=False)[split]
-    references = [pair[target_lang] for pair in rows["translation"]]
-    systems = {}
-    for output in outputs:
-        text = Path(output).read_text(encoding="utf-8")
-        systems[output] = text.removesuffix("\n").split("\n") if text else []
+    reference_file = MULTI30K_FILES[f"{MULTI30K_SPLITS[split]}.{target_lang}"]
+    references = read_sentence_lines(ensure_corpus_file(reference_file, data_dir, download=False))
+    systems = {output: read_sentence_lines(output) for output in outputs}
     return {
         "bleu": paired_bootstrap(systems, references, samples=samples),
         "bleu_lc_tok": paired_bootstrap(

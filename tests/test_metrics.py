@@ -103,7 +103,7 @@ def test_paired_bootstrap_refuses_what_it_cannot_compare():
 
 def test_compare_translations_scores_output_files_both_ways(tmp_path):
     script = load_script("compare_translations")
-    write_multi30k(tmp_path, {"train": 4, "val": 4, "test_2016_flickr": 200})
+    write_multi30k(tmp_path, {"test_2016_flickr": 200})
     references = (tmp_path / "multi30k" / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
     (tmp_path / "multi30k" / "tok").mkdir()
     tok = tmp_path / "multi30k" / "tok" / "test_2016_flickr.lc.norm.tok.de"
