@@ -22,6 +22,19 @@ language-model term), |y| the candidate's length in target tokens, end token inc
     channel_scores = sequence_log_probs(channel, [y for _, y in pairs], [x for x, _ in pairs])
     best = rerank(nbest, forward_scores, channel_scores, channel_weight=0.2, length_exponent=0.75)
 
+Minimum Bayes risk (MBR) decoding over the same lists replaces the argmax: each candidate is compared with the
+others as if they were references (sentence BLEU), and the one with the highest expected BLEU under the n-best's
+posterior wins,
+
+    p(y_j) ∝ exp(β (log p(y_j | x) + λ log p(x | y_j))),     choice = argmax_i Σ_j p(y_j) BLEU(y_i, y_j)
+
+(Kumar and Byrne, 2004; over n-best lists, as in Eikema and Aziz, 2020, and Freitag et al., 2022). β flattens the
+posterior (β = 1 keeps the models' own); it is chosen on validation with λ. A candidate the others agree with wins
+over one that is likely but alone.
+
+    utilities = mbr_utilities(nbest)                       # sentence BLEU of every pair, once per split
+    best = rerank(nbest, forward_scores, channel_scores, channel_weight=0.2, mbr_scale=0.5, utilities=utilities)
+
 ``scripts/rerank_translation.py`` runs the whole of it on Multi30k: the weights chosen on validation, test scored
 once.
 """
@@ -37,7 +50,7 @@ import torch.nn.functional as F
 from .data import IGNORE_INDEX
 from .inference import SEQ2SEQ, Predictor
 
-__all__ = ["SequenceScores", "candidates", "sequence_log_probs", "rerank", "choose_weights"]
+__all__ = ["SequenceScores", "candidates", "sequence_log_probs", "mbr_utilities", "rerank", "choose_weights"]
 
 
 @dataclass
@@ -123,15 +136,38 @@ def sequence_log_probs(
     return SequenceScores(log_probs, lengths)
 
 
+def mbr_utilities(nbest: Sequence[Sequence[str]]) -> list[list[list[float]]]:
+    """For each source, ``utilities[i][j]``: sentence BLEU (sacreBLEU, effective n-gram order) of candidate i
+    against candidate j as the reference; a candidate against itself scores 100."""
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(effective_order=True)
+    return [
+        [
+            [
+                100.0 if i == j else metric.sentence_score(hypothesis, [reference]).score
+                for j, reference in enumerate(row)
+            ]
+            for i, hypothesis in enumerate(row)
+        ]
+        for row in nbest
+    ]
+
+
 def rerank(
     nbest: Sequence[Sequence[str]],
     forward: SequenceScores,
     channel: SequenceScores,
     *,
     channel_weight: float,
-    length_exponent: float = 1.0,
+    length_exponent: float | None = 1.0,
+    mbr_scale: float | None = None,
+    utilities: Sequence[Sequence[Sequence[float]]] | None = None,
 ) -> list[str]:
-    """Each source's best candidate by (log p(y|x) + channel_weight log p(x|y)) / |y| ** length_exponent.
+    """Each source's best candidate by (log p(y|x) + channel_weight log p(x|y)) / |y| ** length_exponent, or, with
+    ``mbr_scale`` (β), the candidate of highest expected BLEU against the others under the posterior
+    softmax(β (log p(y|x) + channel_weight log p(x|y))) (``utilities`` from :func:`mbr_utilities`; the length
+    exponent plays no part).
 
     ``forward`` and ``channel`` hold one score per candidate, the candidates of ``nbest`` flattened in order
     (``forward.lengths`` are the candidates' lengths in target tokens)."""
@@ -140,13 +176,23 @@ def rerank(
         raise ValueError(f"{total} candidates but {len(forward)} forward and {len(channel)} channel scores")
     if any(not row for row in nbest):
         raise ValueError("every source needs at least one candidate")
+    if mbr_scale is not None:
+        if utilities is None or [len(row) for row in utilities] != [len(row) for row in nbest]:
+            raise ValueError("MBR (mbr_scale) needs the n-best's utilities: mbr_utilities(nbest)")
+        if mbr_scale < 0:
+            raise ValueError(f"mbr_scale must be 0 or more, got {mbr_scale}")
+    elif length_exponent is None:
+        raise ValueError("ranking by score (no mbr_scale) needs a length_exponent")
     chosen, offset = [], 0
-    for row in nbest:
-        scores = [
-            (forward.log_probs[offset + j] + channel_weight * channel.log_probs[offset + j])
-            / max(forward.lengths[offset + j], 1) ** length_exponent
-            for j in range(len(row))
+    for index, row in enumerate(nbest):
+        joint = [
+            forward.log_probs[offset + j] + channel_weight * channel.log_probs[offset + j] for j in range(len(row))
         ]
+        if mbr_scale is None:
+            scores = [joint[j] / max(forward.lengths[offset + j], 1) ** length_exponent for j in range(len(row))]
+        else:
+            posterior = torch.softmax(mbr_scale * torch.tensor(joint, dtype=torch.float64), dim=0).tolist()
+            scores = [sum(p * u for p, u in zip(posterior, utilities[index][i])) for i in range(len(row))]
         chosen.append(row[max(range(len(row)), key=scores.__getitem__)])
         offset += len(row)
     return chosen
@@ -160,15 +206,22 @@ def choose_weights(
     *,
     channel_weights: Sequence[float],
     length_exponents: Sequence[float],
+    mbr_scales: Sequence[float] = (),
+    utilities: Sequence[Sequence[Sequence[float]]] | None = None,
 ) -> tuple[dict, dict]:
-    """The (channel_weight, length_exponent) of the grid whose reranked outputs ``score`` highest (BLEU on a
-    validation set), as ``{"channel_weight": ..., "length_exponent": ...}``, and every setting's score keyed
-    ``"weight/exponent"``. Ties go to the setting listed first."""
-    grid = {}
+    """The setting of the grid whose reranked outputs ``score`` highest (BLEU on a validation set), as
+    ``{"channel_weight": ..., "length_exponent": ..., "mbr_scale": ...}``, and every setting's score: keyed
+    ``"weight/exponent"`` for the argmax, ``"weight/mbr<scale>"`` for MBR with each of ``mbr_scales`` (which needs
+    ``utilities``; the chosen setting's ``length_exponent`` is then None). Ties go to the setting listed first."""
+    grid, settings = {}, {}
     for weight in channel_weights:
         for exponent in length_exponents:
-            outputs = rerank(nbest, forward, channel, channel_weight=weight, length_exponent=exponent)
-            grid[f"{weight:g}/{exponent:g}"] = score(outputs)
+            key = f"{weight:g}/{exponent:g}"
+            settings[key] = {"channel_weight": weight, "length_exponent": exponent, "mbr_scale": None}
+        for scale in mbr_scales:
+            key = f"{weight:g}/mbr{scale:g}"
+            settings[key] = {"channel_weight": weight, "length_exponent": None, "mbr_scale": scale}
+    for key, setting in settings.items():
+        grid[key] = score(rerank(nbest, forward, channel, **setting, utilities=utilities))
     best = max(grid, key=grid.__getitem__)
-    weight, exponent = (float(part) for part in best.split("/"))
-    return {"channel_weight": weight, "length_exponent": exponent}, grid
+    return settings[best], grid

@@ -15,9 +15,11 @@ scoring chose on validation:
         --channel_model_dirs runs/m30k-en-de-ensemble --output_dir runs/m30k-de-en-ensemble-reranked \
         --data_dir ../shared/data --source_lang de --target_lang en
 
-The output folder gets `results.json` (the reranked figures as `bleu` / `bleu_lc_tok`, beside those of the n-best's
-first candidates, which are beam search's own output, and every grid setting's validation score) and
-`test_predictions.txt`; `scripts/collect_results.py` reads it like a training run's folder.
+The output folder gets `candidates.json` (each split's n-best lists and both scores: `--candidates_from` that
+folder chooses again, with other grids, without decoding), `results.json` (the reranked figures as `bleu` /
+`bleu_lc_tok`, beside those of the n-best's first candidates, which are beam search's own output, and every grid
+setting's validation score) and `test_predictions.txt`; `scripts/collect_results.py` reads it like a training run's
+folder.
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from transformers import HfArgumentParser
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import Predictor
 from hf_transformer.metrics import bleu, bleu_lc_tok, require_scorers
-from hf_transformer.reranking import candidates, choose_weights, rerank, sequence_log_probs
+from hf_transformer.reranking import (
+    SequenceScores,
+    candidates,
+    choose_weights,
+    mbr_utilities,
+    rerank,
+    sequence_log_probs,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from train_translation import DataArguments, lc_tok_references, lowercases  # noqa: E402
@@ -66,6 +75,20 @@ class RerankArguments:
         default_factory=lambda: [0.25, 0.5, 0.75, 1.0, 1.25],
         metadata={"help": "exponents of the candidate length dividing the score, tried on validation"},
     )
+    mbr_scales: list[float] = field(
+        default_factory=list,
+        metadata={
+            "help": "also try minimum Bayes risk decoding over the n-best (expected sentence BLEU), its posterior "
+            "softmax(scale (log p(y|x) + weight log p(x|y))), with each of these scales and each channel weight"
+        },
+    )
+    candidates_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "a folder an earlier run of this script wrote: its candidates.json (n-best lists and both scores) "
+            "is reused instead of decoding again; its models, n-best size and length penalty must be these"
+        },
+    )
     batch_size: int = field(default=64, metadata={"help": "sentences per decoding and scoring batch"})
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, ..."})
 
@@ -96,6 +119,48 @@ def model_folders(folders: list[str]) -> tuple[list[str], float | None]:
         if length_penalty is None:
             length_penalty = scored.get("length_penalty")
     return members, length_penalty
+
+
+CANDIDATES_FILE = "candidates.json"
+
+
+def save_candidates(path: Path, settings: dict, scored: dict) -> None:
+    """Write each split's n-best lists and their forward and channel scores beside the decoding settings."""
+    splits = {
+        split: {
+            "nbest": nbest,
+            "forward": {"log_probs": forward.log_probs, "lengths": forward.lengths},
+            "channel": {"log_probs": channel.log_probs, "lengths": channel.lengths},
+        }
+        for split, (nbest, forward, channel) in scored.items()
+    }
+    path.write_text(json.dumps({**settings, "splits": splits}, ensure_ascii=False), encoding="utf-8")
+
+
+def load_candidates(path: Path, settings: dict, sources: dict[str, list[str]]) -> dict:
+    """The n-best lists and scores ``save_candidates`` wrote, refused when they were decoded with other settings
+    (models, n-best size, length penalty) or for other source sentences than ``sources``."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--candidates_from: no {CANDIDATES_FILE} in {path.parent}")
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    differing = [
+        f"{key} {saved.get(key)!r} there, {value!r} here" for key, value in settings.items() if saved.get(key) != value
+    ]
+    if differing:
+        raise ValueError(f"--candidates_from {path.parent} was decoded otherwise: " + "; ".join(differing))
+    scored = {}
+    for split, split_sources in sources.items():
+        found = saved["splits"].get(split)
+        if found is None or len(found["nbest"]) != len(split_sources):
+            raise ValueError(
+                f"--candidates_from {path.parent}: no n-best lists for the {len(split_sources)} {split} sentences"
+            )
+        scored[split] = (
+            found["nbest"],
+            SequenceScores(found["forward"]["log_probs"], found["forward"]["lengths"]),
+            SequenceScores(found["channel"]["log_probs"], found["channel"]["lengths"]),
+        )
+    return scored
 
 
 def load(folders: list[str], batch_size: int, device: str) -> Predictor:
@@ -130,16 +195,36 @@ def main(argv: list[str] | None = None) -> dict:
             found["bleu_lc_tok"] = bleu_lc_tok(hypotheses, tokenized_references[split], target_lang)
         return found
 
-    scored = {}
-    for split in ("validation", "test"):
-        sources = [pair[source_lang] for pair in splits[split]["translation"]]
-        logger.info("%s: %d-best lists of %d sentences", split, args.num_candidates, len(sources))
-        nbest = candidates(forward, sources, args.num_candidates, length_penalty=length_penalty, progress=True)
-        pairs = [(source, candidate) for source, row in zip(sources, nbest) for candidate in row]
-        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
-        logger.info("%s: scoring %d candidates both ways", split, len(pairs))
-        scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    decoding = {
+        "models": forward_dirs,
+        "channel_models": channel_dirs,
+        "num_candidates": args.num_candidates,
+        "length_penalty": length_penalty,
+    }
+    sources = {split: [pair[source_lang] for pair in splits[split]["translation"]] for split in ("validation", "test")}
+    if args.candidates_from is not None:
+        scored = load_candidates(Path(args.candidates_from) / CANDIDATES_FILE, decoding, sources)
+        logger.info("n-best lists and scores read from %s", args.candidates_from)
+    else:
+        scored = {}
+        for split, split_sources in sources.items():
+            logger.info("%s: %d-best lists of %d sentences", split, args.num_candidates, len(split_sources))
+            nbest = candidates(
+                forward, split_sources, args.num_candidates, length_penalty=length_penalty, progress=True
+            )
+            pairs = [(source, candidate) for source, row in zip(split_sources, nbest) for candidate in row]
+            xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+            logger.info("%s: scoring %d candidates both ways", split, len(pairs))
+            scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
+        save_candidates(output_dir / CANDIDATES_FILE, decoding, scored)
 
+    utilities = {}
+    if args.mbr_scales:
+        for split, (nbest, _, _) in scored.items():
+            logger.info("%s: sentence BLEU of every pair of candidates (MBR)", split)
+            utilities[split] = mbr_utilities(nbest)
     nbest, forward_scores, channel_scores = scored["validation"]
     chosen, grid = choose_weights(
         nbest,
@@ -148,6 +233,8 @@ def main(argv: list[str] | None = None) -> dict:
         lambda hypotheses: scores("validation", hypotheses)[selection],
         channel_weights=args.channel_weights,
         length_exponents=args.length_exponents,
+        mbr_scales=args.mbr_scales,
+        utilities=utilities.get("validation"),
     )
     logger.info("validation %s by channel weight / length exponent: %s; chosen %s", selection, grid, chosen)
     results: dict = {
@@ -156,10 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
         "split": "test2016",
         "source_lang": source_lang,
         "target_lang": target_lang,
-        "models": forward_dirs,
-        "channel_models": channel_dirs,
-        "num_candidates": args.num_candidates,
-        "length_penalty": length_penalty,
+        **decoding,
         **chosen,
         "selected_on": f"eval_{selection}",
         f"eval_{selection}_by_setting": grid,
@@ -167,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
     outputs = {}
     for split, prefix in (("validation", "eval"), ("test", "test")):
         nbest, forward_scores, channel_scores = scored[split]
-        outputs[split] = rerank(nbest, forward_scores, channel_scores, **chosen)
+        outputs[split] = rerank(nbest, forward_scores, channel_scores, **chosen, utilities=utilities.get(split))
         results |= {f"{prefix}_{name}": value for name, value in scores(split, outputs[split]).items()}
         beam = [row[0] for row in nbest]  # beam search's own best
         results |= {f"{prefix}_beam_{name}": value for name, value in scores(split, beam).items()}
@@ -182,8 +266,6 @@ def main(argv: list[str] | None = None) -> dict:
         "wall_seconds": round(time.time() - started, 1),
         "command": " ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
     }
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
     (output_dir / "test_predictions.txt").write_text("\n".join(outputs["test"]) + "\n", encoding="utf-8")
     logger.info(

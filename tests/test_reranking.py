@@ -14,7 +14,14 @@ from test_train_translation import TINY_MODEL, write_multi30k
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
 from hf_transformer.metrics import bleu
-from hf_transformer.reranking import SequenceScores, candidates, choose_weights, rerank, sequence_log_probs
+from hf_transformer.reranking import (
+    SequenceScores,
+    candidates,
+    choose_weights,
+    mbr_utilities,
+    rerank,
+    sequence_log_probs,
+)
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +111,59 @@ def test_choose_weights_takes_the_best_setting_of_the_grid():
     )  # fmt: skip
     # With weight 0.2, x scores -2.0 and y -2.2: only 0.5 (x -3.5, y -2.5) turns to y.
     assert grid == {"0/1": 0.0, "0.2/1": 0.0, "0.5/1": 1.0}
-    assert chosen == {"channel_weight": 0.5, "length_exponent": 1.0}
+    assert chosen == {"channel_weight": 0.5, "length_exponent": 1.0, "mbr_scale": None}
+    # MBR settings join the grid, one per channel weight and scale; they need the utilities.
+    utilities = [[[100.0, 0.0], [0.0, 100.0]]]
+    chosen, grid = choose_weights(
+        nbest, forward, channel, lambda outputs: 1.0 if outputs == ["y"] else 0.0,
+        channel_weights=[0.0], length_exponents=[1.0], mbr_scales=[1.0], utilities=utilities,
+    )  # fmt: skip
+    assert grid == {"0/1": 0.0, "0/mbr1": 0.0}  # x: the more likely, and each candidate agrees only with itself
+    assert chosen == {"channel_weight": 0.0, "length_exponent": 1.0, "mbr_scale": None}  # ties: the first listed
+    with pytest.raises(ValueError, match="needs the n-best's utilities"):
+        choose_weights(nbest, forward, channel, len, channel_weights=[0.0], length_exponents=[1.0], mbr_scales=[1.0])
+
+
+def test_mbr_utilities_are_sentence_bleu_of_each_pair():
+    from sacrebleu.metrics import BLEU
+
+    nbest = [["a man rides a horse .", "a man is riding a horse .", "two dogs play ."], ["one"]]
+    utilities = mbr_utilities(nbest)
+    assert [len(row) for row in utilities] == [3, 1] and all(len(u) == 3 for u in utilities[0])
+    assert [utilities[0][i][i] for i in range(3)] == [100.0] * 3 and utilities[1] == [[100.0]]
+    metric = BLEU(effective_order=True)
+    assert utilities[0][0][1] == metric.sentence_score(nbest[0][0], [nbest[0][1]]).score  # hypothesis 0, reference 1
+    assert utilities[0][1][0] != utilities[0][0][1]  # not symmetric: the brevity penalty sides with the reference
+    assert utilities[0][2][0] < 10  # unrelated sentences barely agree
+
+
+def test_mbr_prefers_the_candidate_the_others_agree_with():
+    nbest = [["a dog runs on the grass", "a dog runs on grass", "a dog is running on the grass", "cats sleep"]]
+    utilities = mbr_utilities(nbest)
+    # "cats sleep" is the most likely candidate by a small margin; the three that agree share the rest.
+    forward = SequenceScores([-1.0, -1.2, -1.3, -0.9], [6, 5, 7, 2])
+    channel = SequenceScores([-5.0] * 4, [4] * 4)
+    argmax = rerank(nbest, forward, channel, channel_weight=0.0, length_exponent=0.0)
+    assert argmax == ["cats sleep"]
+    assert rerank(nbest, forward, channel, channel_weight=0.0, mbr_scale=1.0, utilities=utilities) == [
+        "a dog runs on the grass"  # closest to both other dog sentences
+    ]
+    # A sharp posterior is the argmax again; a flat one (scale 0) is consensus alone.
+    assert rerank(nbest, forward, channel, channel_weight=0.0, mbr_scale=100.0, utilities=utilities) == argmax
+    assert rerank(nbest, forward, channel, channel_weight=0.0, mbr_scale=0.0, utilities=utilities) == [
+        "a dog runs on the grass"
+    ]
+    # The channel weight enters the posterior: a channel that rejects the outlier hard leaves it no weight.
+    channel_against = SequenceScores([-5.0, -5.0, -5.0, -50.0], [4] * 4)
+    for weight, expected in ((0.0, "cats sleep"), (1.0, "a dog runs on the grass")):
+        chosen = rerank(nbest, forward, channel_against, channel_weight=weight, mbr_scale=100.0, utilities=utilities)
+        assert chosen == [expected]
+    with pytest.raises(ValueError, match="mbr_scale must be 0 or more"):
+        rerank(nbest, forward, channel, channel_weight=0.0, mbr_scale=-1.0, utilities=utilities)
+    with pytest.raises(ValueError, match="needs the n-best's utilities"):
+        rerank(nbest, forward, channel, channel_weight=0.0, mbr_scale=1.0, utilities=utilities + utilities)
+    with pytest.raises(ValueError, match="needs a length_exponent"):
+        rerank(nbest, forward, channel, channel_weight=0.0, length_exponent=None)
 
 
 def _ensemble_folder(path, members: list[str], length_penalty: float):
@@ -144,7 +203,7 @@ def train_tiny(data_dir, output_dir, source: str, target: str, seed: int) -> dic
     )  # fmt: skip
 
 
-def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path):
+def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch):
     data_dir = tmp_path / "data"
     written = write_multi30k(data_dir, sizes=(("train", 1000), ("val", 30), ("test_2016_flickr", 40)))
     train_tiny(data_dir, tmp_path / "en-de", "en", "de", 2)
@@ -171,6 +230,34 @@ def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path)
     lines = (tmp_path / "reranked" / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
     references = [pair[1] for pair in written["test_2016_flickr"]]
     assert len(lines) == 40 and bleu(lines, references) == pytest.approx(results["test_bleu"])
+
+    # The n-best lists and their scores are kept: choosing again from them, MBR included, decodes nothing, and the
+    # settings both runs share score as before.
+    rerank_script = load_script("rerank_translation")
+
+    def choose_again(*options: str) -> dict:
+        return rerank_script.main(
+            [
+                "--model_dirs", str(tmp_path / "en-de"), "--channel_model_dirs", str(tmp_path / "de-en"),
+                "--output_dir", str(tmp_path / "again"), "--data_dir", str(data_dir), "--source_lang", "en",
+                "--target_lang", "de", "--channel_weights", "0", "1", "--length_exponents", "0.5", "1",
+                "--candidates_from", str(tmp_path / "reranked"), *options,
+            ]
+        )  # fmt: skip
+
+    def no_decoding(*args, **kwargs):
+        raise AssertionError("decoded again")
+
+    monkeypatch.setattr(rerank_script, "candidates", no_decoding)
+    again = choose_again("--num_candidates", "3", "--mbr_scales", "0.5", "1")
+    with pytest.raises(ValueError, match="num_candidates 3 there, 4 here"):
+        choose_again("--num_candidates", "4")
+    assert set(again["eval_bleu_by_setting"]) == set(grid) | {"0/mbr0.5", "0/mbr1", "1/mbr0.5", "1/mbr1"}
+    assert all(again["eval_bleu_by_setting"][key] == value for key, value in grid.items())
+    assert again["test_beam_bleu"] == results["test_beam_bleu"]
+    assert again["eval_bleu"] == max(again["eval_bleu_by_setting"].values())
+    if again["mbr_scale"] is not None:
+        assert again["length_exponent"] is None
 
     # Ensembles' folders (of one member each here) stand for their members; beam search takes the length penalty
     # the forward ensemble's scoring chose.
