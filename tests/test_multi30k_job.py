@@ -380,10 +380,11 @@ def test_reranked_job_stops_when_a_direction_fails(tmp_path):
 
 
 # The reported rerankings of each direction's ensemble by the other's, as the README's commands run them: the ensemble
-# job's two seeds, and its three seeds with the small member.
+# job's three seeds with the small member, 10-best lists, MBR in the grid (chosen from the kept lists of a run that
+# decoded them: --candidates_from, which the README's command does itself).
 REPORTED_ENSEMBLE_RERANKING = {
-    ("en", "de"): ("m30k-en-de-linear-ens2-rerank", "m30k-en-de-linear-ens3-gpu-rerank"),
-    ("de", "en"): ("m30k-de-en-linear-ens2-rerank", "m30k-de-en-linear-ens3-gpu-rerank"),
+    ("en", "de"): ("m30k-en-de-linear-ens3-gpu-rerank10-mbr",),
+    ("de", "en"): ("m30k-de-en-linear-ens3-gpu-rerank10-mbr",),
 }
 
 
@@ -405,10 +406,16 @@ def test_readme_reranks_the_ensemble_jobs_folders_as_the_reported_runs(direction
     folder = default.replace("$source_lang", "{}").replace("$target_lang", "{}")
     assert readme[0].model_dirs == [folder.format(source, target)]
     assert readme[0].channel_model_dirs == [folder.format(target, source)]
-    # Beam search takes the ensemble's own length penalty (the two-seed run was given it by hand); all else equal.
-    assert readme[0].length_penalty is None
+    # Beam search takes the ensemble's own length penalty; all else equal.
+    assert readme[0].length_penalty is None and readme[0].candidates_from is None
     for run in REPORTED_ENSEMBLE_RERANKING[direction]:
         reported = parser.parse_args_into_dataclasses(args=_reported_call(run, "rerank_translation"))
-        ignored = {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "length_penalty"}
+        ignored = {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "candidates_from"}
         _assert_same_settings(readme, reported, ignored)
-        assert reported[0].length_penalty is None or run.endswith("ens2-rerank")
+        decoded = Path(reported[0].candidates_from).name  # the run whose lists were chosen from, decoded alike
+        decoding = parser.parse_args_into_dataclasses(args=_reported_call(decoded, "rerank_translation"))
+        assert decoding[0].num_candidates == readme[0].num_candidates and decoding[0].length_penalty is None
+        assert (decoding[0].model_dirs, decoding[0].channel_model_dirs) == (
+            reported[0].model_dirs,
+            reported[0].channel_model_dirs,
+        )
