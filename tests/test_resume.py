@@ -109,3 +109,51 @@ def test_translation_resumes_after_sigkill(tmp_path):
 
     difference = assert_same_run(killed, uninterrupted)
     print(f"translation resume: max abs weight difference {difference:.3g}")
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_resumed_seq2seq_run_ties_its_tables_again_without_a_missing_keys_warning(tmp_path, shared):
+    # A checkpoint holds one copy of each tied table; Trainer's resume must tie the others again, and say nothing
+    # about them, while a key that really is missing is still reported.
+    import torch
+    from conftest import tiny_config
+    from safetensors.torch import save_file
+    from transformers import Trainer, TrainingArguments
+    from transformers.testing_utils import CaptureLogger
+    from transformers.utils import logging
+
+    from hf_transformer import TransformerForConditionalGeneration
+
+    torch.manual_seed(0)
+    model = TransformerForConditionalGeneration(tiny_config(share_embeddings=shared))
+    tied = {"lm_head.weight", "model.decoder.embeddings.embed_tokens.weight"} if shared else {"lm_head.weight"}
+    assert model._keys_to_ignore_on_save == tied
+    data = [{"input_ids": torch.randint(4, 40, (8,)), "labels": torch.randint(4, 40, (6,))} for _ in range(16)]
+
+    def trainer(steps: int) -> Trainer:
+        arguments = TrainingArguments(
+            output_dir=str(tmp_path), max_steps=steps, per_device_train_batch_size=8, save_steps=2, report_to="none",
+            use_cpu=True, disable_tqdm=True, logging_strategy="no",
+        )  # fmt: skip
+        return Trainer(model=model, args=arguments, train_dataset=data)
+
+    trainer(2).train()
+    checkpoint = tmp_path / "checkpoint-2"
+    saved = load_file(checkpoint / "model.safetensors")
+    assert not tied & set(saved)  # the copies are not written
+    model = TransformerForConditionalGeneration(tiny_config(share_embeddings=shared))  # fresh weights, then resumed
+    log = logging.get_logger("transformers.trainer")
+    with CaptureLogger(log) as captured:
+        trainer(3).train(resume_from_checkpoint=str(checkpoint))
+    assert "missing keys" not in captured.out
+    assert model.lm_head.weight is model.model.decoder.embeddings.embed_tokens.weight
+    assert (model.model.encoder.embeddings.embed_tokens.weight is model.lm_head.weight) == shared
+
+    # A checkpoint that lacks a weight of its own is still reported.
+    lost = sorted(key for key in saved if key.endswith(".bias"))[0]
+    del saved[lost]
+    save_file(saved, checkpoint / "model.safetensors", metadata={"format": "pt"})
+    model = TransformerForConditionalGeneration(tiny_config(share_embeddings=shared))
+    with CaptureLogger(log) as captured:
+        trainer(3).train(resume_from_checkpoint=str(checkpoint))
+    assert "missing keys" in captured.out and lost in captured.out
