@@ -124,10 +124,11 @@ def model_folders(folders: list[str]) -> tuple[list[str], float | None]:
 CANDIDATES_FILE = "candidates.json"
 
 
-def save_candidates(path: Path, settings: dict, scored: dict) -> None:
-    """Write each split's n-best lists and their forward and channel scores beside the decoding settings."""
+def save_candidates(path: Path, settings: dict, sources: dict[str, list[str]], scored: dict) -> None:
+    """Write each split's sources, n-best lists and their forward and channel scores beside the decoding settings."""
     splits = {
         split: {
+            "sources": sources[split],
             "nbest": nbest,
             "forward": {"log_probs": forward.log_probs, "lengths": forward.lengths},
             "channel": {"log_probs": channel.log_probs, "lengths": channel.lengths},
@@ -151,9 +152,10 @@ def load_candidates(path: Path, settings: dict, sources: dict[str, list[str]]) -
     scored = {}
     for split, split_sources in sources.items():
         found = saved["splits"].get(split)
-        if found is None or len(found["nbest"]) != len(split_sources):
+        if found is None or found["sources"] != split_sources or len(found["nbest"]) != len(split_sources):
             raise ValueError(
-                f"--candidates_from {path.parent}: no n-best lists for the {len(split_sources)} {split} sentences"
+                f"--candidates_from {path.parent}: its n-best lists are not those of these {len(split_sources)} "
+                f"{split} sentences"
             )
         scored[split] = (
             found["nbest"],
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
             xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
             logger.info("%s: scoring %d candidates both ways", split, len(pairs))
             scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
-        save_candidates(output_dir / CANDIDATES_FILE, decoding, scored)
+        save_candidates(output_dir / CANDIDATES_FILE, decoding, sources, scored)
 
     utilities = {}
     if args.mbr_scales:

@@ -252,6 +252,12 @@ def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path,
     again = choose_again("--num_candidates", "3", "--mbr_scales", "0.5", "1")
     with pytest.raises(ValueError, match="num_candidates 3 there, 4 here"):
         choose_again("--num_candidates", "4")
+    kept = tmp_path / "reranked" / "candidates.json"
+    saved_lists = json.loads(kept.read_text())
+    saved_lists["splits"]["test"]["sources"][0] = "another sentence"
+    kept.write_text(json.dumps(saved_lists))
+    with pytest.raises(ValueError, match="not those of these 40 test sentences"):
+        choose_again("--num_candidates", "3")
     assert set(again["eval_bleu_by_setting"]) == set(grid) | {"0/mbr0.5", "0/mbr1", "1/mbr0.5", "1/mbr1"}
     assert all(again["eval_bleu_by_setting"][key] == value for key, value in grid.items())
     assert again["test_beam_bleu"] == results["test_beam_bleu"]
