@@ -109,8 +109,7 @@ class CheckedLoadingMixin:
     (checked against transformers 5.23.0; ``tests/test_private_hooks.py`` pins each):
     ``from_pretrained`` (public, wrapped by :func:`checked_from_pretrained`), ``get_expanded_tied_weights_keys``,
     ``mark_tied_weights_as_initialized``, ``save_pretrained`` (public) with ``should_save_on_this_rank`` and
-    ``dynamic_module_utils.custom_object_save``; ``post_init`` (public) names the tied copies for ``Trainer``'s
-    resume (``tests/test_resume.py`` pins what it does there)."""
+    ``dynamic_module_utils.custom_object_save``."""
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -119,14 +118,6 @@ class CheckedLoadingMixin:
         return checked_from_pretrained(
             super().from_pretrained, cls, pretrained_model_name_or_path, *model_args, **kwargs
         )
-
-    def post_init(self) -> None:
-        super().post_init()
-        # A checkpoint holds one copy of each tied table (saving drops the others). Resuming, `Trainer` loads it with
-        # `load_state_dict(strict=False)` and, when the missing keys are exactly `_keys_to_ignore_on_save`, ties the
-        # weights again; any other missing key is reported as "missing keys in the checkpoint". The tied copies are
-        # named here, so that a resumed run ties them quietly and a real gap is still reported.
-        self._keys_to_ignore_on_save = set(self._keys_to_ignore_on_save or ()) | set(self.all_tied_weights_keys)
 
     def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
         # Tying here follows the config: `share_embeddings` ties the encoder and decoder tables even when
