@@ -20,7 +20,8 @@
 # (docs/results.md; an ensemble's folder stands for its members, at the length penalty its scoring chose):
 #   python scripts/rerank_translation.py --model_dirs runs/m30k-en-de-ensemble \
 #       --channel_model_dirs runs/m30k-de-en-ensemble --output_dir runs/m30k-en-de-ensemble-reranked \
-#       --data_dir DATA_DIR --source_lang en --target_lang de --num_candidates 10 --mbr_scales 0 0.25 0.5 1 2
+#       --data_dir DATA_DIR --source_lang en --target_lang de --num_candidates 20 --mbr_scales 0 0.25 0.5 1 2
+#   (De->En: --num_candidates 10; the README has both)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/multi30k_args.sh "$@"  # .venv, source_lang, target_lang, data_dir

@@ -380,10 +380,10 @@ def test_reranked_job_stops_when_a_direction_fails(tmp_path):
 
 
 # The reported rerankings of each direction's ensemble by the other's, as the README's commands run them: the ensemble
-# job's three seeds with the small member, 10-best lists, MBR in the grid (chosen from the kept lists of a run that
-# decoded them: --candidates_from, which the README's command does itself).
+# job's three seeds with the small member, 20-best (En->De) or 10-best lists, MBR in the grid (chosen from the kept
+# lists of a run that decoded them: --candidates_from, which the README's command does itself).
 REPORTED_ENSEMBLE_RERANKING = {
-    ("en", "de"): ("m30k-en-de-linear-ens3-gpu-rerank10-mbr",),
+    ("en", "de"): ("m30k-en-de-linear-ens3-gpu-rerank20-mbr",),
     ("de", "en"): ("m30k-de-en-linear-ens3-gpu-rerank10-mbr",),
 }
 
