@@ -222,11 +222,12 @@ def main(argv: list[str] | None = None) -> dict:
             scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
         save_candidates(output_dir / CANDIDATES_FILE, decoding, sources, scored)
 
-    utilities = {}
-    if args.mbr_scales:
-        for split, (nbest, _, _) in scored.items():
-            logger.info("%s: sentence BLEU of every pair of candidates (MBR)", split)
-            utilities[split] = mbr_utilities(nbest)
+    def pairwise_bleu(split: str) -> list:
+        logger.info("%s: sentence BLEU of every pair of candidates (MBR)", split)
+        return mbr_utilities(scored[split][0])
+
+    # The validation lists' utilities serve the choice; test's are computed only if MBR is chosen.
+    utilities = {"validation": pairwise_bleu("validation")} if args.mbr_scales else {}
     nbest, forward_scores, channel_scores = scored["validation"]
     chosen, grid = choose_weights(
         nbest,
@@ -253,6 +254,8 @@ def main(argv: list[str] | None = None) -> dict:
     outputs = {}
     for split, prefix in (("validation", "eval"), ("test", "test")):
         nbest, forward_scores, channel_scores = scored[split]
+        if chosen["mbr_scale"] is not None and split not in utilities:
+            utilities[split] = pairwise_bleu(split)
         outputs[split] = rerank(nbest, forward_scores, channel_scores, **chosen, utilities=utilities.get(split))
         results |= {f"{prefix}_{name}": value for name, value in scores(split, outputs[split]).items()}
         beam = [row[0] for row in nbest]  # beam search's own best
