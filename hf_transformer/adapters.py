@@ -25,18 +25,11 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from .export import refuse_replacing
+from .folders import ADAPTER_CONFIG, CLASSIFICATION, SEQ2SEQ, is_adapter_folder, refuse_replacing, task_of
 
-ADAPTER_CONFIG = "adapter_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 __all__ = ["is_adapter_folder", "load_merged", "merge_adapter", "merged_model_folder"]
-
-
-def is_adapter_folder(folder) -> bool:
-    """Whether ``folder`` holds a peft adapter rather than a whole model."""
-    folder = Path(folder)
-    return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
 
 
 def _adapter_settings(adapter_dir: Path) -> dict:
@@ -49,8 +42,6 @@ def _adapter_settings(adapter_dir: Path) -> dict:
 def load_merged(adapter_dir):
     """The model of ``adapter_dir`` with its adapters merged into the base weights (a plain model of this package,
     in eval mode), its tokenizer, and its task (``"seq2seq"`` or ``"classification"``)."""
-    from .inference import CLASSIFICATION, SEQ2SEQ, task_of
-
     adapter_dir = Path(adapter_dir)
     settings = _adapter_settings(adapter_dir)
     try:

@@ -1,27 +1,17 @@
-"""Data pipelines: NSMC, Multi30k and local CSV / TSV / JSON(L) files as `datasets`, tokenized and batched.
+"""Data pipelines: local CSV / TSV / JSON(L) files and line-aligned text files as `datasets`, tokenized and batched.
 
-Where the corpora live: the `data_dir` argument, else the environment variable `HF_TRANSFORMER_DATA`,
-else `./data`. The expected layout is `<data_dir>/nsmc/ratings_{train,test}.txt` and
-`<data_dir>/multi30k/{train,val,test_2016_flickr}.{en,de}`. A missing file is downloaded from its public
-source (pinned commit, sha256 checked) unless downloads are off (`download=False`, or `HF_DATASETS_OFFLINE`
-/ `HF_HUB_OFFLINE` set); then the error names the path and what belongs there.
-
-This module does not import the model code, so it works on its own.
+Classification data has `text` and `label` columns; translation data one `translation` column
+`{source_lang: ..., target_lang: ...}`, as transformers' translation examples read it. Rows with an empty text or
+side are dropped and counted in a log line, never silently. This module does not import the model code, so it
+works on its own.
 """
 
 from __future__ import annotations
 
 import copy
-import gzip
-import hashlib
 import logging
 import os
-import shutil
-import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,180 +23,14 @@ from torch.utils import data as torch_data
 
 logger = logging.getLogger(__name__)
 
-DATA_DIR_ENV = "HF_TRANSFORMER_DATA"
-DEFAULT_DATA_DIR = "data"
-NSMC_LABEL_NAMES = ("negative", "positive")
 IGNORE_INDEX = -100  # label id that the cross-entropy loss skips; label padding uses it
-_OFFLINE_ENV = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
-_NSMC_URL = "https://raw.githubusercontent.com/e9t/nsmc/cc0670e872d4ac27bfe36c87456783004b39ef6c/{name}"
-_MULTI30K_URL = (
-    "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/"
-    "data/task1/raw/{name}.gz"
-)
-_MULTI30K_TOK_URL = (
-    "https://raw.githubusercontent.com/multi30k/dataset/a3d2e0d26b56f3846f66a952536ffed4e401d05a/data/task1/tok/{name}"
-)
-
-
-class DataFileNotFoundError(FileNotFoundError):
-    """A corpus file is missing and could not be downloaded."""
-
-
-@dataclass(frozen=True)
-class CorpusFile:
-    """One file of a public corpus: where it goes under the data directory and where it comes from."""
-
-    relative_path: str
-    description: str
-    url: str
-    sha256: str
-    gzipped: bool = False
-
-
-NSMC_FILES: dict[str, CorpusFile] = {
-    "train": CorpusFile(
-        "nsmc/ratings_train.txt",
-        "NSMC training reviews (150,000 rows; tab-separated id, document, label; from github.com/e9t/nsmc)",
-        _NSMC_URL.format(name="ratings_train.txt"),
-        "e03b7d14e9e41be8d464a28057cd25d7396c53e67aa7fd5f7e552c59b0ee2940",
-    ),
-    "test": CorpusFile(
-        "nsmc/ratings_test.txt",
-        "NSMC test reviews (50,000 rows; tab-separated id, document, label; from github.com/e9t/nsmc)",
-        _NSMC_URL.format(name="ratings_test.txt"),
-        "8ac9f64052f11dbf6ae0acb5e038f03d90a76f0eda7820cfb3a92d02edfcebda",
-    ),
-}
-
-# Split name in the DatasetDict -> file stem in the Multi30k release.
-MULTI30K_SPLITS: dict[str, str] = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
-_MULTI30K_SHA256 = {
-    "train.en": "460a15fbd157e34a7a9957ee388c1ca247fe47af3ef25fb50442af6c274e0fc6",
-    "train.de": "2c2b73fd2b548fbcde3a875e0a78d6ee94d498bfdee6bd3eae3945779e9ddf72",
-    "val.en": "1f2a23d992769b5b3d209b0a10dd0b77c08cceb1f20dfb97ed0aafa49d107227",
-    "val.de": "660e09eb7e1da2f856ea13ee5ad3cf6d36b3d5b0b733c857e94c5747a3dfc660",
-    "test_2016_flickr.en": "399a4382932c1aadd3ceb9bef1008d388a64c76d4ae4e9d4728c6f4301cac182",
-    "test_2016_flickr.de": "4be6b5b3236b79c25475c6bb829800a7ce559e9ba7a1f6c2394fe4d40be46d16",
-}
-_LANGUAGE_NAMES = {"en": "English", "de": "German"}
-MULTI30K_FILES: dict[str, CorpusFile] = {
-    name: CorpusFile(
-        f"multi30k/{name}",
-        f"Multi30k task 1 raw {_LANGUAGE_NAMES[name.rsplit('.', 1)[1]]} sentences, one per line, "
-        "line-aligned with the other language (from github.com/multi30k/dataset, data/task1/raw)",
-        _MULTI30K_URL.format(name=name),
-        sha256,
-        gzipped=True,
-    )
-    for name, sha256 in _MULTI30K_SHA256.items()
-}
-# The official lowercased, punctuation-normalised, Moses-tokenised references most Multi30k papers score
-# against (hf_transformer.metrics.bleu_lc_tok), for the validation and test2016 splits.
-_MULTI30K_TOK_SHA256 = {
-    "val.lc.norm.tok.en": "46573ce391ae227f1c72f873392436a20ef18e0a6d518098cfbd70b77c8572ec",
-    "val.lc.norm.tok.de": "97232bd273eceb7207f689527386a97e4be2616b18ada47576bdaf96c8ae1f00",
-    "test_2016_flickr.lc.norm.tok.en": "5b7f32627cf99eced828311b955dae9800bb52bc8b91cf8b6526829e605b29d2",
-    "test_2016_flickr.lc.norm.tok.de": "c6a33d39d48f9f510de147651316cd9d918e09ad0219df734a2f16b6baccacc4",
-}
-MULTI30K_TOK_FILES: dict[str, CorpusFile] = {
-    name: CorpusFile(
-        f"multi30k/tok/{name}",
-        f"Multi30k task 1 {_LANGUAGE_NAMES[name.rsplit('.', 1)[1]]} references, lowercased, normalised and "
-        "Moses-tokenised, one per line (from github.com/multi30k/dataset, data/task1/tok)",
-        _MULTI30K_TOK_URL.format(name=name),
-        sha256,
-    )
-    for name, sha256 in _MULTI30K_TOK_SHA256.items()
-}
-
-
-# --------------------------------------------------------------------------------------------------
-# Locating and fetching files
-
-
-def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The data directory: the argument, else `$HF_TRANSFORMER_DATA`, else `./data`."""
-    if data_dir is not None:
-        return Path(data_dir)
-    return Path(os.environ.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR)
-
-
-def downloads_allowed(download: bool | None = None) -> bool:
-    """`download` when given; otherwise yes unless `HF_DATASETS_OFFLINE` or `HF_HUB_OFFLINE` is set."""
-    if download is not None:
-        return download
-    return not any(os.environ.get(name, "").upper() in {"1", "ON", "YES", "TRUE"} for name in _OFFLINE_ENV)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def download_file(
-    url: str,
-    destination: str | os.PathLike,
-    *,
-    sha256: str | None = None,
-    gzipped: bool = False,
-    timeout: float = 60.0,
-) -> Path:
-    """Fetch `url` to `destination` (gunzipped when `gzipped`), checking the sha256 of the result.
-
-    The file appears only when complete and verified, so an interrupted download leaves nothing behind.
-    """
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, partial_name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
-    partial = Path(partial_name)
-    try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            source = gzip.GzipFile(fileobj=response) if gzipped else response
-            shutil.copyfileobj(source, out)
-        if sha256 is not None:
-            actual = _sha256(partial)
-            if actual != sha256:
-                raise ValueError(f"{url} gave a file with sha256 {actual}, expected {sha256}")
-        partial.replace(destination)
-    finally:
-        partial.unlink(missing_ok=True)
-    return destination
-
-
-def ensure_corpus_file(
-    spec: CorpusFile, data_dir: str | os.PathLike | None = None, *, download: bool | None = None
-) -> Path:
-    """The path of a corpus file, downloading it first when it is missing and downloads are allowed."""
-    root = resolve_data_dir(data_dir)
-    path = root / spec.relative_path
-    if path.is_file():
-        return path
-    if downloads_allowed(download):
-        logger.warning("%s is missing; downloading it from %s", path, spec.url)
-        try:
-            return download_file(spec.url, path, sha256=spec.sha256, gzipped=spec.gzipped)
-        except (OSError, ValueError, EOFError, urllib.error.URLError) as error:
-            reason = f"downloading it from {spec.url} failed: {error}"
-    else:
-        reason = "downloads are off (download=False, or HF_DATASETS_OFFLINE / HF_HUB_OFFLINE is set)"
-    gz_note = " (the source file is gzipped: gunzip it)" if spec.gzipped else ""
-    raise DataFileNotFoundError(
-        f"{path} not found, and {reason}.\n"
-        f"It should hold: {spec.description}.\n"
-        f"Get it from {spec.url}{gz_note} and put it at {path}, or point the data directory elsewhere "
-        f"(the data_dir / --data-dir argument or the {DATA_DIR_ENV} environment variable; "
-        f"now {root.resolve()})."
-    )
 
 
 # --------------------------------------------------------------------------------------------------
 # Loading
 
 
-def _drop_rows(dataset: Dataset, keep: Callable[[dict[str, list]], list[bool]], what: str, where: str) -> Dataset:
+def drop_rows(dataset: Dataset, keep: Callable[[dict[str, list]], list[bool]], what: str, where: str) -> Dataset:
     """Filter rows and say how many went: data is never dropped silently."""
     before = len(dataset)
     kept = dataset.filter(keep, batched=True, desc=f"dropping {what}")
@@ -216,7 +40,9 @@ def _drop_rows(dataset: Dataset, keep: Callable[[dict[str, list]], list[bool]], 
     return kept
 
 
-def _has_text(*columns: str) -> Callable[[dict[str, list]], list[bool]]:
+def has_text(*columns: str) -> Callable[[dict[str, list]], list[bool]]:
+    """A `drop_rows` test keeping the rows whose `columns` all hold some non-blank text."""
+
     def keep(batch: dict[str, list]) -> list[bool]:
         return [
             all(value is not None and str(value).strip() for value in values)
@@ -224,111 +50,6 @@ def _has_text(*columns: str) -> Callable[[dict[str, list]], list[bool]]:
         ]
 
     return keep
-
-
-def _undo_second_csv_quoting(text: str) -> str:
-    """NSMC wrote every document that has a `"` through two rounds of CSV quoting; the reader undoes one.
-
-    What is left is `"..."` with every inner quote doubled; that is decoded once more. (Decoded this way
-    the longest document is 142 characters, within Naver's limit; read raw it would be 158.)
-    """
-    inner = text[1:-1]
-    if len(text) >= 2 and text[0] == '"' and text[-1] == '"' and '"' not in inner.replace('""', ""):
-        return inner.replace('""', '"')
-    return text
-
-
-def load_nsmc(
-    data_dir: str | os.PathLike | None = None,
-    *,
-    validation_size: float | int = 0.1,
-    seed: int = 42,
-    download: bool | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> DatasetDict:
-    """NSMC as a `DatasetDict` with `train`, `validation` and `test` splits; columns `id`, `text`, `label`.
-
-    `label` is a `ClassLabel` (0 negative, 1 positive). CSV quoting is decoded, rows with an empty
-    document are dropped and counted in a log line. `validation` is carved out of the training file
-    (fixed `seed`), so the test file is never used for model selection.
-    """
-    paths = {split: str(ensure_corpus_file(spec, data_dir, download=download)) for split, spec in NSMC_FILES.items()}
-    # keep_default_na=False: a review reading "NA" or "null" is text, not a missing value.
-    raw = datasets.load_dataset(
-        "csv",
-        data_files=paths,
-        delimiter="\t",
-        keep_default_na=False,
-        cache_dir=cache_dir,
-        features=Features({"id": Value("string"), "document": Value("string"), "label": Value("int64")}),
-    )
-    features = Features(
-        {"id": Value("string"), "text": Value("string"), "label": ClassLabel(names=list(NSMC_LABEL_NAMES))}
-    )
-
-    def decode(batch: dict[str, list]) -> dict[str, list]:
-        return {
-            "id": batch["id"],
-            "text": [_undo_second_csv_quoting(text) for text in batch["document"]],
-            "label": batch["label"],
-        }
-
-    splits = {}
-    for split, dataset in raw.items():
-        dataset = _drop_rows(dataset, _has_text("document"), "an empty document", Path(paths[split]).name)
-        # Every column is returned and rewritten: columns carried over from a filtered table would be
-        # cast one row at a time by datasets, several times slower.
-        splits[split] = dataset.map(
-            decode,
-            batched=True,
-            remove_columns=dataset.column_names,
-            features=features,
-            desc="decoding quotes",
-        )
-    carved = splits["train"].train_test_split(test_size=validation_size, seed=seed)
-    return DatasetDict(train=carved["train"], validation=carved["test"], test=splits["test"])
-
-
-def load_multi30k(
-    data_dir: str | os.PathLike | None = None,
-    *,
-    source_lang: str = "en",
-    target_lang: str = "de",
-    download: bool | None = None,
-    cache_dir: str | os.PathLike | None = None,
-) -> DatasetDict:
-    """Multi30k task 1 (raw text) as `train` / `validation` / `test` (test_2016_flickr) splits.
-
-    Each row has a `translation` column `{source_lang: ..., target_lang: ...}`. Lines are paired by
-    position; sides of different lengths are an error naming both files and counts.
-    """
-    languages = {source_lang, target_lang}
-    if len(languages) != 2 or not languages <= set(_LANGUAGE_NAMES):
-        raise ValueError(f"Multi30k has 'en' and 'de'; got source_lang={source_lang!r}, target_lang={target_lang!r}")
-    paths = {
-        lang: {
-            split: str(ensure_corpus_file(MULTI30K_FILES[f"{stem}.{lang}"], data_dir, download=download))
-            for split, stem in MULTI30K_SPLITS.items()
-        }
-        for lang in (source_lang, target_lang)
-    }
-    return _pair_line_files(paths[source_lang], paths[target_lang], source_lang, target_lang, cache_dir=cache_dir)
-
-
-def load_multi30k_tok_references(
-    split: str, lang: str, data_dir: str | os.PathLike | None = None, *, download: bool | None = None
-) -> list[str]:
-    """The official lowercased, normalised, Moses-tokenised reference lines of a Multi30k split.
-
-    `split` is `validation` or `test` (test_2016_flickr); the lines are in the split's order, one per "\n" (as the
-    sentence files are read: a U+2028 or other separator `str.splitlines` splits at stays inside its sentence).
-    """
-    if split not in ("validation", "test"):
-        raise ValueError(f"Multi30k has tokenised references for 'validation' and 'test', not {split!r}")
-    if lang not in _LANGUAGE_NAMES:
-        raise ValueError(f"Multi30k has 'en' and 'de', not {lang!r}")
-    spec = MULTI30K_TOK_FILES[f"{MULTI30K_SPLITS[split]}.lc.norm.tok.{lang}"]
-    return read_sentence_lines(ensure_corpus_file(spec, data_dir, download=download))
 
 
 def read_sentence_lines(path: str | os.PathLike) -> list[str]:
@@ -395,7 +116,7 @@ def _pair_line_files(
         both = datasets.concatenate_datasets(
             [source.rename_column("text", "source"), target.rename_column("text", "target")], axis=1
         )
-        both = _drop_rows(both, _has_text("source", "target"), "an empty side", f"{split} ({source_paths[split]})")
+        both = drop_rows(both, has_text("source", "target"), "an empty side", f"{split} ({source_paths[split]})")
         paired[split] = both.map(
             to_translation,
             batched=True,
@@ -476,7 +197,7 @@ def load_local_dataset(
     result = {}
     for split, dataset in raw.items():
         where = f"{split} ({', '.join(files[split])})"
-        dataset = _drop_rows(dataset, _has_text(*wanted), "an empty or missing value", where)
+        dataset = drop_rows(dataset, has_text(*wanted), "an empty or missing value", where)
         if classification:
             dataset = dataset.select_columns(wanted).rename_columns(
                 {old: new for old, new in zip(wanted, ["text", "label"]) if old != new}
@@ -563,7 +284,7 @@ def tokenize_classification(
         encoded = tokenizer(batch[text_column], truncation=True, max_length=max_length)
         if has_label:
             # Passed through rather than kept: datasets casts a kept column of a filtered or split
-            # dataset one row at a time, which made tokenizing NSMC 3x slower.
+            # dataset one row at a time, which made tokenizing a 150,000-row dataset 3x slower.
             encoded[label_column] = batch[label_column]
         return encoded
 
@@ -780,19 +501,9 @@ def length_grouped_dataloader(
 
 
 __all__ = [
-    "DATA_DIR_ENV",
-    "DataFileNotFoundError",
-    "CorpusFile",
-    "NSMC_FILES",
-    "MULTI30K_FILES",
-    "MULTI30K_TOK_FILES",
-    "resolve_data_dir",
-    "downloads_allowed",
-    "download_file",
-    "ensure_corpus_file",
-    "load_nsmc",
-    "load_multi30k",
-    "load_multi30k_tok_references",
+    "IGNORE_INDEX",
+    "drop_rows",
+    "has_text",
     "read_sentence_lines",
     "load_parallel_text",
     "load_local_dataset",

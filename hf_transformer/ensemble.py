@@ -2,7 +2,7 @@
 
     from hf_transformer.ensemble import TransformerEnsemble
 
-    ensemble, tokenizer = TransformerEnsemble.from_folders(["runs/m30k-en-de-v7", "runs/m30k-en-de-v7s43"])
+    ensemble, tokenizer = TransformerEnsemble.from_folders(["runs/en-de-seed42", "runs/en-de-seed43"])
     batch = tokenizer(["A man is riding a bicycle."], return_tensors="pt", padding=True)
     ensemble.generate(**batch, num_beams=5)
 

@@ -2,9 +2,9 @@
 
     from hf_transformer import Predictor
 
-    translator = Predictor.from_pretrained("runs/m30k-en-de", num_beams=5)
+    translator = Predictor.from_pretrained("runs/en-de", num_beams=5)
     translator.translate(["A man is riding a bicycle."])            # -> ["Ein Mann fährt Fahrrad."]
-    classifier = Predictor.from_pretrained("runs/nsmc")
+    classifier = Predictor.from_pretrained("runs/reviews")
     classifier(["정말 재미있는 영화였어요"])                              # -> [{"label": "positive", ...}]
     translator.predict_file("sentences.txt", "translations.txt")    # batched by length, with a progress bar
 
@@ -45,29 +45,12 @@ from transformers import (
     Pipeline,
 )
 
-from .adapters import is_adapter_folder, load_merged
+from .adapters import load_merged
+from .folders import CLASSIFICATION, SEQ2SEQ, is_adapter_folder, looks_like_a_path, task_of
 
-CLASSIFICATION, SEQ2SEQ = "classification", "seq2seq"
 PIPELINE_TASK = "hf-transformer-translation"
 
 __all__ = ["Predictor", "TranslationPipeline", "task_of", "input_length_limit", "check_device", "PIPELINE_TASK"]
-
-
-def task_of(config) -> str:
-    """`classification` or `seq2seq`, from `config.architectures` (an encoder-decoder config without one is seq2seq)."""
-    names = config.architectures or []
-    if any(name.endswith("ForSequenceClassification") for name in names):
-        return CLASSIFICATION
-    if any(name.endswith(("ForConditionalGeneration", "ForSeq2SeqLM")) for name in names) or getattr(
-        config, "is_encoder_decoder", False
-    ):
-        return SEQ2SEQ
-    raise ValueError(f"cannot tell a classifier from a translator: config.architectures is {names}")
-
-
-def looks_like_a_path(name: str) -> bool:
-    """A Hub id is `name` or `owner/name`; anything else (`./runs/x`, `runs/a/b`, `~/x`) can only be a folder."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or "\\" in name
 
 
 def check_device(device, engine: str = "torch") -> None:

@@ -21,16 +21,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from hf_transformer.inference import (  # noqa: F401  (task_of and Predictor: also this script's API)
-    CLASSIFICATION,
-    SEQ2SEQ,
-    Predictor,
-    check_device,
-    format_result,
-    looks_like_a_path,
-    read_lines,
-    task_of,
-)
+from hf_transformer.folders import CLASSIFICATION, SEQ2SEQ, looks_like_a_path, task_of
+from hf_transformer.inference import Predictor, check_device, format_result, read_lines
 
 
 def positive_int(text: str) -> int:

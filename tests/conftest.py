@@ -1,16 +1,11 @@
-import os
+"""Fixtures and helpers of the library's tests (the recipes' tests import them too: `from conftest import ...`).
+The environment every test runs under (offline, no hub) is set by the repository root's conftest.py."""
 
-# Nothing is fetched from a hub during the tests: every model and dataset is built here.
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("WANDB_DISABLED", "true")
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-
-import hf_transformer  # noqa: E402, F401  (registers the Auto classes)
-from hf_transformer import TransformerConfig  # noqa: E402
+import hf_transformer  # noqa: F401  (registers the Auto classes)
+from hf_transformer import TransformerConfig
 
 # The test models are tiny: one thread is fastest, and it cannot be starved by another busy process.
 torch.set_num_threads(1)

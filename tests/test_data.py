@@ -1,31 +1,18 @@
-"""`hf_transformer.data`: locating and fetching corpora, loading NSMC / Multi30k / local files,
-tokenizing, collating and length-grouped batching."""
+"""`hf_transformer.data`: loading local files and parallel text, tokenizing, collating and length-grouped batching."""
 
-import gzip
-import hashlib
-import io
 import json
 import logging
-import os
-import urllib.error
 from pathlib import Path
 
 import pytest
 import torch
 
-from hf_transformer import data
 from hf_transformer.data import (
-    DATA_DIR_ENV,
-    DataFileNotFoundError,
     SubwordSampledTranslation,
     classification_collator,
-    ensure_corpus_file,
     length_grouped_dataloader,
     load_local_dataset,
-    load_multi30k,
-    load_nsmc,
     load_parallel_text,
-    resolve_data_dir,
     resolve_max_length,
     seq2seq_collator,
     tokenize_classification,
@@ -33,176 +20,56 @@ from hf_transformer.data import (
 )
 from hf_transformer.tokenization import train_tokenizer
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+# Reviews as a tab-separated file: a quoted document, an empty one, one of spaces, "NA" (text, not a missing value).
+REVIEW_ROWS = [
+    "아 더빙.. 진짜 짜증나네요 목소리\t0",
+    "흠...포스터보고 초딩영화줄....오버연기조차 가볍지 않구나\t1",
+    "영화 끝나갈때쯤에 멍하다가 다보고나면 한마디 나올거임 ㅈ같다. 정말 길고 긴 리뷰의 끝\t0",
+    "\t1",
+    "NA\t1",
+    "너무재밓었다그래서보는것을추천한다\t0",
+    "   \t0",
+] + [f"재미있는 영화 {i}번째 리뷰\t{i % 2}" for i in range(33)]
 
-# The real corpora: $HF_TRANSFORMER_DATA, else ../shared/data beside the repository.
-REAL_DATA_DIR = Path(os.environ.get(DATA_DIR_ENV) or Path(__file__).resolve().parents[2] / "shared" / "data")
-
-NSMC_HEADER = "id\tdocument\tlabel\n"
-# Rows written the way the real files are: a document with a quote went through two rounds of CSV quoting.
-NSMC_TRAIN_ROWS = [
-    "1\t아 더빙.. 진짜 짜증나네요 목소리\t0",
-    "2\t흠...포스터보고 초딩영화줄....오버연기조차 가볍지 않구나\t1",
-    '3\t"""영화 끝나갈때쯤에 멍하다가 다보고나면 한마디 나올거임 """"ㅈ같다."""""""\t0',
-    "4\t\t1",  # empty document
-    "5\tNA\t1",  # a review that reads "NA" is text, not a missing value
-    "6\t너무재밓었다그래서보는것을추천한다\t0",
-    "7\t   \t0",  # only spaces: as empty as it gets
-] + [f"{100 + i}\t재미있는 영화 {i}번째 리뷰\t{i % 2}" for i in range(33)]
-NSMC_TEST_ROWS = ["900\t굳 ㅋ\t1", "901\t\t0", "902\t별로였다\t0"]
-
-
-def write_nsmc(root: Path) -> Path:
-    (root / "nsmc").mkdir(parents=True, exist_ok=True)
-    (root / "nsmc" / "ratings_train.txt").write_text(NSMC_HEADER + "\n".join(NSMC_TRAIN_ROWS) + "\n", "utf-8")
-    (root / "nsmc" / "ratings_test.txt").write_text(NSMC_HEADER + "\n".join(NSMC_TEST_ROWS) + "\n", "utf-8")
-    return root
-
-
-MULTI30K = {
+# Line-aligned sentence pairs; a tab inside a German sentence stays text.
+PAIRS = {
     "train": (
         ["Two dogs play.", "A man runs.", "A girl in a red coat.", "People walk in the rain."],
         ["Zwei Hunde spielen.", "Ein Mann \tläuft.", "Ein Mädchen in einem roten Mantel.", "Leute gehen."],
     ),
-    "val": (["A cat sleeps."], ["Eine Katze schläft."]),
-    "test_2016_flickr": (["A boy jumps.", "Two women talk."], ["Ein Junge springt.", "Zwei Frauen reden."]),
+    "validation": (["A cat sleeps."], ["Eine Katze schläft."]),
+    "test": (["A boy jumps.", "Two women talk."], ["Ein Junge springt.", "Zwei Frauen reden."]),
 }
 
 
-def write_multi30k(root: Path) -> Path:
-    (root / "multi30k").mkdir(parents=True, exist_ok=True)
-    for stem, (english, german) in MULTI30K.items():
-        (root / "multi30k" / f"{stem}.en").write_text("\n".join(english) + "\n", "utf-8")
-        (root / "multi30k" / f"{stem}.de").write_text("\n".join(german) + "\n", "utf-8")
-    return root
+def load_reviews(tmp_path: Path):
+    """REVIEW_ROWS as a classification dataset (train: all of them, validation: the last ten)."""
+    (tmp_path / "reviews.tsv").write_text("text\tlabel\n" + "\n".join(REVIEW_ROWS) + "\n", "utf-8")
+    (tmp_path / "held_out.tsv").write_text("text\tlabel\n" + "\n".join(REVIEW_ROWS[-10:]) + "\n", "utf-8")
+    files = {"train": tmp_path / "reviews.tsv", "validation": tmp_path / "held_out.tsv"}
+    return load_local_dataset(files, text_column="text", label_column="label", cache_dir=tmp_path / "cache")
+
+
+def load_pairs(tmp_path: Path):
+    """PAIRS as a translation dataset, English -> German."""
+    files = {}
+    for split, (english, german) in PAIRS.items():
+        for lang, lines in (("en", english), ("de", german)):
+            files.setdefault(lang, {})[split] = tmp_path / f"{split}.{lang}"
+            files[lang][split].write_text("\n".join(lines) + "\n", "utf-8")
+    return load_parallel_text(files["en"], files["de"], "en", "de", cache_dir=tmp_path / "cache")
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    texts = [row.split("\t")[1] for row in NSMC_TRAIN_ROWS] + [
-        sentence for english, german in MULTI30K.values() for sentence in english + german
+    texts = [row.split("\t")[0] for row in REVIEW_ROWS] + [
+        sentence for english, german in PAIRS.values() for sentence in english + german
     ]
     return train_tokenizer(texts * 10, vocab_size=200, model_max_length=64, show_progress=False)
 
 
 # --------------------------------------------------------------------------------------------------
-# Where the data lives
-
-
-def test_data_dir_comes_from_argument_then_environment_then_default(monkeypatch, tmp_path):
-    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "from-env"))
-    assert resolve_data_dir(tmp_path / "given") == tmp_path / "given"
-    assert resolve_data_dir() == tmp_path / "from-env"
-    monkeypatch.delenv(DATA_DIR_ENV)
-    assert resolve_data_dir() == Path("data")
-
-
-def test_missing_corpus_offline_names_path_and_contents(tmp_path):
-    with pytest.raises(DataFileNotFoundError) as caught:
-        load_nsmc(tmp_path, download=False)
-    message = str(caught.value)
-    assert str(tmp_path / "nsmc" / "ratings_train.txt") in message
-    assert "tab-separated id, document, label" in message
-    assert "github.com/e9t/nsmc" in message and DATA_DIR_ENV in message
-    assert not (tmp_path / "nsmc" / "ratings_train.txt").exists()
-
-
-def test_offline_environment_turns_downloads_off(monkeypatch, tmp_path):
-    def must_not_download(*args, **kwargs):
-        raise AssertionError("downloaded while HF_DATASETS_OFFLINE is set")
-
-    monkeypatch.setattr(data.urllib.request, "urlopen", must_not_download)
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    with pytest.raises(DataFileNotFoundError, match="downloads are off"):
-        load_multi30k(tmp_path)
-
-
-def test_failed_download_says_why_and_where_the_file_goes(monkeypatch, tmp_path):
-    def no_network(url, timeout):
-        raise urllib.error.URLError("no route to host")
-
-    monkeypatch.setattr(data.urllib.request, "urlopen", no_network)
-    with pytest.raises(DataFileNotFoundError) as caught:
-        load_multi30k(tmp_path, download=True)
-    message = str(caught.value)
-    assert "no route to host" in message
-    assert str(tmp_path / "multi30k" / "train.en") in message and "gunzip" in message
-    assert list((tmp_path / "multi30k").iterdir()) == []  # no partial file left behind
-
-
-def test_download_gunzips_and_checks_the_sha256(monkeypatch, tmp_path):
-    content = b"A man runs.\nTwo dogs play.\n"
-    spec = data.CorpusFile(
-        "multi30k/x.en",
-        "test lines",
-        "https://example.invalid/x.en.gz",
-        hashlib.sha256(content).hexdigest(),
-        gzipped=True,
-    )
-    monkeypatch.setattr(data.urllib.request, "urlopen", lambda url, timeout: io.BytesIO(gzip.compress(content)))
-    path = ensure_corpus_file(spec, tmp_path, download=True)
-    assert path.read_bytes() == content
-
-    corrupted = data.CorpusFile(spec.relative_path.replace("x", "y"), "test lines", spec.url, "0" * 64, True)
-    with pytest.raises(DataFileNotFoundError, match="sha256"):
-        ensure_corpus_file(corrupted, tmp_path, download=True)
-    assert not (tmp_path / "multi30k" / "y.en").exists()
-
-
-# --------------------------------------------------------------------------------------------------
-# NSMC
-
-
-def test_nsmc_decodes_quotes_drops_and_counts_empty_rows(tmp_path, caplog):
-    root = write_nsmc(tmp_path / "data")
-    with caplog.at_level(logging.WARNING, logger="hf_transformer.data"):
-        nsmc = load_nsmc(root, validation_size=0.25, cache_dir=tmp_path / "cache")
-    assert "ratings_train.txt: dropped 2 of 40 rows with an empty document" in caplog.text
-    assert "ratings_test.txt: dropped 1 of 3 rows with an empty document" in caplog.text
-
-    assert set(nsmc) == {"train", "validation", "test"}
-    assert (len(nsmc["train"]), len(nsmc["validation"]), len(nsmc["test"])) == (28, 10, 2)
-    everything = {row["id"]: row for split in ("train", "validation") for row in nsmc[split]}
-    assert len(everything) == 38  # the two parts do not overlap
-    assert everything["3"]["text"] == '영화 끝나갈때쯤에 멍하다가 다보고나면 한마디 나올거임 "ㅈ같다."'
-    assert everything["5"]["text"] == "NA"
-    assert "4" not in everything and "7" not in everything
-    assert nsmc["train"].features["label"].names == ["negative", "positive"]
-    assert [row["id"] for row in nsmc["test"]] == ["900", "902"]
-
-
-def test_nsmc_validation_split_is_fixed_by_the_seed(tmp_path):
-    root = write_nsmc(tmp_path / "data")
-    first = load_nsmc(root, validation_size=0.25, seed=7, cache_dir=tmp_path / "cache")
-    again = load_nsmc(root, validation_size=0.25, seed=7, cache_dir=tmp_path / "cache")
-    other = load_nsmc(root, validation_size=0.25, seed=8, cache_dir=tmp_path / "cache")
-    assert first["validation"]["id"][:] == again["validation"]["id"][:]
-    assert sorted(first["validation"]["id"][:]) != sorted(other["validation"]["id"][:])
-
-
-# --------------------------------------------------------------------------------------------------
-# Multi30k and parallel text
-
-
-def test_multi30k_pairs_lines_and_keeps_a_tab_inside_a_sentence(tmp_path):
-    root = write_multi30k(tmp_path / "data")
-    multi30k = load_multi30k(root, cache_dir=tmp_path / "cache")
-    assert {split: len(rows) for split, rows in multi30k.items()} == {"train": 4, "validation": 1, "test": 2}
-    assert multi30k["train"][1]["translation"] == {"en": "A man runs.", "de": "Ein Mann \tläuft."}
-    assert multi30k["test"][1]["translation"] == {"en": "Two women talk.", "de": "Zwei Frauen reden."}
-    reverse = load_multi30k(root, source_lang="de", target_lang="en", cache_dir=tmp_path / "cache")
-    assert reverse["validation"][0]["translation"] == {"de": "Eine Katze schläft.", "en": "A cat sleeps."}
-
-
-def test_multi30k_sides_of_different_length_are_an_error(tmp_path):
-    root = write_multi30k(tmp_path / "data")
-    with (root / "multi30k" / "val.de").open("a", encoding="utf-8") as extra:
-        extra.write("Noch ein Satz.\n")
-    with pytest.raises(ValueError) as caught:
-        load_multi30k(root, cache_dir=tmp_path / "cache")
-    message = str(caught.value)
-    assert "val.en has 1 lines" in message and "val.de has 2" in message
+# Parallel text
 
 
 def test_parallel_text_files(tmp_path):
@@ -269,10 +136,10 @@ def test_local_file_errors_name_the_problem(tmp_path):
 
 
 def test_classification_pipeline_pads_each_batch_to_its_longest_row(tokenizer, tmp_path):
-    nsmc = load_nsmc(write_nsmc(tmp_path / "data"), validation_size=0.25, cache_dir=tmp_path / "cache")
-    tokenized = tokenize_classification(nsmc, tokenizer, max_length=12)
+    reviews = load_reviews(tmp_path)
+    tokenized = tokenize_classification(reviews, tokenizer, max_length=12)
     assert sorted(tokenized["train"].column_names) == ["attention_mask", "input_ids", "label"]
-    assert tokenized["train"].features["label"] == nsmc["train"].features["label"]
+    assert tokenized["train"].features["label"] == reviews["train"].features["label"]
     lengths = [len(ids) for ids in tokenized["train"]["input_ids"]]
     assert max(lengths) == 12  # the long review is truncated ...
     assert all(ids[-1] == tokenizer.eos_token_id for ids in tokenized["train"]["input_ids"])  # ... keeping [EOS]
@@ -291,12 +158,12 @@ def test_classification_pipeline_pads_each_batch_to_its_longest_row(tokenizer, t
 
 
 def test_translation_pipeline_pads_labels_with_minus_100(tokenizer, tmp_path):
-    multi30k = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")
-    german = [pair["de"] for pair in multi30k["train"]["translation"]]
+    pairs = load_pairs(tmp_path)
+    german = [pair["de"] for pair in pairs["train"]["translation"]]
     full_lengths = [len(tokenizer(text_target=text)["input_ids"]) for text in german]
     limit = max(full_lengths) - 1  # only the longest target is cut
     tokenized = tokenize_translation(
-        multi30k, tokenizer, source_lang="en", target_lang="de", max_source_length=16, max_target_length=limit
+        pairs, tokenizer, source_lang="en", target_lang="de", max_source_length=16, max_target_length=limit
     )
     assert sorted(tokenized["train"].column_names) == ["attention_mask", "input_ids", "labels"]
     rows = [tokenized["train"][i] for i in range(4)]
@@ -318,13 +185,13 @@ def test_translation_pipeline_pads_labels_with_minus_100(tokenizer, tmp_path):
 
 @pytest.fixture(scope="module")
 def bpe_tokenizer():
-    texts = [sentence for english, german in MULTI30K.values() for sentence in english + german]
+    texts = [sentence for english, german in PAIRS.values() for sentence in english + german]
     return train_tokenizer(texts * 10, vocab_size=150, model_type="bpe", model_max_length=64, show_progress=False)
 
 
 def test_subword_dropout_samples_new_segmentations_of_the_same_text(bpe_tokenizer, tmp_path):
-    multi30k = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")
-    train = multi30k["train"]
+    pairs = load_pairs(tmp_path)
+    train = pairs["train"]
     fixed = tokenize_translation(train, bpe_tokenizer, source_lang="en", target_lang="de")
     sampled = SubwordSampledTranslation(train, bpe_tokenizer, source_lang="en", target_lang="de", dropout=0.5)
     assert len(sampled) == len(fixed)
@@ -350,9 +217,9 @@ def test_subword_dropout_samples_new_segmentations_of_the_same_text(bpe_tokenize
 
 
 def test_subword_dropout_truncates_like_the_fixed_tokenization(bpe_tokenizer, tmp_path):
-    multi30k = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")
+    pairs = load_pairs(tmp_path)
     sampled = SubwordSampledTranslation(
-        multi30k["train"],
+        pairs["train"],
         bpe_tokenizer,
         source_lang="de",
         target_lang="en",
@@ -367,7 +234,7 @@ def test_subword_dropout_truncates_like_the_fixed_tokenization(bpe_tokenizer, tm
 
 
 def test_subword_dropout_refuses_what_it_cannot_do(tokenizer, bpe_tokenizer, tmp_path):
-    train = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")["train"]
+    train = load_pairs(tmp_path)["train"]
     with pytest.raises(ValueError, match="needs a fast BPE tokenizer.*Unigram"):
         SubwordSampledTranslation(train, tokenizer, source_lang="en", target_lang="de", dropout=0.1)
     with pytest.raises(ValueError, match="needs a fast BPE tokenizer.*a slow object"):
@@ -382,8 +249,8 @@ def test_subword_dropout_refuses_what_it_cannot_do(tokenizer, bpe_tokenizer, tmp
 def test_seq2seq_collator_with_the_model_builds_decoder_inputs(tokenizer, tmp_path):
     from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 
-    multi30k = load_multi30k(write_multi30k(tmp_path / "data"), cache_dir=tmp_path / "cache")
-    tokenized = tokenize_translation(multi30k["train"], tokenizer, source_lang="en", target_lang="de")
+    pairs = load_pairs(tmp_path)
+    tokenized = tokenize_translation(pairs["train"], tokenizer, source_lang="en", target_lang="de")
     config = TransformerConfig(
         vocab_size=len(tokenizer),
         d_model=16,
@@ -437,36 +304,6 @@ def test_length_grouped_batches_hold_similar_lengths(tokenizer):
     assert padding_share(ordered) == 0.0  # 100 rows of each of 9 lengths: sorted batches need no padding
     every_label = sorted(label for batch in grouped for label in batch["labels"].tolist())
     assert every_label == sorted(i % 2 for i in range(900))
-
-
-# --------------------------------------------------------------------------------------------------
-# The real corpora
-
-
-@pytest.mark.skipif(
-    not (REAL_DATA_DIR / "nsmc" / "ratings_train.txt").is_file(),
-    reason=f"no real corpora in {REAL_DATA_DIR} (set {DATA_DIR_ENV} to a folder with nsmc/ and multi30k/)",
-)
-def test_real_nsmc_and_multi30k(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="hf_transformer.data"):
-        nsmc = load_nsmc(REAL_DATA_DIR, download=False, cache_dir=tmp_path)
-    # The README's counts: 150,000 / 50,000 rows, of which 5 / 3 have an empty document.
-    assert "dropped 5 of 150000 rows" in caplog.text and "dropped 3 of 50000 rows" in caplog.text
-    assert len(nsmc["train"]) + len(nsmc["validation"]) == 149_995
-    assert len(nsmc["validation"]) == 15_000 and len(nsmc["test"]) == 49_997
-    documents = nsmc["train"]["text"][:] + nsmc["validation"]["text"][:]
-    # Quotes decoded twice: no review is longer than Naver's limit allows (142 characters in this file).
-    assert max(map(len, documents)) == 142
-    assert sum('"' in text for text in documents) == 623
-
-    multi30k = load_multi30k(REAL_DATA_DIR, download=False, cache_dir=tmp_path)
-    assert {split: len(rows) for split, rows in multi30k.items()} == {
-        "train": 29_000,
-        "validation": 1_014,
-        "test": 1_000,
-    }
-    line_7366 = multi30k["train"][7365]["translation"]["de"]
-    assert line_7366.startswith('"Zwei männliche') and "\t" in line_7366
 
 
 def test_first_rows_cuts_only_the_splits_given():

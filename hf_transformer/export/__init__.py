@@ -8,17 +8,7 @@ Both need the `export` extra (`pip install -e ".[export]"`); the engines are imp
 
 from __future__ import annotations
 
-from pathlib import Path
-
 __all__ = ["to_onnx", "quantize_onnx", "to_ctranslate2"]
-
-
-def refuse_replacing(source_dir, output_dir, what: str) -> None:
-    """Raises before an export writes ``output_dir`` over what it reads: ``source_dir`` itself or a folder holding it
-    (``what`` names the source in the message: "model folder", "adapter folder")."""
-    source, output = Path(source_dir).resolve(), Path(output_dir).resolve()
-    if output == source or output in source.parents:
-        raise ValueError(f"The output folder {output_dir} would replace the {what} {source_dir}.")
 
 
 def to_onnx(model_dir, output_dir, **kwargs):

@@ -63,11 +63,11 @@ from pathlib import Path
 
 import torch
 
-from ..adapters import is_adapter_folder, merged_model_folder
+from ..adapters import merged_model_folder
 from ..configuration_transformer import TransformerConfig
+from ..folders import is_adapter_folder, refuse_replacing
 from ..generation import new_tokens_within_position_table
 from ..input_checks import check_sequence_fits
-from . import refuse_replacing
 
 __all__ = ["to_ctranslate2", "CTranslate2Generator", "ctranslate2_generate", "check_convertible"]
 

@@ -1,10 +1,9 @@
 """Command line: train a tokenizer, import a SentencePiece model, or show how text is split.
 
 hf-transformer-tokenizer train corpus.txt more.txt --vocab-size 8000 --output tokenizers/my-vocab
-hf-transformer-tokenizer train --corpus nsmc --data-dir ../shared/data --output tokenizers/nsmc-8k
 hf-transformer-tokenizer train reviews.csv --text-column document --output tokenizers/reviews
 hf-transformer-tokenizer import-sentencepiece kowiki.model --output tokenizers/kowiki
-hf-transformer-tokenizer encode tokenizers/nsmc-8k "겨울은 추워요."
+hf-transformer-tokenizer encode tokenizers/reviews "겨울은 추워요."
 
 `python -m hf_transformer.tokenization ...` is the same command, and so is `python -m tokenizer ...` run from the
 repository root (the top-level `tokenizer/` folder is a shim that calls `main` here).
@@ -24,19 +23,6 @@ from .train import DEFAULT_MODEL_MAX_LENGTH, MODEL_TYPES, train_tokenizer
 logger = logging.getLogger("hf_transformer.tokenization")
 
 STRUCTURED_SUFFIXES = {".csv": "csv", ".tsv": "csv", ".json": "json", ".jsonl": "json"}
-CORPORA = ("nsmc", "multi30k")
-
-
-def _corpus_texts(name: str, data_dir: str | None) -> Iterator[str]:
-    """A corpus's training split: NSMC train (no validation or test reviews); Multi30k train, both sides."""
-    from hf_transformer.data import load_multi30k, load_nsmc
-
-    if name == "nsmc":
-        yield from load_nsmc(data_dir)["train"]["text"]
-    else:
-        for pair in load_multi30k(data_dir)["train"]["translation"]:
-            yield pair["en"]
-            yield pair["de"]
 
 
 def _structured_texts(paths: list[str], text_column: str | None) -> Iterator[str]:
@@ -57,12 +43,8 @@ def _structured_texts(paths: list[str], text_column: str | None) -> Iterator[str
 
 
 def _training_input(args: argparse.Namespace):
-    if args.corpus and args.files:
-        raise SystemExit("give training files or --corpus, not both")
-    if args.corpus:
-        return list(_corpus_texts(args.corpus, args.data_dir))
     if not args.files:
-        raise SystemExit("nothing to train on: give text files or --corpus nsmc|multi30k")
+        raise SystemExit("nothing to train on: give text files (one sentence per line) or CSV/TSV/JSON(L) files")
     missing = [path for path in args.files if not Path(path).is_file()]
     if missing:
         raise SystemExit(f"file(s) not found: {missing}")
@@ -121,7 +103,7 @@ def command_import(args: argparse.Namespace) -> None:
 def command_encode(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
-    from ..inference import looks_like_a_path
+    from ..folders import looks_like_a_path
 
     if not Path(args.tokenizer_dir).exists() and looks_like_a_path(args.tokenizer_dir):
         raise FileNotFoundError(f"no tokenizer folder at {args.tokenizer_dir}")
@@ -138,8 +120,6 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="train a vocabulary and save it as a tokenizer folder")
     train.add_argument("files", nargs="*", help="text files (one sentence per line) or CSV/TSV/JSON(L) files")
-    train.add_argument("--corpus", choices=CORPORA, help="train on a known corpus's training split instead")
-    train.add_argument("--data-dir", help="folder with nsmc/ and multi30k/ (default: $HF_TRANSFORMER_DATA or ./data)")
     train.add_argument("--text-column", help="the text column of CSV/TSV/JSON files")
     train.add_argument("--output", "-o", required=True, help="folder to save the tokenizer to")
     train.add_argument("--vocab-size", type=int, default=8000, help="whole vocabulary, special tokens included")

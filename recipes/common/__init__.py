@@ -1,0 +1,1 @@
+"""What the recipes share: corpus folders, the precision probe, learning curves and the run records' collector."""

@@ -1,0 +1,151 @@
+"""Which arithmetic a training run on a CPU should use: bfloat16 autocast or float32, measured on the machine.
+
+A CPU that lists AVX512-BF16 or AMX multiplies bfloat16 in hardware, yet whether autocast then trains faster
+depends on the CPU and on the model's shape: it trains some models faster on one CPU and slower on another, and
+on one CPU it can be faster for one shape and slower for another (benchmarks/results/notes.md). So the job scripts
+(recipes/common/precision_args.sh) time a few training steps of a model of the shape they are about to train, in both,
+and take bfloat16 only where it is faster beyond the timing's noise:
+
+    python -m recipes.common.precision --task masked-lm --vocab_size 16000 --max_length 64 --batch_size 128 \
+        --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512
+
+prints ``gpu``, ``cpu_bf16`` or ``float32`` on stdout and what it measured on stderr. Without a GPU and without
+the CPU flags nothing is timed: torch's reference bfloat16 kernels are many times slower than float32 there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+from hf_transformer.configuration_transformer import TransformerConfig
+from hf_transformer.modeling_transformer import TransformerForConditionalGeneration, TransformerForMaskedLM
+from hf_transformer.training import cpu_computes_bfloat16
+
+# bfloat16 rounds every product's inputs to 8 bits of mantissa: worth it only for a gain beyond the timing's noise.
+LEAST_BFLOAT16_SPEEDUP = 1.05
+TASKS = ("masked-lm", "seq2seq")
+
+__all__ = ["LEAST_BFLOAT16_SPEEDUP", "argument_parser", "bfloat16_speedup", "choose_precision", "probe_model", "main"]
+
+
+def probe_model(
+    task: str,
+    *,
+    vocab_size: int,
+    max_length: int,
+    batch_size: int,
+    d_model: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    seed: int = 0,
+) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
+    """A freshly initialised model of the given shape (the configuration's default layers: the cost of a step
+    depends on the sizes, not on where the layer norms sit) and one batch of random tokens, every row full length."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    config = TransformerConfig(
+        vocab_size=vocab_size,
+        max_position_embeddings=max_length,
+        d_model=d_model,
+        encoder_layers=num_layers,
+        decoder_layers=num_layers,
+        num_attention_heads=num_heads,
+        intermediate_size=intermediate_size,
+        dropout=0.1,
+    )
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(4, vocab_size, (batch_size, max_length), generator=generator)
+    if task == "masked-lm":
+        model = TransformerForMaskedLM(config)
+        labels = torch.full_like(tokens, -100)
+        labels[:, ::7] = tokens[:, ::7]  # about the share a masked-token step scores
+        return model, {"input_ids": tokens, "labels": labels}
+    model = TransformerForConditionalGeneration(config)
+    return model, {"input_ids": tokens, "labels": tokens.roll(1, dims=1)}
+
+
+def _training_step_seconds(model, batch, optimizer, bfloat16: bool, steps: int) -> float:
+    started = time.perf_counter()
+    for _ in range(steps):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return (time.perf_counter() - started) / steps
+
+
+def bfloat16_speedup(model, batch, rounds: int = 4, steps: int = 2) -> float:
+    """float32's seconds per training step (forward, loss, backward, AdamW) over bfloat16 autocast's, on the CPU:
+    the median of per-round ratios, the two timed alternately after one untimed step each. Above 1, bfloat16 is
+    faster. The model's weights are trained by the steps (they stay float32, as autocast keeps them)."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for bfloat16 in (False, True):
+        _training_step_seconds(model, batch, optimizer, bfloat16, steps=1)
+    ratios = []
+    for _ in range(rounds):
+        float32 = _training_step_seconds(model, batch, optimizer, False, steps)
+        bfloat16 = _training_step_seconds(model, batch, optimizer, True, steps)
+        ratios.append(float32 / bfloat16)
+    return statistics.median(ratios)
+
+
+def choose_precision(measure_speedup, gpu: bool | None = None, cpu_bf16: bool | None = None) -> tuple[str, str]:
+    """``("gpu" | "cpu_bf16" | "float32", why)``. ``measure_speedup()`` (bfloat16 over float32) is called only on a
+    CPU with hardware bfloat16; ``gpu`` and ``cpu_bf16`` default to this machine's."""
+    if gpu is None:
+        gpu = torch.cuda.is_available()
+    if gpu:
+        return "gpu", "a GPU: bfloat16 autocast"
+    if cpu_bf16 is None:
+        cpu_bf16 = bool(cpu_computes_bfloat16())
+    if not cpu_bf16:
+        return "float32", "no bfloat16 arithmetic on this CPU (no avx512_bf16 or amx_bf16 flag): float32"
+    speedup = measure_speedup()
+    choice = "cpu_bf16" if speedup >= LEAST_BFLOAT16_SPEEDUP else "float32"
+    words = "bfloat16 autocast" if choice == "cpu_bf16" else "float32"
+    return choice, (
+        f"bfloat16 autocast trains this model at {speedup:.2f}x float32's steps per second on this CPU "
+        f"({torch.get_num_threads()} thread(s); bfloat16 needs at least {LEAST_BFLOAT16_SPEEDUP}x): {words}"
+    )
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m recipes.common.precision``: the task and the shape of the model to time."""
+    parser = argparse.ArgumentParser(
+        prog="python -m recipes.common.precision",
+        description="Print gpu, cpu_bf16 or float32: the arithmetic a training run of this shape should use here.",
+    )
+    parser.add_argument("--task", choices=TASKS, required=True)
+    for name in ("vocab_size", "max_length", "batch_size", "d_model", "num_layers", "num_heads", "intermediate_size"):
+        parser.add_argument(f"--{name}", type=int, required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
+    args = vars(parser.parse_args(argv))
+    task = args.pop("task")
+    too_small = [f"--{name} {value}" for name, value in args.items() if value < 1]
+    if too_small:
+        parser.error(f"sizes must be positive: {', '.join(too_small)}")
+
+    def measure() -> float:
+        model, batch = probe_model(task, **args)
+        return bfloat16_speedup(model, batch)
+
+    choice, why = choose_precision(measure)
+    print(f"precision: {why}", file=sys.stderr)
+    print(choice)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The shape of the repository: the installed library apart from the recipes, and the rules that keep it so.
+
+The library (``hf_transformer/``) names no corpus and imports itself without a circle; ``import hf_transformer``
+leaves the optional libraries unloaded; the general scripts and the recipes import modules, never other scripts,
+and never edit ``sys.path``; the pages a reader opens stay short.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "hf_transformer"
+CORPUS_NAMES = re.compile(r"nsmc|multi30k|test2016|flickr|movie review", re.IGNORECASE)
+OPTIONAL_LIBRARIES = ("ctranslate2", "onnx", "onnxruntime", "peft", "sacrebleu", "sacremoses", "matplotlib")
+
+
+def package_modules() -> dict[str, Path]:
+    """Dotted name -> file of every module of the installed package."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(REPO).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
+    """The package's own modules that module ``name`` imports anywhere in its file (lazy imports inside functions
+    included: a circle through one still ties the two modules together)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [target] + [f"{target}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            while candidate and candidate not in known:
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name:
+                found.add(candidate)
+    return found
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle of ``graph`` as a list of module names, or None."""
+    state: dict[str, str] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        state[node] = "done"
+        stack.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def test_find_cycle_sees_a_circle_and_its_absence():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_the_package_imports_itself_without_a_circle():
+    modules = package_modules()
+    graph = {}
+    for name, path in modules.items():
+        # A package's __init__ re-exporting its submodules is not a circle: the submodules' own imports are.
+        children = {m for m in modules if m.startswith(name + ".")} if path.name == "__init__.py" else set()
+        graph[name] = imported_modules(name, path, set(modules)) - children
+    for name, path in modules.items():  # importing a submodule runs its package's __init__ first
+        if path.name != "__init__.py" and "." in name:
+            graph[name] -= {name.rpartition(".")[0]}
+    assert find_cycle(graph) is None, f"import circle: {' -> '.join(find_cycle(graph))}"
+
+
+def test_the_package_names_no_corpus():
+    named = [
+        f"{path.relative_to(REPO)}:{number}: {line.strip()}"
+        for path in PACKAGE.rglob("*.py")
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if CORPUS_NAMES.search(line)
+    ]
+    assert not named, "the installed package names a corpus:\n" + "\n".join(named[:20])
+
+
+def test_importing_the_package_leaves_the_optional_libraries_unloaded():
+    code = f"import sys, hf_transformer; print(','.join(m for m in {OPTIONAL_LIBRARIES!r} if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "", f"`import hf_transformer` imports {loaded}"
+
+
+def python_files(*folders: str) -> list[Path]:
+    return sorted(path for folder in folders for path in (REPO / folder).rglob("*.py"))
+
+
+@pytest.mark.parametrize("folder", ["scripts", "recipes", "benchmarks"])
+def test_no_sys_path_edits(folder):
+    edits = [
+        f"{path.relative_to(REPO)}:{number}"
+        for path in python_files(folder)
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"sys\.path\.(insert|append|extend)|sys\.path\s*[+]?=", line)
+    ]
+    assert not edits, f"sys.path edited at {edits}"
+
+
+def test_no_script_imports_another_script():
+    scripts = {path.stem for path in (REPO / "scripts").glob("*.py")}
+    offenders = []
+    for path in python_files("scripts", "recipes"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            offenders += [f"{path.relative_to(REPO)} imports {n}" for n in names if n.split(".")[0] in scripts]
+            offenders += [f"{path.relative_to(REPO)} imports {n}" for n in names if n.startswith("scripts")]
+    assert not offenders, offenders
+
+
+def test_general_scripts_import_only_the_library():
+    """Every Python script in scripts/ runs on a user's data with the installed package alone."""
+    for path in python_files("scripts"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "recipes":
+                pytest.fail(f"{path.relative_to(REPO)} imports the recipe module {node.module}")
+
+
+def test_the_model_file_stays_a_readable_length():
+    lines = len((PACKAGE / "modeling_transformer.py").read_text(encoding="utf-8").splitlines())
+    assert lines <= 1100, f"modeling_transformer.py has {lines} lines"
+
+
+def test_pages_stay_short():
+    assert (REPO / "README.md").stat().st_size <= 8 * 1024
+    long_pages = {
+        p.name: p.stat().st_size for p in (REPO / "docs").rglob("*") if p.is_file() and p.stat().st_size > 40 * 1024
+    }
+    assert not long_pages, f"pages over 40 KB in docs/: {long_pages}"
+
+
+def test_docs_hold_guides_not_run_records():
+    records = [p.name for p in (REPO / "docs").rglob("*") if p.is_file() and p.suffix not in {".md", ".png"}]
+    assert not records, f"run records in docs/: {records}"
