@@ -157,20 +157,22 @@ def load_local_dataset(
     """A local CSV / TSV / JSON / JSONL dataset for classification or for sequence-to-sequence.
 
     Classification: give `text_column` and `label_column`; the result has `text` and `label` columns,
-    string labels become a `ClassLabel` with the same ids in every split. Seq2seq: give `source_column`
-    and `target_column`; the result has a `translation` column keyed by those two names.
+    string labels become a `ClassLabel` with the same ids in every split. Text alone (pretraining): give
+    `text_column` only; the result has a `text` column. Seq2seq: give `source_column` and `target_column`; the
+    result has a `translation` column keyed by those two names.
     `data_files` is a path, a list of paths (one `train` split) or a dict {split: path(s)}.
     Rows with an empty text, label or side are dropped and counted in a log line.
     """
-    classification = text_column is not None or label_column is not None
+    classification = label_column is not None
     seq2seq = source_column is not None or target_column is not None
     if (
-        classification == seq2seq
-        or (classification and None in (text_column, label_column))
+        seq2seq == (text_column is not None)
         or (seq2seq and None in (source_column, target_column))
+        or (classification and text_column is None)
     ):
         raise ValueError(
-            "give either text_column and label_column (classification) or source_column and target_column (seq2seq)"
+            "give either text_column (and label_column, for classification) or source_column and target_column "
+            "(seq2seq)"
         )
     files = data_files if isinstance(data_files, Mapping) else {"train": data_files}
     files = {
@@ -188,7 +190,7 @@ def load_local_dataset(
         options = {**options, "keep_default_na": False}  # "NA" is text; empty cells become "" and are dropped
     raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **options)
 
-    wanted = [text_column, label_column] if classification else [source_column, target_column]
+    wanted = [source_column, target_column] if seq2seq else [c for c in (text_column, label_column) if c is not None]
     for split, dataset in raw.items():
         absent = [column for column in wanted if column not in dataset.column_names]
         if absent:
@@ -198,7 +200,7 @@ def load_local_dataset(
     for split, dataset in raw.items():
         where = f"{split} ({', '.join(files[split])})"
         dataset = drop_rows(dataset, has_text(*wanted), "an empty or missing value", where)
-        if classification:
+        if not seq2seq:
             dataset = dataset.select_columns(wanted).rename_columns(
                 {old: new for old, new in zip(wanted, ["text", "label"]) if old != new}
             )

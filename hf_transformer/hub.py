@@ -1,20 +1,26 @@
 """Sharing a model folder on the Hugging Face Hub.
 
+``model_card(folder, results, text)`` writes the text of a folder's ``README.md``: YAML metadata, a description,
+how the model was trained, its evaluation results and a usage snippet. What the folder says is read from it (the
+configuration, the number of parameters, whether a tokenizer is there, the saved generation settings); what a
+training run says about itself (a title, how it was trained and scored, languages, datasets, metrics) comes in a
+``CardText``. The training scripts write it into their output folders and ``prepare_folder`` into the folder it
+uploads: one function, so that a folder's card and its card on the Hub say the same things.
+
 ``prepare_folder`` writes the folder that is uploaded: the weights (safetensors), ``config.json`` with
 ``auto_map``, the configuration and modeling source (so that the model loads with ``trust_remote_code=True``
-where this package is not installed), the tokenizer, and a model card (``README.md``) with YAML metadata,
-the evaluation results and a usage snippet. ``check_can_upload`` and ``upload`` push it with
-``huggingface_hub``; ``scripts/push_to_hub.py`` is the command line.
-
-``model_card`` is also the card the training scripts write into their output folders (a path in place of a
-repository id): one function, so that a folder's card and its card on the Hub say the same things.
+where this package is not installed), the tokenizer and the model card. ``check_can_upload`` and ``upload`` push
+it with ``huggingface_hub``; ``scripts/push_to_hub.py`` is the command line.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import struct
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +31,21 @@ from transformers import AutoTokenizer, GenerationConfig
 from . import modeling_transformer
 from .configuration_transformer import TransformerConfig
 
-# What Trainer writes (all_results.json, eval_results.json) and what scripts/demo.py writes (results.json).
+# What Trainer writes (all_results.json, eval_results.json) and what the training scripts write (results.json).
 RESULT_FILES = ("all_results.json", "eval_results.json", "test_results.json", "results.json")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+WEIGHTS_FILE, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 DEFAULT_TAGS = ("hf_transformer", "encoder-decoder", "transformer", "custom_code")
 DEFAULT_EXAMPLE = "Attention is all you need."
 # Rows of the card's table of named metrics: prefix of the results keys -> split shown.
 DEFAULT_RESULT_ROWS = {"eval": "validation", "test": "test"}
+# The generation defaults a card reports (and its usage snippet uses), where the folder saved them.
+GENERATION_SETTINGS = ("num_beams", "length_penalty")
 
-# Auto class and Hub pipeline tag of each head.
+SEQ2SEQ_HEAD = "TransformerForConditionalGeneration"
+# Auto class and Hub pipeline tag of each head (a seq2seq model tagged "translation" gets "translation").
 _HEADS = {
-    "TransformerForConditionalGeneration": ("AutoModelForSeq2SeqLM", "text2text-generation"),
+    SEQ2SEQ_HEAD: ("AutoModelForSeq2SeqLM", "text2text-generation"),
     "TransformerForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
     "TransformerForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
     "TransformerModel": ("AutoModel", "feature-extraction"),
@@ -44,6 +54,35 @@ _HEADS = {
 
 class HubError(RuntimeError):
     """Raised before anything is uploaded: no token, offline, or the Hub cannot be reached."""
+
+
+@dataclass
+class CardText:
+    """What a training run says about itself in its model card; everything is optional.
+
+    ``title`` replaces the folder's or repository's name as heading. ``training`` (the data, the initialisation)
+    and ``settings`` (the run's arguments, shown in a collapsed table) describe the training; ``evaluation`` says
+    how the metrics were computed. ``example`` is the input of the usage snippet (default ``DEFAULT_EXAMPLE``).
+    ``language``, ``tags``, ``datasets`` and ``metrics`` go into the metadata; ``model-index`` takes each metric's
+    plain, else test, else validation value from the results, on the first dataset. ``metrics``, unless
+    ``metric_columns`` (metric -> heading) names others, are also the columns of a table of named results, one row
+    per split of ``result_rows`` (prefix of the results keys -> split shown; default ``DEFAULT_RESULT_ROWS``), with
+    ``digits`` decimals.
+    """
+
+    title: str | None = None
+    training: str | None = None
+    evaluation: str | None = None
+    example: str | None = None
+    language: Sequence[str] = ()
+    tags: Sequence[str] = ()
+    datasets: Sequence[str] = ()
+    metrics: Sequence[str] = ()
+    metric_columns: Mapping[str, str] | None = None
+    result_rows: Mapping[str, str] | None = None
+    digits: int = 4
+    settings: Mapping[str, Any] | None = None
+    license: str = "apache-2.0"
 
 
 # -- reading the model folder --------------------------------------------------------------------------
@@ -59,7 +98,7 @@ def architecture(config: TransformerConfig) -> str:
         name = _RENAMED_HEADS.get(name, name)
         if name in _HEADS:
             return name
-    return "TransformerForConditionalGeneration"
+    return SEQ2SEQ_HEAD
 
 
 # How this machine loaded the tokenizer (transformers 5 saves them with it): an upload must not tell the Hub's users
@@ -82,6 +121,75 @@ def find_tokenizer(model_dir: str | os.PathLike, tokenizer_dir: str | os.PathLik
         return Path(tokenizer_dir)
     model_dir = Path(model_dir)
     return model_dir if any((model_dir / name).is_file() for name in TOKENIZER_FILES) else None
+
+
+def _require_model_folder(folder: Path) -> None:
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} is not a model folder: it has no config.json")
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    if (folder / WEIGHTS_FILE).is_file():
+        return [folder / WEIGHTS_FILE]
+    if (folder / WEIGHTS_INDEX).is_file():
+        shards = json.loads((folder / WEIGHTS_INDEX).read_text())["weight_map"].values()
+        return [folder / name for name in sorted(set(shards))]
+    return []
+
+
+def _stored_sizes(path: Path) -> list[int]:
+    """The number of elements of each tensor of a safetensors file, from its header (8 bytes of length, then JSON)."""
+    with path.open("rb") as file:
+        (length,) = struct.unpack("<Q", file.read(8))
+        header = json.loads(file.read(length))
+    return [math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__"]
+
+
+def count_parameters(folder: str | os.PathLike) -> int | None:
+    """The number of parameters stored in the folder's safetensors weights (``model.safetensors``, or the shards of
+    its index), read from the files' headers. Tied copies are not stored, so this is ``model.num_parameters()``.
+    None for a folder without safetensors weights."""
+    files = _weight_files(Path(folder))
+    return sum(sum(_stored_sizes(path)) for path in files) if files else None
+
+
+def saved_generation(folder: str | os.PathLike) -> dict[str, Any]:
+    """The beam-search settings the folder's ``generation_config.json`` keeps as the model's generation defaults,
+    where they differ from transformers' (``GENERATION_SETTINGS``)."""
+    path = Path(folder) / "generation_config.json"
+    if not path.is_file():
+        return {}
+    saved, default = json.loads(path.read_text()), GenerationConfig()
+    return {
+        name: saved[name] for name in GENERATION_SETTINGS if name in saved and saved[name] != getattr(default, name)
+    }
+
+
+@dataclass
+class SavedModel:
+    """What a model folder says about itself: its configuration and head, the number of parameters, whether a
+    tokenizer is saved with it, and (a seq2seq model) its saved generation settings."""
+
+    config: TransformerConfig
+    arch: str
+    num_parameters: int | None
+    has_tokenizer: bool
+    generation: Mapping[str, Any] = field(default_factory=dict)
+
+
+def read_model_folder(folder: str | os.PathLike) -> SavedModel:
+    """The ``SavedModel`` of a folder written by ``save_pretrained``; raises if the folder has no ``config.json``."""
+    folder = Path(folder)
+    _require_model_folder(folder)
+    config = TransformerConfig.from_pretrained(folder)
+    arch = architecture(config)
+    return SavedModel(
+        config=config,
+        arch=arch,
+        num_parameters=count_parameters(folder),
+        has_tokenizer=find_tokenizer(folder) is not None,
+        generation=saved_generation(folder) if arch == SEQ2SEQ_HEAD else {},
+    )
 
 
 def read_eval_results(
@@ -118,8 +226,8 @@ def _is_number(value) -> bool:
 
 def _metric_value(results: Mapping[str, Any], metric: str) -> tuple[Any, str | None]:
     """The value reported for ``metric`` and its split: the plain key, else the test split's, else validation's.
-    A plain key that repeats a split's value (the training scripts' `bleu` is test2016's) is reported as that
-    split's."""
+    A plain key that repeats a split's value (a script that also writes its test figures under plain names) is
+    reported as that split's."""
     splits = ((f"test_{metric}", "test"), (f"eval_{metric}", "validation"))
     if _is_number(results.get(metric)):
         named = [split for key, split in splits if results.get(key) == results[metric]]
@@ -137,20 +245,84 @@ def encoder_only(arch: str, config: TransformerConfig) -> bool:
     )
 
 
-def saved_generation(model) -> dict[str, Any]:
-    """The beam-search settings ``model`` keeps as its generation defaults, where they differ from transformers'."""
-    saved = getattr(model, "generation_config", None)
-    if saved is None or architecture(model.config) != "TransformerForConditionalGeneration":
-        return {}
-    default = GenerationConfig()
-    return {
-        name: getattr(saved, name)
-        for name in ("num_beams", "length_penalty")
-        if getattr(saved, name) != getattr(default, name)
-    }
+def pipeline_tag(arch: str, tags: Sequence[str] = ()) -> str:
+    """The Hub pipeline tag of the head; a seq2seq model whose tags include ``translation`` is a translation model."""
+    if arch == SEQ2SEQ_HEAD and "translation" in tags:
+        return "translation"
+    return _HEADS[arch][1]
 
 
-# -- the model card ------------------------------------------------------------------------------------
+# -- the usage snippet ---------------------------------------------------------------------------------
+
+
+def _snippet_inputs(
+    repo_id: str, auto_class: str, config: TransformerConfig, has_tokenizer: bool, example: str
+) -> list[str]:
+    """The lines that load the model (and tokenizer) and build ``input_ids`` and ``attention_mask``."""
+    if has_tokenizer:
+        return [
+            f"from transformers import {auto_class}, AutoTokenizer",
+            "",
+            f"repo_id = {json.dumps(repo_id)}",
+            "tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)",
+            f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
+            "",
+            f'inputs = tokenizer([{json.dumps(example, ensure_ascii=False)}], return_tensors="pt")',
+            'input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]',
+        ]
+    specials = {config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id}
+    ids = [i for i in range(config.vocab_size) if i not in specials][:4]
+    if config.eos_token_id is not None:
+        ids.append(config.eos_token_id)
+    return [
+        "import torch",
+        f"from transformers import {auto_class}",
+        "",
+        f"repo_id = {json.dumps(repo_id)}",
+        f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
+        "",
+        "# token ids of the model's vocabulary (no tokenizer was published with it)",
+        f"input_ids = torch.tensor([{ids}])",
+        f"attention_mask = input_ids.ne({config.pad_token_id})",
+    ]
+
+
+def _snippet_generate(config: TransformerConfig, has_tokenizer: bool, generation: Mapping[str, Any]) -> list[str]:
+    # the start token and the new tokens must fit in the decoder's position table
+    max_new_tokens = min(50, config.decoder_max_position_embeddings - 1)
+    settings = f"num_beams={generation.get('num_beams', 4)}, "
+    if "length_penalty" in generation:
+        settings += f"length_penalty={generation['length_penalty']}, "
+    return [
+        "output_ids = model.generate(input_ids, attention_mask=attention_mask, "
+        f"{settings}max_new_tokens={max_new_tokens})",
+        "print(tokenizer.batch_decode(output_ids, skip_special_tokens=True))"
+        if has_tokenizer
+        else "print(output_ids.tolist())",
+    ]
+
+
+def _snippet_outputs(
+    arch: str, config: TransformerConfig, has_tokenizer: bool, generation: Mapping[str, Any] | None
+) -> list[str]:
+    """The lines that run the head and print what it gives."""
+    if arch == SEQ2SEQ_HEAD:
+        return _snippet_generate(config, has_tokenizer, generation or {})
+    if arch == "TransformerForSequenceClassification":
+        return [
+            "logits = model(input_ids=input_ids, attention_mask=attention_mask).logits",
+            "print(model.config.id2label[logits.argmax(-1).item()])",
+        ]
+    if arch == "TransformerForMaskedLM":
+        decoded = "tokenizer.batch_decode(logits.argmax(-1))" if has_tokenizer else "logits.argmax(-1).tolist()"
+        return [
+            "logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (1, length, vocabulary)",
+            f"print({decoded})  # the likeliest token at every position",
+        ]
+    return [
+        "encoded = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state",
+        "print(encoded.shape)",
+    ]
 
 
 def usage_snippet(
@@ -163,69 +335,11 @@ def usage_snippet(
 ) -> str:
     """Python code that loads the model from ``repo_id`` (a Hub id or a folder) and runs it; it needs only torch and
     transformers. A seq2seq model generates with ``generation``'s beam size and length penalty (default 4 beams)."""
-    auto_class = _HEADS[arch][0]
-    lines = []
-    if has_tokenizer:
-        lines += [
-            f"from transformers import {auto_class}, AutoTokenizer",
-            "",
-            f"repo_id = {json.dumps(repo_id)}",
-            "tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)",
-            f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
-            "",
-            f'inputs = tokenizer([{json.dumps(example, ensure_ascii=False)}], return_tensors="pt")',
-            'input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]',
-        ]
-    else:
-        specials = {config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id}
-        ids = [i for i in range(config.vocab_size) if i not in specials][:4]
-        if config.eos_token_id is not None:
-            ids.append(config.eos_token_id)
-        lines += [
-            "import torch",
-            f"from transformers import {auto_class}",
-            "",
-            f"repo_id = {json.dumps(repo_id)}",
-            f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
-            "",
-            "# token ids of the model's vocabulary (no tokenizer was published with it)",
-            f"input_ids = torch.tensor([{ids}])",
-            f"attention_mask = input_ids.ne({config.pad_token_id})",
-        ]
-    if arch == "TransformerForConditionalGeneration":
-        # the start token and the new tokens must fit in the decoder's position table
-        max_new_tokens = min(50, config.decoder_max_position_embeddings - 1)
-        generation = generation or {}
-        settings = f"num_beams={generation.get('num_beams', 4)}, "
-        if "length_penalty" in generation:
-            settings += f"length_penalty={generation['length_penalty']}, "
-        lines.append(
-            "output_ids = model.generate(input_ids, attention_mask=attention_mask, "
-            f"{settings}max_new_tokens={max_new_tokens})"
-        )
-        if has_tokenizer:
-            lines.append("print(tokenizer.batch_decode(output_ids, skip_special_tokens=True))")
-        else:
-            lines.append("print(output_ids.tolist())")
-    elif arch == "TransformerForSequenceClassification":
-        lines += [
-            "logits = model(input_ids=input_ids, attention_mask=attention_mask).logits",
-            "print(model.config.id2label[logits.argmax(-1).item()])",
-        ]
-    elif arch == "TransformerForMaskedLM":
-        lines.append(
-            "logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (1, length, vocabulary)"
-        )
-        if has_tokenizer:
-            lines.append("print(tokenizer.batch_decode(logits.argmax(-1)))  # the likeliest token at every position")
-        else:
-            lines.append("print(logits.argmax(-1).tolist())  # the likeliest token at every position")
-    else:
-        lines += [
-            "encoded = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state",
-            "print(encoded.shape)",
-        ]
-    return "\n".join(lines)
+    lines = _snippet_inputs(repo_id, _HEADS[arch][0], config, has_tokenizer, example)
+    return "\n".join(lines + _snippet_outputs(arch, config, has_tokenizer, generation))
+
+
+# -- the model card ------------------------------------------------------------------------------------
 
 
 def _format_value(value) -> str:
@@ -258,123 +372,113 @@ def metric_table(
     return "\n".join([head, *lines])
 
 
+def _setting_cell(value) -> str:
+    shown = value if isinstance(value, str) and value else json.dumps(value, ensure_ascii=False, default=str)
+    return shown.replace("|", "\\|").replace("\n", " ")
+
+
+def settings_table(settings: Mapping[str, Any]) -> str:
+    """The run's settings as a Markdown table inside a collapsed ``<details>`` block."""
+    rows = "\n".join(f"| {name} | {_setting_cell(value)} |" for name, value in settings.items())
+    return f"<details>\n<summary>Settings</summary>\n\n| setting | value |\n|---|---|\n{rows}\n\n</details>"
+
+
 def _generation_line(generation: Mapping[str, Any]) -> str:
     names = {"num_beams": "beam size", "length_penalty": "length penalty"}
     settings = ", ".join(f"{names.get(name, name)} {value}" for name, value in generation.items())
     return f"Decoding: {settings} (the model's saved generation defaults)."
 
 
-def model_card(
-    repo_id: str,
-    config: TransformerConfig,
-    *,
-    arch: str | None = None,
-    num_parameters: int | None = None,
-    results: Mapping[str, Any] | None = None,
-    has_tokenizer: bool = True,
-    license: str = "apache-2.0",
-    language: Sequence[str] = (),
-    tags: Sequence[str] = (),
-    datasets: Sequence[str] = (),
-    metrics: Sequence[str] = (),
-    pipeline_tag: str | None = None,
-    example: str = DEFAULT_EXAMPLE,
-    title: str | None = None,
-    training: str | None = None,
-    evaluation: str | None = None,
-    metric_columns: Mapping[str, str] | None = None,
-    result_rows: Mapping[str, str] = DEFAULT_RESULT_ROWS,
-    digits: int = 4,
-    generation: Mapping[str, Any] | None = None,
-    settings: Mapping[str, Any] | None = None,
-) -> str:
-    """The text of ``README.md``: YAML metadata, a description, how the model was trained, its evaluation results
-    and a usage snippet, for a Hub repository or a model folder (``repo_id`` is then the folder's path).
-
-    ``metrics`` are the metric ids of the metadata (``model-index`` takes each one's plain, else test, else
-    validation value from ``results``) and, unless ``metric_columns`` (metric -> heading, e.g. ``{"bleu": "BLEU
-    (beam 4)", "bleu_lc_tok": "lc-tok BLEU"}``) names others, the columns of a table of named results, one row per
-    split of ``result_rows`` (prefix of the results keys -> split shown), with ``digits`` decimals. Every scalar
-    result is listed as well. ``title`` replaces the repository name as heading; ``training`` (the data, the
-    initialisation) and ``settings`` (the run's arguments, shown as JSON) describe the training; ``evaluation``
-    says how the metrics were computed; ``generation`` (``num_beams``, ``length_penalty``) gives the saved decoding
-    settings, which the usage snippet uses.
-    """
-    arch = arch or architecture(config)
-    auto_class, default_pipeline_tag = _HEADS[arch]
-    pipeline_tag = pipeline_tag or default_pipeline_tag
-    results = results or {}
-    model_name = repo_id.rstrip("/").split("/")[-1]
-    only_encoder = encoder_only(arch, config)
-
-    eval_results = []
-    if datasets:
-        for metric in metrics:
-            value, split = _metric_value(results, metric)
-            if value is not None:
-                eval_results.append(
-                    EvalResult(
-                        task_type=pipeline_tag,
-                        dataset_type=datasets[0],
-                        dataset_name=datasets[0],
-                        dataset_split=split,
-                        metric_type=metric,
-                        metric_value=value,
-                    )
+def _eval_results(results: Mapping[str, Any], text: CardText, task: str) -> list[EvalResult]:
+    """The ``model-index`` entries: each of ``text.metrics`` found in the results, on the first dataset."""
+    if not text.datasets:
+        return []
+    found = []
+    for metric in text.metrics:
+        value, split = _metric_value(results, metric)
+        if value is not None:
+            dataset = text.datasets[0]
+            found.append(
+                EvalResult(
+                    task_type=task,
+                    dataset_type=dataset,
+                    dataset_name=dataset,
+                    dataset_split=split,
+                    metric_type=metric,
+                    metric_value=value,
                 )
+            )
+    return found
+
+
+def card_metadata(model: SavedModel, results: Mapping[str, Any], text: CardText, model_name: str) -> ModelCardData:
+    """The card's YAML metadata: license, languages, tags, datasets, metrics, pipeline tag and ``model-index``."""
+    task = pipeline_tag(model.arch, text.tags)
+    eval_results = _eval_results(results, text, task)
+    only_encoder = encoder_only(model.arch, model.config)
     default_tags = [tag for tag in DEFAULT_TAGS if not (only_encoder and tag == "encoder-decoder")]
-    data = ModelCardData(
-        license=license,
-        language=list(language) or None,
+    return ModelCardData(
+        license=text.license,
+        language=list(text.language) or None,
         library_name="transformers",
-        pipeline_tag=pipeline_tag,
-        tags=list(dict.fromkeys([*default_tags, *tags])),
-        datasets=list(datasets) or None,
-        metrics=list(metrics) or None,
+        pipeline_tag=task,
+        tags=list(dict.fromkeys([*default_tags, *text.tags])),
+        datasets=list(text.datasets) or None,
+        metrics=list(text.metrics) or None,
         model_name=model_name if eval_results else None,
         eval_results=eval_results or None,
     )
 
-    size = f"{num_parameters:,} parameters, " if num_parameters else ""
+
+def describe(model: SavedModel) -> str:
+    """One paragraph on the architecture: head, size, depth, widths, layer norm, positions, activation, vocabulary."""
+    config, arch = model.config, model.arch
+    size = f"{model.num_parameters:,} parameters, " if model.num_parameters else ""
     what, layers = "The encoder of the Transformer", f"{config.encoder_layers} encoder layers"
-    if not only_encoder:
+    if not encoder_only(arch, config):
         what = "An encoder-decoder Transformer"
         layers = f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers"
-    description = (
+    return (
         f"{what} (Vaswani et al., 2017, *Attention Is All You Need*), "
-        f"`{arch}` ({auto_class}), built with `hf_transformer`: {size}d_model {config.d_model}, {layers}, "
+        f"`{arch}` ({_HEADS[arch][0]}), built with `hf_transformer`: {size}d_model {config.d_model}, {layers}, "
         f"{config.num_attention_heads} heads of {config.head_dim}, feed-forward {config.intermediate_size}, "
         f"{config.layer_norm_position}-LN, {config.position_embedding_type} positions, "
         f"{config.activation_function}, vocabulary {config.vocab_size}."
     )
 
-    sections = [f"# {title or model_name}", description]
-    if training or settings:
-        sections.append("## Training")
-        if training:
-            sections.append(training)
-        if settings:
-            sections.append(
-                f"Settings:\n\n```json\n{json.dumps(settings, indent=2, ensure_ascii=False, default=str)}\n```"
-            )
 
-    sections.append("## Evaluation")
-    if evaluation:
-        sections.append(evaluation)
-    if generation:
-        sections.append(_generation_line(generation))
-    listed = scalar_results(results)
-    named = metric_table(results, metric_columns or {metric: metric for metric in metrics}, result_rows, digits)
+def _training_section(text: CardText) -> list[str]:
+    if not (text.training or text.settings):
+        return []
+    sections = ["## Training"]
+    if text.training:
+        sections.append(text.training)
+    if text.settings:
+        sections.append(settings_table(text.settings))
+    return sections
+
+
+def _evaluation_section(model: SavedModel, results: Mapping[str, Any], text: CardText) -> list[str]:
+    sections = ["## Evaluation", *([text.evaluation] if text.evaluation else [])]
+    if model.generation:
+        sections.append(_generation_line(model.generation))
+    columns = text.metric_columns or {metric: metric for metric in text.metrics}
+    rows = DEFAULT_RESULT_ROWS if text.result_rows is None else text.result_rows
+    named = metric_table(results, columns, rows, text.digits)
     if named:
         sections.append(named)
+    listed = scalar_results(results)
     if listed:
-        rows = "\n".join(f"| {key} | {_format_value(value)} |" for key, value in listed.items())
-        sections.append(("All results:\n\n" if named else "") + f"| result | value |\n|---|---|\n{rows}")
+        table = "\n".join(f"| {key} | {_format_value(value)} |" for key, value in listed.items())
+        sections.append(("All results:\n\n" if named else "") + f"| result | value |\n|---|---|\n{table}")
     else:
         sections.append("Not evaluated: no results file was published with this model.")
+    return sections
 
-    snippet = usage_snippet(repo_id, arch, config, has_tokenizer, example, generation)
-    sections += [
+
+def _usage_section(repo_id: str, model: SavedModel, example: str) -> list[str]:
+    snippet = usage_snippet(repo_id, model.arch, model.config, model.has_tokenizer, example, model.generation)
+    return [
         "## Usage",
         "The configuration and modeling code are saved beside the weights, so the model loads with `transformers` "
         "and\n`trust_remote_code=True` alone:",
@@ -382,8 +486,39 @@ def model_card(
         "Where the `hf_transformer` package is installed, `import hf_transformer` registers the classes with the "
         "Auto\nclasses and `trust_remote_code` is not needed.",
     ]
-    body = "\n\n".join(sections)
-    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n{body}\n"))
+
+
+def model_card(
+    folder: str | os.PathLike,
+    results: Mapping[str, Any] | None = None,
+    text: CardText | None = None,
+    *,
+    repo_id: str | None = None,
+) -> str:
+    """The text of ``README.md`` for the model saved in ``folder``: YAML metadata, a description, how the model was
+    trained, its evaluation results and a usage snippet that loads it from ``repo_id`` (a Hub id; default the
+    folder's path).
+
+    The folder gives the configuration (head, sizes, pipeline tag), the number of parameters, whether a tokenizer
+    is there and the saved generation settings (beam size, length penalty). ``results`` are the run's results
+    (default: read from the folder's results files, ``RESULT_FILES``); every scalar result is listed. ``text`` is
+    what the run says about itself (``CardText``). Raises ``FileNotFoundError`` if ``folder`` has no
+    ``config.json``.
+    """
+    folder, text = Path(folder), text or CardText()
+    model = read_model_folder(folder)
+    results = read_eval_results(folder) if results is None else results
+    repo_id = repo_id or str(folder)
+    model_name = repo_id.rstrip("/").split("/")[-1]
+    sections = [
+        f"# {text.title or model_name}",
+        describe(model),
+        *_training_section(text),
+        *_evaluation_section(model, results, text),
+        *_usage_section(repo_id, model, text.example or DEFAULT_EXAMPLE),
+    ]
+    data = card_metadata(model, results, text, model_name)
+    return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n"))
 
 
 # -- the folder that is uploaded ---------------------------------------------------------------------------
@@ -396,20 +531,18 @@ def prepare_folder(
     *,
     tokenizer_dir: str | os.PathLike | None = None,
     results_files: Iterable[str | os.PathLike] = (),
-    **card_options,
+    text: CardText | None = None,
 ) -> Path:
     """Write into ``out_dir`` (new or empty) exactly what is uploaded to ``repo_id``.
 
     The model is loaded and saved again rather than copied, so the folder always carries the current code
-    files and the full ``auto_map`` whatever version wrote ``model_dir``. ``card_options`` go to
-    [`model_card`].
+    files and the full ``auto_map`` whatever version wrote ``model_dir``. The card ([`model_card`] of the
+    written folder, with ``text``) lists the results files of ``model_dir`` and ``results_files``.
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} is not a model folder: it has no config.json")
-    config = TransformerConfig.from_pretrained(model_dir)
-    arch = architecture(config)
-    model = getattr(modeling_transformer, arch).from_pretrained(model_dir)
+    _require_model_folder(model_dir)
+    model = getattr(modeling_transformer, architecture(TransformerConfig.from_pretrained(model_dir)))
+    model = model.from_pretrained(model_dir)
 
     if out_dir.exists() and any(out_dir.iterdir()):
         # Never clear a folder here: it may be the model folder itself or hold other work.
@@ -422,16 +555,7 @@ def prepare_folder(
         AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(out_dir)
         _drop_loading_options(out_dir / "tokenizer_config.json")
 
-    card_options.setdefault("generation", saved_generation(model))
-    card = model_card(
-        repo_id,
-        model.config,
-        arch=arch,
-        num_parameters=model.num_parameters(),
-        results=read_eval_results(model_dir, results_files),
-        has_tokenizer=tokenizer_path is not None,
-        **card_options,
-    )
+    card = model_card(out_dir, read_eval_results(model_dir, results_files), text, repo_id=repo_id)
     (out_dir / "README.md").write_text(card)
     return out_dir
 

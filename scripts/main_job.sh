@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole path on the real NSMC data, on a fresh machine:
-#   install -> train the tokenizer -> pretrain a small encoder on the training reviews' text (masked tokens)
+# The whole path on the real NSMC data, on a fresh machine (the NSMC recipe, recipes/nsmc/README.md):
+#   install -> split NSMC into training, validation and test files (recipes.nsmc.prepare) -> train the tokenizer
+#   -> pretrain a small encoder on the training reviews' text (masked tokens)
 #   -> fine-tune it as a classifier -> evaluate on the NSMC test set
 #   -> save the model folder (safetensors, tokenizer, model card) -> reload it through the Auto classes
 #   -> print predictions for a few Korean sentences.
@@ -9,7 +10,7 @@
 #
 # DATA_DIR holds nsmc/ratings_{train,test}.txt (default: $HF_TRANSFORMER_DATA, else ./data); a missing
 # file is downloaded there when the machine is online. OUTPUT_DIR defaults to runs/nsmc; the pretrained encoder
-# the classifier starts from is kept beside it, in OUTPUT_DIR-pretrained.
+# the classifier starts from is kept beside it, in OUTPUT_DIR-pretrained, and the split reviews in OUTPUT_DIR-data.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,29 +26,36 @@ python -c "import hf_transformer" 2>/dev/null || pip install -e .   # the packag
 
 started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
+reviews_dir="$output_dir-data"
 model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
 
 # bfloat16 autocast where it trains the pretraining's model faster on this machine, else float32
-# (scripts/precision_args.sh; the fine-tuning takes the same).
-. scripts/precision_args.sh --task masked-lm --vocab_size 16000 --batch_size 128 "${model_args[@]}"
+# (recipes/common/precision_args.sh; the fine-tuning takes the same).
+. recipes/common/precision_args.sh --task masked-lm --vocab_size 16000 --batch_size 128 "${model_args[@]}"
 
-# 1. Masked-token pretraining of the encoder on the training reviews' text (trains the 16k tokenizer first):
+# 1. The reviews as the general scripts read them: 15,000 validation reviews carved from the training file (seed 42),
+#    so that neither pretraining nor model selection ever reads a test review or pretraining a validation one.
+python -m recipes.nsmc.prepare --data_dir "$data_dir" --output_dir "$reviews_dir" --seed 42
+reviews=(--train_file "$reviews_dir/train.jsonl" --validation_file "$reviews_dir/validation.jsonl" \
+    --dataset_name nsmc --language ko)
+
+# 2. Masked-token pretraining of the encoder on the training reviews' text (trains the 16k tokenizer first):
 #    4,500 steps of 128 reviews, about 4.3 epochs, without dropout: in four passes over the text it does not
 #    overfit, the classifier (which keeps dropout 0.1) scored as well or higher, and the steps run faster
-#    (docs/results.md).
+#    (recipes/nsmc/records/notes.md).
 python scripts/pretrain_denoising.py \
-    --output_dir "$pretrained_dir" --data_dir "$data_dir" --vocab_size 16000 "${model_args[@]}" \
+    --output_dir "$pretrained_dir" "${reviews[@]}" --vocab_size 16000 "${model_args[@]}" \
     --dropout 0 --attention_dropout 0 \
     --mlm_probability 0.15 --max_steps 4500 --per_device_train_batch_size 128 \
     --learning_rate 2e-3 --warmup_steps 300 --weight_decay 0.01 --train_sampling_strategy group_by_length \
     --eval_strategy no --save_strategy no --max_eval_samples 2000 --logging_steps 500 --report_to none --seed 42 \
     "${precision_args[@]}"
 
-# 2. The classifier starts from that encoder and its tokenizer: two epochs, then the mean of the two epoch-end weights
+# 3. The classifier starts from that encoder and its tokenizer: two epochs, then the mean of the two epoch-end weights
 #    scored on validation and test (on validation as good as the better epoch or better, where keeping the better
-#    epoch sometimes kept the first and lost on test: docs/results.md, main-job).
+#    epoch sometimes kept the first and lost on test: recipes/nsmc/records/notes.md, main-job).
 python scripts/train_classifier.py \
-    --init_from "$pretrained_dir" --output_dir "$output_dir" --data_dir "$data_dir" \
+    --init_from "$pretrained_dir" --output_dir "$output_dir" "${reviews[@]}" --test_file "$reviews_dir/test.jsonl" \
     "${model_args[@]}" --classifier_pooling mean \
     --num_train_epochs 2 --per_device_train_batch_size 64 --per_device_eval_batch_size 256 \
     --learning_rate 1e-3 --warmup_steps 300 --weight_decay 0.01 \

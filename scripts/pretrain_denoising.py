@@ -1,23 +1,23 @@
-"""Denoising pretraining of the classifier's encoder on the NSMC training reviews (masked-token prediction).
+"""Denoising pretraining of a classifier's encoder on your own texts (masked-token prediction).
 
-    python scripts/pretrain_denoising.py --output_dir runs/nsmc-mlm --data_dir ../shared/data \
-        --vocab_size 32000 --max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512 \
-        --num_train_epochs 4 --per_device_train_batch_size 128 --learning_rate 2e-3
-    python scripts/train_classifier.py --init_from runs/nsmc-mlm --output_dir runs/nsmc ...  # same model sizes
+    python scripts/pretrain_denoising.py --output_dir runs/reviews-mlm --train_file train.jsonl \
+        --validation_file validation.jsonl --vocab_size 16000 --max_length 64 --d_model 128 --num_layers 2 \
+        --num_heads 4 --intermediate_size 512 --num_train_epochs 4 --per_device_train_batch_size 128
+    python scripts/train_classifier.py --init_from runs/reviews-mlm --output_dir runs/reviews ...  # same sizes
 
-The text is the training split that `scripts/train_classifier.py` carves from `ratings_train.txt` with the same
-`--validation_size` and `--split_seed` (default `--seed`); no label is read, and neither the held-out validation
-reviews (only their masked-token loss is reported) nor the test file are trained on. A share `--mlm_probability`
-of the tokens is chosen in every review; of those, 80% become `[MASK]`, 10% a random token and 10% stay, and the
-encoder predicts the original tokens through a small head whose output projection is the token table itself.
+The texts are the `--text_column` of local CSV / TSV / JSON(L) files; no label is read. Give the classifier's own
+training and validation files (or the same `--validation_size` and `--split_seed`), so that its held-out rows are
+never trained on here (only their masked-token loss is reported). A share `--mlm_probability` of the tokens is
+chosen in every text; of those, 80% become `[MASK]`, 10% a random token and 10% stay, and the encoder predicts the
+original tokens through a small head whose output projection is the token table itself.
 
 The model is `hf_transformer.TransformerForMaskedLM` (`AutoModelForMaskedLM`, the fill-mask pipeline).
 `--init_from` continues from an earlier pretraining folder (its weights and tokenizer; a new learning-rate
-schedule). The arguments and the configuration are the classifier's (`hf_transformer.recipes`), so the encoder
-built here has the classifier's configuration and parameter names (`model.encoder.*`). The folder gets the weights
-(`model.safetensors`: encoder and head), `config.json`, the tokenizer, `results.json` (masked-token loss
-and accuracy on the validation reviews, parameters, wall time, the command), `log_history.json` and a model
-card (README.md, by `hf_transformer.hub.model_card`).
+schedule). The arguments and the configuration are the classifier's (`hf_transformer.training.EncoderArguments`),
+so the encoder built here has the classifier's configuration and parameter names (`model.encoder.*`). The folder
+gets the weights (`model.safetensors`: encoder and head), `config.json`, the tokenizer, `results.json` (masked-token
+loss and accuracy on the validation texts, parameters, wall time, the command), `log_history.json` and a model card
+(README.md, by `hf_transformer.hub.model_card`).
 """
 
 from __future__ import annotations
@@ -35,10 +35,12 @@ from transformers import DataCollatorForLanguageModeling, HfArgumentParser, Trai
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerForMaskedLM
-from hf_transformer.data import first_rows, load_nsmc, tokenize_classification
-from hf_transformer.hub import model_card
-from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments, nsmc_config
+from hf_transformer.data import tokenize_classification
+from hf_transformer.hub import CardText, model_card
 from hf_transformer.training import (
+    EncoderArguments,
+    TextFileArguments,
+    encoder_config,
     end_process_group,
     keep_freed_memory,
     one_tokenizer,
@@ -53,7 +55,7 @@ logger = logging.getLogger("pretrain_denoising")
 
 @dataclass
 class PretrainingArguments:
-    mlm_probability: float = field(default=0.15, metadata={"help": "share of the tokens of a review to predict"})
+    mlm_probability: float = field(default=0.15, metadata={"help": "share of the tokens of a text to predict"})
 
 
 def continue_from(model: TransformerForMaskedLM, folder: str | Path) -> None:
@@ -92,49 +94,29 @@ def masked_token_accuracy(model, dataset, collator, batch_size: int = 256) -> fl
     return right / max(total, 1)
 
 
-def card(
-    model_args: NsmcModelArguments, pretrain_args: PretrainingArguments, results: dict, model, output_dir: Path
-) -> str:
-    """The folder's README.md (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
+def card_text(model_args, data_args: TextFileArguments, pretrain_args: PretrainingArguments) -> CardText:
+    """What the model card says of this run (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
     start = f"continued from {model_args.init_from}" if model_args.init_from else "from scratch"
-    return model_card(
-        str(output_dir),
-        model.config,
-        num_parameters=model.num_parameters(),
-        results=results,
-        language=["ko"],
-        tags=["nsmc", "masked-lm"],
-        datasets=["nsmc"],
-        example="정말 재미있는 영화였어요",
-        title="Transformer encoder pretrained on NSMC reviews (masked tokens)",
-        training=f"Masked-token pretraining ({start}) on the reviews of the NSMC training file, less the validation "
-        f"reviews the classifier holds out; no label is read. {pretrain_args.mlm_probability:.0%} of the tokens of "
-        "each review are chosen: 80% of them become [MASK], 10% a random token, 10% stay. The encoder "
-        "(`model.encoder.*`) starts `scripts/train_classifier.py --init_from`.",
+    data = data_args.dataset_name or Path(data_args.train_file).name
+    return CardText(
+        title="Transformer encoder pretrained with masked tokens" + (f" on {data}" if data_args.dataset_name else ""),
+        training=f"Masked-token pretraining ({start}) on the training texts of {data}; no label is read. "
+        f"{pretrain_args.mlm_probability:.0%} of the tokens of each text are chosen: 80% of them become [MASK], 10% "
+        "a random token, 10% stay. The encoder (`model.encoder.*`) starts `scripts/train_classifier.py --init_from`.",
+        language=data_args.language,
+        tags=["masked-lm", *([data_args.dataset_name] if data_args.dataset_name else [])],
+        datasets=[data_args.dataset_name] if data_args.dataset_name else [],
         metric_columns={"loss": "masked-token loss", "masked_accuracy": "masked-token accuracy"},
-        result_rows={"eval": f"validation ({results.get('eval_samples', '?')} reviews)"},
+        result_rows={"eval": "validation"},
         settings=asdict(model_args) | asdict(pretrain_args),
     )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, PretrainingArguments, TrainingArguments))
-    model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    pin_memory_only_with_accelerator(training_args)
-    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    warn_of_emulated_bfloat16(training_args)
-    training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather
-    started = time.time()
-    set_seed(training_args.seed)
-
-    splits = load_nsmc(
-        data_args.data_dir, validation_size=data_args.validation_size, seed=data_args.seed_of_split(training_args)
-    )
-    splits = first_rows(splits, data_args.split_limits())
-    label_names = splits["train"].features["label"].names
-    splits = {name: splits[name].remove_columns("label") for name in ("train", "validation")}  # text only
-    logger.info("reviews: %s (labels and the test file are not read)", {k: len(v) for k, v in splits.items()})
+def load_texts_and_tokenizer(model_args, data_args: TextFileArguments, training_args):
+    """The training and validation texts, tokenized (rows of one token or none left out), and the tokenizer."""
+    splits = data_args.splits(training_args.seed, labels=False)
+    splits = {name: splits[name] for name in ("train", "validation")}  # a test file is not read
+    logger.info("texts: %s (labels and test rows are not read)", {k: len(v) for k, v in splits.items()})
 
     def train_new_tokenizer():
         from hf_transformer.tokenization import train_tokenizer
@@ -151,35 +133,70 @@ def main(argv: list[str] | None = None) -> dict:
         for name, part in splits.items()
     }
     tokenized = {name: part.filter(lambda row: len(row["input_ids"]) > 1) for name, part in tokenized.items()}
+    return tokenizer, tokenized
 
-    config = nsmc_config(model_args, tokenizer, label_names)
-    model = TransformerForMaskedLM(config)
+
+def build_model(model_args, tokenizer, training_args) -> TransformerForMaskedLM:
+    model = TransformerForMaskedLM(encoder_config(model_args, tokenizer))
     if model_args.init_from and not training_args.resume_from_checkpoint:
         continue_from(model, model_args.init_from)
         logger.info("pretraining continues from %s", model_args.init_from)
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=pretrain_args.mlm_probability)
+    return model
 
+
+def evaluate(trainer, model, tokenized, tokenizer, pretrain_args, seed: int) -> dict:
+    """Masked-token loss, accuracy and perplexity on the validation texts, each under one fixed masking."""
+    set_seed(seed)
+    results = trainer.evaluate()
+    set_seed(seed)
+    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=pretrain_args.mlm_probability)
+    return results | dict(
+        eval_masked_accuracy=masked_token_accuracy(model, tokenized["validation"], collator),
+        eval_perplexity=math.exp(min(results["eval_loss"], 50.0)),
+    )
+
+
+def save(trainer, results: dict, text: CardText) -> None:
+    """Weights, config, tokenizer, results.json, log_history.json and the model card."""
+    output_dir = Path(trainer.args.output_dir)
+    # Every process calls save_model (it writes from process 0 only): under FSDP it first gathers the shards,
+    # a collective call that would wait forever for processes that had already finished.
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
+        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
+        (output_dir / "README.md").write_text(model_card(output_dir, results, text), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((EncoderArguments, TextFileArguments, PretrainingArguments, TrainingArguments))
+    model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    pin_memory_only_with_accelerator(training_args)
+    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    warn_of_emulated_bfloat16(training_args)
+    training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather
+    started = time.time()
+    set_seed(training_args.seed)
+
+    tokenizer, tokenized = load_texts_and_tokenizer(model_args, data_args, training_args)
+    model = build_model(model_args, tokenizer, training_args)
     trainer = Trainer(
         model=model,
         args=training_args,
         train_dataset=tokenized["train"],
         eval_dataset=tokenized["validation"],
-        data_collator=collator,
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=pretrain_args.mlm_probability),
         processing_class=tokenizer,
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
 
-    results: dict = {"task": "nsmc_denoising_pretraining", "dataset": "nsmc", "init_from": model_args.init_from}
-    results |= train_metrics(train_output)
-    set_seed(training_args.seed)  # one fixed masking of the validation reviews for the final figures
-    results.update(trainer.evaluate())
-    set_seed(training_args.seed)
-    accuracy_collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=pretrain_args.mlm_probability)
+    results: dict = {"task": "masked_lm_pretraining", "dataset": data_args.dataset_name}
+    results |= {"init_from": model_args.init_from} | train_metrics(train_output)
+    results |= evaluate(trainer, model, tokenized, tokenizer, pretrain_args, training_args.seed)
     results.update(
-        eval_masked_accuracy=masked_token_accuracy(model, tokenized["validation"], accuracy_collator),
-        eval_perplexity=math.exp(min(results["eval_loss"], 50.0)),
         mlm_probability=pretrain_args.mlm_probability,
         train_samples=len(tokenized["train"]),
         eval_samples=len(tokenized["validation"]),
@@ -189,23 +206,13 @@ def main(argv: list[str] | None = None) -> dict:
         wall_seconds=round(time.time() - started, 1),
         command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
     )
-
-    output_dir = Path(training_args.output_dir)
-    # Every process calls save_model (it writes from process 0 only): under FSDP it first gathers the shards,
-    # a collective call that would wait forever for processes that had already finished.
-    trainer.save_model(str(output_dir))  # weights, config and tokenizer
-    if trainer.is_world_process_zero():
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
-        (output_dir / "README.md").write_text(
-            card(model_args, pretrain_args, results, model, output_dir), encoding="utf-8"
-        )
-        logger.info(
-            "validation masked-token loss %.4f, accuracy %.4f; folder %s",
-            results["eval_loss"],
-            results["eval_masked_accuracy"],
-            output_dir,
-        )
+    save(trainer, results, card_text(model_args, data_args, pretrain_args))
+    logger.info(
+        "validation masked-token loss %.4f, accuracy %.4f; folder %s",
+        results["eval_loss"],
+        results["eval_masked_accuracy"],
+        training_args.output_dir,
+    )
     return results
 
 

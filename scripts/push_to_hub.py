@@ -9,7 +9,8 @@ MODEL_DIR is a folder written by ``save_pretrained``. The tokenizer is taken fro
 MODEL_DIR. Evaluation results are read from ``all_results.json``, ``eval_results.json``,
 ``test_results.json`` and ``results.json`` in MODEL_DIR and from ``--results``. The uploaded folder holds
 ``config.json`` with ``auto_map`` and the configuration and modeling source, so the model loads with
-``trust_remote_code=True`` where ``hf_transformer`` is not installed.
+``trust_remote_code=True`` where ``hf_transformer`` is not installed. The card's pipeline tag follows the model's
+head (a seq2seq model tagged ``--tag translation`` is a translation model).
 
 Uploading needs a token (``hf auth login`` or ``HF_TOKEN``) and a connection; without them the script
 stops before uploading anything. ``--dry-run OUT_DIR`` writes the exact folder that would be uploaded.
@@ -35,10 +36,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results", action="append", default=[], help="extra JSON file of evaluation results")
     parser.add_argument("--license", default="apache-2.0")
     parser.add_argument("--language", action="append", default=[], help="ISO 639-1 code; repeat for several")
-    parser.add_argument("--tag", action="append", default=[], help="extra tag; repeatable")
+    parser.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        help="extra tag; repeatable (a seq2seq model tagged translation gets the translation pipeline tag)",
+    )
     parser.add_argument("--dataset", action="append", default=[], help="Hub dataset id; repeatable")
     parser.add_argument("--metric", action="append", default=[], help="metric id, e.g. bleu; repeatable")
-    parser.add_argument("--pipeline_tag", "--pipeline-tag", default=None, help="default: from the model head")
     parser.add_argument("--example", default=hub.DEFAULT_EXAMPLE, help="input text of the card's usage snippet")
     parser.add_argument(
         "--dry-run",
@@ -53,24 +58,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    card_options = dict(
+    text = hub.CardText(
         license=args.license,
         language=args.language,
         tags=args.tag,
         datasets=args.dataset,
         metrics=args.metric,
-        pipeline_tag=args.pipeline_tag,
         example=args.example,
     )
 
     def prepare(out_dir) -> Path:
         return hub.prepare_folder(
-            args.model_dir,
-            out_dir,
-            args.repo_id,
-            tokenizer_dir=args.tokenizer,
-            results_files=args.results,
-            **card_options,
+            args.model_dir, out_dir, args.repo_id, tokenizer_dir=args.tokenizer, results_files=args.results, text=text
         )
 
     if hub.find_tokenizer(args.model_dir, args.tokenizer) is None:

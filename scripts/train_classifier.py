@@ -1,17 +1,19 @@
-"""Sentiment classification on NSMC with Trainer: tokenizer -> datasets -> TransformerForSequenceClassification.
+"""Text classification with Trainer on your own files: tokenizer -> datasets -> TransformerForSequenceClassification.
 
-    python scripts/train_classifier.py --output_dir runs/nsmc --data_dir ../shared/data \
+    python scripts/train_classifier.py --output_dir runs/reviews \
+        --train_file train.jsonl --validation_file validation.jsonl --test_file test.jsonl \
         --num_train_epochs 2 --per_device_train_batch_size 64 --learning_rate 1e-3
 
-Every `TrainingArguments` option works (arguments go through `HfArgumentParser`). The script trains a
-SentencePiece-style vocabulary on the training text (or loads one with `--tokenizer`; a resumed run
-reads it from the checkpoint, and in a multi-process run process 0 trains it for all), evaluates
-accuracy and F1 on the validation split (carved from the training file) each epoch, keeps the best
-checkpoint (`--load_best_model_at_end`) or the mean of the last N (`--average_checkpoints N`), scores that
-once on the test set, and saves a complete model folder: safetensors weights, config, tokenizer,
-`results.json` and a model card (README.md, by `hf_transformer.hub.model_card`).
-The arguments and the configuration are those of `hf_transformer.recipes`, shared with
-`scripts/pretrain_denoising.py`, whose folder `--init_from` starts the encoder from.
+The files are CSV, TSV, JSON or JSONL with a text and a label column (`--text_column`, `--label_column`; string
+labels become class names). Without `--validation_file`, `--validation_size` of the training rows are held out
+(seeded by `--split_seed`, default `--seed`). Every `TrainingArguments` option works (arguments go through
+`HfArgumentParser`). The script trains a SentencePiece-style vocabulary on the training text (or loads one with
+`--tokenizer`; a resumed run reads it from the checkpoint, and in a multi-process run process 0 trains it for all),
+evaluates accuracy and F1 on the validation rows each epoch, keeps the best checkpoint (`--load_best_model_at_end`)
+or the mean of the last N (`--average_checkpoints N`), scores that once on the test rows, and saves a complete model
+folder: safetensors weights, config, tokenizer, `results.json` and a model card (README.md, by
+`hf_transformer.hub.model_card`). The encoder's arguments and configuration are `hf_transformer.training`'s
+`EncoderArguments`, shared with `scripts/pretrain_denoising.py`, whose folder `--init_from` starts the encoder from.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerForSequenceClassification
-from hf_transformer.data import classification_collator, first_rows, load_nsmc, tokenize_classification
-from hf_transformer.hub import model_card
-from hf_transformer.recipes import NsmcDataArguments, NsmcModelArguments, nsmc_config
+from hf_transformer.data import classification_collator, tokenize_classification
+from hf_transformer.hub import CardText, model_card
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
+    EncoderArguments,
+    TextFileArguments,
     average_last_checkpoints,
     check_checkpoint_averaging,
+    encoder_config,
     end_process_group,
     keep_freed_memory,
     one_tokenizer,
@@ -53,14 +57,18 @@ class ClassifierTrainingArguments(TrainingArguments):
 
 
 def accuracy_and_f1(prediction) -> dict[str, float]:
-    """Scores against `prediction.label_ids`: rows may come back in another order than the dataset's."""
+    """Accuracy, and F1: of class 1 with two classes, else the mean over the classes (macro). Scored against
+    `prediction.label_ids`: rows may come back in another order than the dataset's."""
     predicted = np.asarray(prediction.predictions).argmax(-1)
     labels = np.asarray(prediction.label_ids)
-    true_positive = float(((predicted == 1) & (labels == 1)).sum())
-    precision = true_positive / max(float((predicted == 1).sum()), 1.0)
-    recall = true_positive / max(float((labels == 1).sum()), 1.0)
-    f1 = 2 * precision * recall / max(precision + recall, 1e-12)
-    return {"accuracy": float((predicted == labels).mean()), "f1": f1}
+    classes = [1] if prediction.predictions.shape[-1] == 2 else range(prediction.predictions.shape[-1])
+    f1s = []
+    for label in classes:
+        true_positive = float(((predicted == label) & (labels == label)).sum())
+        precision = true_positive / max(float((predicted == label).sum()), 1.0)
+        recall = true_positive / max(float((labels == label).sum()), 1.0)
+        f1s.append(2 * precision * recall / max(precision + recall, 1e-12))
+    return {"accuracy": float((predicted == labels).mean()), "f1": float(np.mean(f1s))}
 
 
 ENCODER_PREFIX = "model.encoder."
@@ -96,43 +104,27 @@ def load_encoder_weights(model: TransformerForSequenceClassification, folder: st
     return len(own)
 
 
-def card(model_args: NsmcModelArguments, results: dict, model, output_dir: Path) -> str:
-    """The folder's README.md (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
+def card_text(model_args: EncoderArguments, data_args: TextFileArguments, results: dict) -> CardText:
+    """What the model card says of this run (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
     start = f"from the pretrained encoder of {model_args.init_from}" if model_args.init_from else "from scratch"
-    return model_card(
-        str(output_dir),
-        model.config,
-        num_parameters=model.num_parameters(),
-        results=results,
-        language=["ko"],
-        tags=["sentiment-analysis", "nsmc"],
-        datasets=["nsmc"],
+    data = data_args.dataset_name or Path(data_args.train_file).name
+    held_out = "its validation file" if data_args.validation_file else "the validation rows held out from it"
+    return CardText(
+        title=f"Transformer text classifier ({data})" if data_args.dataset_name else "Transformer text classifier",
+        training=f"Trained {start} on the training rows of {data}, scored on {held_out}.",
+        language=data_args.language,
+        tags=["text-classification", *([data_args.dataset_name] if data_args.dataset_name else [])],
+        datasets=[data_args.dataset_name] if data_args.dataset_name else [],
         metrics=["accuracy", "f1"],
-        example="정말 재미있는 영화였어요",
-        title="Transformer sentiment classifier for NSMC",
-        training=f"Trained {start} on the NSMC training file (movie reviews, 0 negative / 1 positive), less the "
-        "validation reviews held out from it.",
         metric_columns={"accuracy": "accuracy", "f1": "F1"},
-        result_rows={"eval": "validation", "test": f"test ({results.get('test_samples', '?')} reviews)"},
+        result_rows={"eval": "validation", "test": f"test ({results.get('test_samples', '?')} rows)"},
         settings=asdict(model_args),
     )
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((NsmcModelArguments, NsmcDataArguments, ClassifierTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    check_checkpoint_averaging(training_args, training_args.average_checkpoints)
-    pin_memory_only_with_accelerator(training_args)
-    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    warn_of_emulated_bfloat16(training_args)
-    started = time.time()
-    set_seed(training_args.seed)
-
-    splits = load_nsmc(
-        data_args.data_dir, validation_size=data_args.validation_size, seed=data_args.seed_of_split(training_args)
-    )
-    splits = first_rows(splits, data_args.split_limits())
+def load_encoder_and_data(model_args, data_args, training_args):
+    """The rows, the run's tokenizer and their tokenized form."""
+    splits = data_args.splits(training_args.seed)
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():
@@ -143,11 +135,21 @@ def main(argv: list[str] | None = None) -> dict:
         )
 
     tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
-    tokenized = tokenize_classification(splits, tokenizer, max_length=model_args.max_length)
+    return splits, tokenizer, tokenize_classification(splits, tokenizer, max_length=model_args.max_length)
 
-    label_names = splits["train"].features["label"].names
-    config = nsmc_config(model_args, tokenizer, label_names)
-    model = TransformerForSequenceClassification(config)
+
+def label_names(splits) -> list[str]:
+    """Class names in id order: the ClassLabel's, else the integer labels as text."""
+    feature = splits["train"].features["label"]
+    if hasattr(feature, "names"):
+        return list(feature.names)
+    count = max(max(split.unique("label")) for split in splits.values()) + 1
+    return [str(i) for i in range(count)]
+
+
+def build_model(model_args, tokenizer, names, training_args) -> TransformerForSequenceClassification:
+    """The classifier, its encoder from --init_from where given, its token table frozen where asked."""
+    model = TransformerForSequenceClassification(encoder_config(model_args, tokenizer, names))
     if model_args.init_from and not training_args.resume_from_checkpoint:
         loaded = load_encoder_weights(model, model_args.init_from)
         logger.info("encoder initialised from %s: %d tensors", model_args.init_from, loaded)
@@ -155,7 +157,47 @@ def main(argv: list[str] | None = None) -> dict:
         model.get_input_embeddings().weight.requires_grad_(False)
         logger.info("token table frozen: %s parameters", f"{model.get_input_embeddings().weight.numel():,}")
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
+    return model
 
+
+def score(trainer, model, tokenized, training_args) -> dict:
+    """The weights kept (the mean of the last checkpoints where asked) scored on validation, then once on test."""
+    results = {}
+    averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
+    if averaged:
+        results["averaged_checkpoints"] = averaged
+    results.update(trainer.evaluate())
+    if "test" in tokenized:
+        results.update(trainer.predict(tokenized["test"], metric_key_prefix="test").metrics)
+        results["test_samples"] = len(tokenized["test"])
+    return results
+
+
+def save(trainer, results: dict, text: CardText) -> None:
+    """Weights, config, tokenizer, results.json, log_history.json and the model card."""
+    output_dir = Path(trainer.args.output_dir)
+    # Every process calls save_model (it writes from process 0 only): under FSDP it first gathers the shards,
+    # a collective call that would wait forever for processes that had already finished.
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
+        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
+        (output_dir / "README.md").write_text(model_card(output_dir, results, text), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = HfArgumentParser((EncoderArguments, TextFileArguments, ClassifierTrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    check_checkpoint_averaging(training_args, training_args.average_checkpoints)
+    pin_memory_only_with_accelerator(training_args)
+    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    warn_of_emulated_bfloat16(training_args)
+    started = time.time()
+    set_seed(training_args.seed)
+
+    splits, tokenizer, tokenized = load_encoder_and_data(model_args, data_args, training_args)
+    model = build_model(model_args, tokenizer, label_names(splits), training_args)
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -167,33 +209,24 @@ def main(argv: list[str] | None = None) -> dict:
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
-    results: dict = {"task": "nsmc_sentiment", "dataset": "nsmc", "init_from": model_args.init_from}
+
+    results: dict = {
+        "task": "text_classification",
+        "dataset": data_args.dataset_name,
+        "init_from": model_args.init_from,
+    }
     results |= train_metrics(train_output)
-    averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
-    if averaged:
-        results["averaged_checkpoints"] = averaged
-    results.update(trainer.evaluate())
-    test = trainer.predict(tokenized["test"], metric_key_prefix="test")
-    results.update(test.metrics)
+    results |= score(trainer, model, tokenized, training_args)
     results.update(
-        test_samples=len(tokenized["test"]),
         world_size=training_args.world_size,
         parameters=model.num_parameters(),
         wall_seconds=round(time.time() - started, 1),
         command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
     )
-
-    output_dir = Path(training_args.output_dir)
-    # Every process calls save_model (it writes from process 0 only): under FSDP it first gathers the shards,
-    # a collective call that would wait forever for processes that had already finished.
-    trainer.save_model(str(output_dir))  # weights, config and tokenizer
-    if trainer.is_world_process_zero():
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str))
-        (output_dir / "README.md").write_text(card(model_args, results, model, output_dir), encoding="utf-8")
-        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
-        logger.info(
-            "test accuracy %.4f, F1 %.4f; model folder %s", results["test_accuracy"], results["test_f1"], output_dir
-        )
+    save(trainer, results, card_text(model_args, data_args, results))
+    if "test_accuracy" in results:
+        logger.info("test accuracy %.4f, F1 %.4f", results["test_accuracy"], results["test_f1"])
+    logger.info("model folder %s", training_args.output_dir)
     return results
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
 from huggingface_hub import ModelCard
 from launch_utils import isolated_python, load_script
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
@@ -22,9 +21,11 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
     AutoTokenizer,
+    GenerationConfig,
     PreTrainedTokenizerFast,
 )
 
+from conftest import tiny_config
 from hf_transformer import (
     TransformerConfig,
     TransformerForConditionalGeneration,
@@ -306,41 +307,122 @@ def test_loads_without_the_package_through_trust_remote_code(saved):
     assert info["ids"] == saved["reference_ids"]
 
 
-def test_card_says_not_evaluated_without_results():
-    config = tiny_config()
-    card = hub.model_card(REPO_ID, config, has_tokenizer=False, license="mit")
+def save_model(folder: Path, model_class=TransformerForConditionalGeneration, tokenizer=False, **config) -> Path:
+    """A model folder as save_pretrained writes it (with the tokenizer if asked): what model_card reads."""
+    torch.manual_seed(0)
+    model_class(tiny_config(**config)).save_pretrained(folder)
+    if tokenizer:
+        word_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def test_card_says_not_evaluated_without_results(tmp_path):
+    folder = save_model(tmp_path / "model")
+    card = hub.model_card(folder, text=hub.CardText(license="mit"))
     assert "Not evaluated" in card
     assert "license: mit" in card and "model-index" not in card
     assert "torch.tensor([[" in card  # without a tokenizer the snippet feeds token ids
+    assert f'repo_id = "{folder}"' in card and f"# {folder.name}" in card  # the folder's path stands for a repo id
 
 
-def test_card_shows_named_metrics_by_split_training_and_generation_settings():
+def test_card_shows_named_metrics_by_split_training_and_generation_settings(tmp_path):
     # What the training scripts put in their cards (scripts/train_translation.py and train_classifier.py).
+    folder = save_model(tmp_path / "en-de")
+    generation = GenerationConfig.from_pretrained(folder)
+    generation.num_beams, generation.length_penalty = 5, 0.6
+    generation.save_pretrained(folder)  # the decoding settings the card reports are the folder's
     results = {"test_bleu": 41.234, "eval_bleu": 40.0, "test_bleu_lc_tok": 43.0, "examples": [{"source": "x"}]}
-    card = hub.model_card(
-        "runs/en-de", tiny_config(), results=results, datasets=["multi30k"], metrics=["bleu", "bleu_lc_tok"],
-        metric_columns={"bleu": "BLEU (beam 5)", "bleu_lc_tok": "lc-tok BLEU"}, digits=2, pipeline_tag="translation",
+    text = hub.CardText(
+        datasets=["someone/pairs"], metrics=["bleu", "bleu_lc_tok"], tags=["translation"],
+        metric_columns={"bleu": "BLEU (beam 5)", "bleu_lc_tok": "lc-tok BLEU"}, digits=2,
         title="Transformer En -> De", training="Trained on pairs.", evaluation="sacreBLEU.",
-        generation={"num_beams": 5, "length_penalty": 0.6}, settings={"d_model": 32},
+        settings={"d_model": 32, "note": "a | b"},
     )  # fmt: skip
-    assert "# Transformer En -> De" in card and "Trained on pairs." in card and '"d_model": 32' in card
+    card = hub.model_card(folder, results, text, repo_id="runs/en-de")
+    assert "# Transformer En -> De" in card and "Trained on pairs." in card
+    assert (
+        "<details>\n<summary>Settings</summary>" in card and "| d_model | 32 |" in card and "| note | a \\| b |" in card
+    )
     assert "| split | BLEU (beam 5) | lc-tok BLEU |" in card
     assert "| test | 41.23 | 43.00 |" in card and "| validation | 40.00 | n/a |" in card
     assert "| test_bleu | 41.23 |" in card and "examples" not in card  # every scalar result, nothing else
     assert "beam size 5, length penalty 0.6" in card and "num_beams=5, length_penalty=0.6," in card
+    assert 'repo_id = "runs/en-de"' in card
     parsed = ModelCard(card)
-    assert parsed.data.pipeline_tag == "translation"
+    assert parsed.data.pipeline_tag == "translation"  # a seq2seq model tagged translation
     bleu = next(result for result in parsed.data.eval_results if result.metric_type == "bleu")
     assert (bleu.metric_value, bleu.dataset_split) == (41.234, "test")
-    # train_translation.py also writes the test figures under plain names: they are still the test split's.
+    # A script may also write the test figures under plain names: they are still the test split's.
     results.update(bleu=41.234, bleu_lc_tok=43.0)
-    card = hub.model_card(
-        "runs/en-de", tiny_config(), results=results, datasets=["multi30k"], metrics=["bleu", "bleu_lc_tok"]
-    )
+    card = hub.model_card(folder, results, hub.CardText(datasets=["someone/pairs"], metrics=["bleu", "bleu_lc_tok"]))
     assert {(r.metric_type, r.dataset_split) for r in ModelCard(card).data.eval_results} == {
         ("bleu", "test"),
         ("bleu_lc_tok", "test"),
     }
+    assert ModelCard(card).data.pipeline_tag == "text2text-generation"  # not tagged translation
+
+
+@pytest.mark.parametrize(
+    "model_class, config",
+    [
+        (TransformerForConditionalGeneration, {}),  # one table for encoder, decoder and output projection
+        (TransformerForConditionalGeneration, {"tie_word_embeddings": False}),
+        (TransformerForConditionalGeneration, {"share_embeddings": False, "tie_word_embeddings": False}),
+        (TransformerForSequenceClassification, {"num_labels": 3}),
+        (TransformerForMaskedLM, {}),
+        (TransformerModel, {"position_embedding_type": "learned"}),
+    ],
+)
+def test_card_reads_the_number_of_parameters_from_the_weights(tmp_path, model_class, config):
+    model = model_class(tiny_config(**config))
+    model.save_pretrained(tmp_path / "whole")
+    model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+    assert (tmp_path / "sharded" / "model.safetensors.index.json").is_file()
+    for folder in (tmp_path / "whole", tmp_path / "sharded"):
+        assert hub.count_parameters(folder) == model.num_parameters()  # tied copies are stored once
+    assert f"built with `hf_transformer`: {model.num_parameters():,} parameters," in hub.model_card(tmp_path / "whole")
+    assert hub.count_parameters(tmp_path) is None  # no weights: the card leaves the size out
+
+
+@pytest.mark.parametrize(
+    "model_class, tags, expected",
+    [
+        (TransformerForConditionalGeneration, (), "text2text-generation"),
+        (TransformerForConditionalGeneration, ("translation",), "translation"),
+        (TransformerForSequenceClassification, ("translation",), "text-classification"),
+        (TransformerForMaskedLM, (), "fill-mask"),
+        (TransformerModel, (), "feature-extraction"),
+    ],
+)
+def test_card_takes_the_pipeline_tag_from_the_config(tmp_path, model_class, tags, expected):
+    folder = save_model(tmp_path / "model", model_class, tokenizer=True, num_labels=2)
+    card = ModelCard(hub.model_card(folder, text=hub.CardText(tags=tags)))
+    assert card.data.pipeline_tag == expected
+    assert f"`{model_class.__name__}`" in card.text and "AutoTokenizer" in card.text  # head and tokenizer, read
+    # the classifier pools the encoder by default: like the masked-LM head, it is not tagged encoder-decoder
+    assert ("encoder-decoder" in card.data.tags) == (
+        model_class in (TransformerForConditionalGeneration, TransformerModel)
+    )
+
+
+def test_card_of_a_folder_without_config_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'missing'} is not a model folder")):
+        hub.model_card(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="empty is not a model folder: it has no config.json"):
+        hub.model_card(tmp_path / "empty", {"eval_loss": 1.0})
+
+
+def test_card_reads_results_json_by_default(tmp_path):
+    folder = save_model(tmp_path / "model")
+    results = {"eval_accuracy": 0.75, "test_accuracy": 0.5, "curve": [1, 2], "command": "x" * 300}
+    (folder / "results.json").write_text(json.dumps(results))
+    text = hub.CardText(datasets=["someone/reviews"], metrics=["accuracy"])
+    card = hub.model_card(folder, text=text)
+    assert "| validation | 0.7500 |" in card and "| test | 0.5000 |" in card
+    assert "| eval_accuracy | 0.75 |" in card and "curve" not in card and "xxx" not in card
+    assert [(r.metric_value, r.dataset_split) for r in ModelCard(card).data.eval_results] == [(0.5, "test")]
+    assert "Not evaluated" in hub.model_card(folder, {}, text)  # results given (none) are not replaced
 
 
 def test_dry_run_refuses_a_folder_that_is_not_empty(saved):
