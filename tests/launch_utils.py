@@ -17,6 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
+PRECISION_ARGS = REPO / "recipes" / "common" / "precision_args.sh"
 POSITIVE = ["정말 재미있다", "최고의 영화", "감동적이고 좋았다", "배우 연기가 훌륭하다", "또 보고 싶다"]
 NEGATIVE = ["너무 지루하다", "최악의 영화", "시간이 아깝다", "연기가 어색하다", "다시는 안 본다"]
 WORDS = {
@@ -44,12 +45,12 @@ def _load(name: str, path: Path):
 
 
 def precision_choices() -> list:
-    """Every value ``scripts/precision_args.sh`` can give the job scripts' array ``precision_args``, as pytest
+    """Every value ``recipes/common/precision_args.sh`` can give the job scripts' array ``precision_args``, as pytest
     params; the GPU's (``--bf16 true`` alone) is skipped without a GPU, where TrainingArguments refuses it."""
     import pytest
     import torch
 
-    text = (SCRIPTS / "precision_args.sh").read_text()
+    text = PRECISION_ARGS.read_text()
     choices = [shlex.split(value) for value in re.findall(r"^\s*precision_args=\((.*)\)$", text, re.M)]
     return [
         pytest.param(
@@ -82,8 +83,8 @@ def job_commands(
     script: Path, variables: dict[str, str], precision: list[str], arrays: dict[str, list[str]] | None = None
 ) -> dict[str, list[str]]:
     """``scripts/<name>.py`` -> its arguments in a bash job script, with the script's shell variables (``$name``) and
-    arrays (``"${name[@]}"``) filled in, ``precision_args`` (scripts/precision_args.sh) and any array set inside a
-    branch (``arrays``) given, and output redirections and a trailing ``&`` left out."""
+    arrays (``"${name[@]}"``) filled in, ``precision_args`` (recipes/common/precision_args.sh) and any array set
+    inside a branch (``arrays``) given, and output redirections and a trailing ``&`` left out."""
     arrays = job_arrays(script) | (arrays or {})
     arrays["precision_args"] = precision
     commands = {}
@@ -97,8 +98,11 @@ def job_commands(
             if word in ("&", "2>&1"):
                 continue
             array = re.fullmatch(r"\$\{(\w+)\[@\]\}", word)
-            if array:
-                words += arrays[array.group(1)]
+            if array:  # an array's words may name variables too; one not given stays as written
+                words += [
+                    re.sub(r"\$(\w+)", lambda m: variables.get(m.group(1), m.group(0)), w)
+                    for w in arrays[array.group(1)]
+                ]
             else:
                 words.append(re.sub(r"\$(\w+)", lambda m: variables[m.group(1)], word))
         commands[name] = words
@@ -106,12 +110,13 @@ def job_commands(
 
 
 def precision_probe(script: Path):
-    """The shape a job script asks ``scripts/precision_args.sh`` to time (its ``. scripts/precision_args.sh ...``
-    line, the script's top-level arrays filled in), parsed by ``python -m hf_transformer.precision``'s parser."""
-    from hf_transformer.precision import argument_parser
+    """The shape a job script asks ``recipes/common/precision_args.sh`` to time (its
+    ``. recipes/common/precision_args.sh ...`` line, the script's top-level arrays filled in), parsed by
+    ``python -m recipes.common.precision``'s parser."""
+    from recipes.common.precision import argument_parser
 
     text = script.read_text().replace("\\\n", " ")
-    (line,) = re.findall(r"^\. scripts/precision_args\.sh (.*)$", text, re.M)
+    (line,) = re.findall(r"^\. recipes/common/precision_args\.sh (.*)$", text, re.M)
     arrays = job_arrays(script)
     words = []
     for word in shlex.split(line, comments=True):
@@ -131,6 +136,27 @@ def write_nsmc(root: Path, rows: int, seed: int, name: str, empty_rows: int = 0)
     lines += [f"{seed * 100000 + rows + i}\t\t1" for i in range(empty_rows)]
     (root / "nsmc").mkdir(parents=True, exist_ok=True)
     (root / "nsmc" / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def write_reviews(root: Path, rows: int, seed: int, name: str, empty_rows: int = 0) -> Path:
+    """Reviews as JSON lines (``text``, ``label`` negative / positive) whose label follows from their words, for the
+    general scripts' ``--train_file`` / ``--test_file``; ``empty_rows`` rows have no text. Returns the file."""
+    rng = random.Random(seed)
+    rows_out = []
+    for _ in range(rows):
+        label = rng.randint(0, 1)
+        words = rng.sample(POSITIVE if label else NEGATIVE, 2)
+        rows_out.append({"text": " ".join(words), "label": ["negative", "positive"][label]})
+    rows_out += [{"text": "", "label": "positive"} for _ in range(empty_rows)]
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / name
+    path.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows_out) + "\n", encoding="utf-8")
+    return path
+
+
+def review_files(root: Path) -> list[str]:
+    """The general scripts' arguments for the files ``write_reviews`` wrote as train.jsonl and test.jsonl."""
+    return ["--train_file", str(root / "train.jsonl"), "--test_file", str(root / "test.jsonl")]
 
 
 def write_multi30k(root: Path, rows: dict[str, int], seed: int = 0) -> None:

@@ -18,10 +18,11 @@ from launch_utils import (
     accelerate_launch,
     logged_losses,
     process_reports,
+    review_files,
     run,
     torchrun,
     write_multi30k,
-    write_nsmc,
+    write_reviews,
 )
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -40,15 +41,15 @@ COMMON = [
 @pytest.fixture(scope="module")
 def nsmc_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    write_nsmc(root, 520, seed=1, name="ratings_train.txt")
-    write_nsmc(root, 20, seed=2, name="ratings_test.txt")
+    write_reviews(root, 520, seed=1, name="train.jsonl")
+    write_reviews(root, 20, seed=2, name="test.jsonl")
     return root
 
 
 def classifier_args(data_dir, output_dir, per_device_batch: int, *extra: str) -> list[str]:
     return [
         str(SCRIPTS / "train_classifier.py"),
-        "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--max_eval_samples", "16",
+        "--output_dir", str(output_dir), *review_files(data_dir), "--max_eval_samples", "16",
         "--per_device_train_batch_size", str(per_device_batch), *CLASSIFIER_MODEL, *COMMON, *extra,
     ]  # fmt: skip
 

@@ -1,16 +1,16 @@
-"""scripts/pretrain_denoising.py end to end on generated reviews, and train_classifier.py --init_from."""
+"""scripts/pretrain_denoising.py end to end on generated reviews in local files, and train_classifier.py --init_from."""
 
 import json
 import shutil
 
 import pytest
 import torch
-from launch_utils import load_script, write_nsmc
+from launch_utils import load_script, review_files, write_reviews
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 from hf_transformer import TransformerConfig, TransformerForMaskedLM, hub
-from hf_transformer.recipes import NsmcModelArguments, nsmc_config
+from hf_transformer.training import EncoderArguments, encoder_config
 
 MODEL = ["--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "64", "--max_length", "32"]
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed", "0"]
@@ -20,10 +20,10 @@ QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed",
 def pretrained(tmp_path_factory):
     root = tmp_path_factory.mktemp("pretrain")
     data_dir, output_dir = root / "data", root / "mlm"
-    write_nsmc(data_dir, 400, seed=1, name="ratings_train.txt", empty_rows=1)
-    write_nsmc(data_dir, 60, seed=2, name="ratings_test.txt")
+    write_reviews(data_dir, 400, seed=1, name="train.jsonl", empty_rows=1)
+    write_reviews(data_dir, 60, seed=2, name="test.jsonl")
     results = load_script("pretrain_denoising").main(
-        ["--output_dir", str(output_dir), "--data_dir", str(data_dir), "--vocab_size", "200", *MODEL]
+        ["--output_dir", str(output_dir), *review_files(data_dir), "--vocab_size", "200", *MODEL]
         + ["--num_train_epochs", "6", "--per_device_train_batch_size", "32", "--learning_rate", "3e-3"]
         + ["--mlm_probability", "0.3", "--eval_strategy", "epoch", "--save_strategy", "no", *QUIET]
     )
@@ -32,7 +32,7 @@ def pretrained(tmp_path_factory):
 
 def test_pretraining_learns_and_saves_an_encoder(pretrained):
     _, output_dir, results = pretrained
-    assert results["task"] == "nsmc_denoising_pretraining"
+    assert results["task"] == "masked_lm_pretraining" and results["train_samples"] == 360  # 400 less 40 held out
     # 10 phrases of two-word reviews: far below the loss of a uniform guess over the vocabulary
     assert results["eval_loss"] < 0.6 * torch.log(torch.tensor(200.0)).item()
     assert 0.0 < results["eval_masked_accuracy"] <= 1.0
@@ -69,7 +69,7 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     data_dir, pretrained_dir, _ = pretrained
     train_classifier = load_script("train_classifier")
     results = train_classifier.main(
-        ["--output_dir", str(tmp_path / "model"), "--data_dir", str(data_dir), "--init_from", str(pretrained_dir)]
+        ["--output_dir", str(tmp_path / "model"), *review_files(data_dir), "--init_from", str(pretrained_dir)]
         + [
             "--freeze_embeddings",
             "--split_seed",
@@ -84,7 +84,7 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
         ]
         + ["--eval_strategy", "epoch", "--save_strategy", "no", *QUIET]
     )
-    assert results["init_from"] == str(pretrained_dir) and results["task"] == "nsmc_sentiment"
+    assert results["init_from"] == str(pretrained_dir) and results["task"] == "text_classification"
     assert results["test_accuracy"] >= 0.85  # 60 generated reviews; with a frozen token table
 
     # The classifier's encoder is exactly the pretrained one before fine-tuning, and uses its tokenizer.
@@ -93,8 +93,8 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     from hf_transformer import TransformerForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(pretrained_dir)
-    args = NsmcModelArguments(d_model=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
-    model = TransformerForSequenceClassification(nsmc_config(args, tokenizer, ["0", "1"]))
+    args = EncoderArguments(d_model=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(encoder_config(args, tokenizer, ["0", "1"]))
     assert train_classifier.load_encoder_weights(model, pretrained_dir) > 0
     saved = load_file(str(pretrained_dir / "model.safetensors"))
     for name, tensor in model.state_dict().items():
@@ -116,7 +116,7 @@ def test_pretraining_continues_from_an_earlier_folder(pretrained, tmp_path):
     data_dir, pretrained_dir, first = pretrained
     script = load_script("pretrain_denoising")
     results = script.main(
-        ["--output_dir", str(tmp_path / "more"), "--data_dir", str(data_dir), "--init_from", str(pretrained_dir)]
+        ["--output_dir", str(tmp_path / "more"), *review_files(data_dir), "--init_from", str(pretrained_dir)]
         + [*MODEL, "--num_train_epochs", "1", "--per_device_train_batch_size", "32", "--learning_rate", "1e-3"]
         + ["--mlm_probability", "0.3", "--eval_strategy", "no", "--save_strategy", "no", *QUIET[:-1], "1"]
         + ["--split_seed", "0"]
@@ -128,7 +128,7 @@ def test_pretraining_continues_from_an_earlier_folder(pretrained, tmp_path):
     wider = [*MODEL[:1], "48", *MODEL[2:]]
     with pytest.raises(ValueError, match="not a pretraining folder of these sizes"):
         script.main(
-            ["--output_dir", str(tmp_path / "wider"), "--data_dir", str(data_dir), "--init_from", str(pretrained_dir)]
+            ["--output_dir", str(tmp_path / "wider"), *review_files(data_dir), "--init_from", str(pretrained_dir)]
             + [*wider, "--max_steps", "1", "--split_seed", "0", *QUIET]
         )
 
@@ -141,12 +141,12 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
     from hf_transformer import TransformerForSequenceClassification
 
     tokenizer = AutoTokenizer.from_pretrained(pretrained_dir)
-    wider = NsmcModelArguments(d_model=48, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
-    model = TransformerForSequenceClassification(nsmc_config(wider, tokenizer, ["0", "1"]))
+    wider = EncoderArguments(d_model=48, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(encoder_config(wider, tokenizer, ["0", "1"]))
     with pytest.raises(ValueError, match="shapes differ"):
         train_classifier.load_encoder_weights(model, pretrained_dir)
-    deeper = NsmcModelArguments(d_model=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=32)
-    model = TransformerForSequenceClassification(nsmc_config(deeper, tokenizer, ["0", "1"]))
+    deeper = EncoderArguments(d_model=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=32)
+    model = TransformerForSequenceClassification(encoder_config(deeper, tokenizer, ["0", "1"]))
     with pytest.raises(ValueError, match="not in model.safetensors"):
         train_classifier.load_encoder_weights(model, pretrained_dir)
     with pytest.raises(FileNotFoundError):

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_utils import SCRIPTS, logged_losses, run, script_env, write_multi30k, write_nsmc
+from launch_utils import SCRIPTS, logged_losses, review_files, run, script_env, write_multi30k, write_reviews
 from safetensors.torch import load_file
 
 SAVE_STEPS, MAX_STEPS = 5, 60
@@ -24,7 +24,7 @@ SAVE_STEPS, MAX_STEPS = 5, 60
 def classifier_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
         str(SCRIPTS / "train_classifier.py"),
-        "--output_dir", str(output_dir), "--data_dir", str(data_dir),
+        "--output_dir", str(output_dir), *review_files(data_dir),
         "--vocab_size", "120", "--d_model", "64", "--num_layers", "2", "--num_heads", "4",
         "--intermediate_size", "128", "--max_length", "24", "--dropout", "0.1", "--attention_dropout", "0.1",
         "--per_device_train_batch_size", "32", "--learning_rate", "3e-3", "--warmup_steps", "3",
@@ -70,8 +70,8 @@ def assert_same_run(resumed: Path, uninterrupted: Path) -> float:
 
 def test_classifier_resumes_after_sigkill(tmp_path):
     data_dir = tmp_path / "data"
-    write_nsmc(data_dir, 400, seed=1, name="ratings_train.txt")
-    write_nsmc(data_dir, 20, seed=2, name="ratings_test.txt")
+    write_reviews(data_dir, 400, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 20, seed=2, name="test.jsonl")
     uninterrupted, killed = tmp_path / "uninterrupted", tmp_path / "killed"
 
     # The killed run trains its tokenizer; unigram training differs from run to run, so the uninterrupted

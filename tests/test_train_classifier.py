@@ -1,24 +1,23 @@
-"""The NSMC training script, end to end on generated reviews in the NSMC file format."""
+"""scripts/train_classifier.py end to end on generated reviews in local files."""
 
 import json
 
 import pytest
 import torch
-from launch_utils import load_script, write_nsmc
+from launch_utils import load_script, review_files, write_reviews
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 
 def test_train_classifier_end_to_end(tmp_path, recwarn):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
-    write_nsmc(data_dir, 600, seed=1, name="ratings_train.txt", empty_rows=1)
-    write_nsmc(data_dir, 100, seed=2, name="ratings_test.txt", empty_rows=1)
+    write_reviews(data_dir, 600, seed=1, name="train.jsonl", empty_rows=1)
+    write_reviews(data_dir, 100, seed=2, name="test.jsonl", empty_rows=1)
     results = load_script("train_classifier").main(
         [
             "--output_dir",
             str(output_dir),
-            "--data_dir",
-            str(data_dir),
+            *review_files(data_dir),
             "--vocab_size",
             "200",
             "--d_model",
@@ -74,7 +73,7 @@ def test_train_classifier_end_to_end(tmp_path, recwarn):
     with torch.no_grad():
         predicted = model(**batch).logits.argmax(-1).tolist()
     assert predicted == [1, 0]
-    assert model.config.id2label[1] in ("positive", "1", "pos")
+    assert model.config.id2label == {0: "negative", 1: "positive"}  # string labels become class names
 
 
 TINY_CLASSIFIER = [
@@ -86,9 +85,9 @@ TINY_CLASSIFIER = [
 
 def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
-    write_nsmc(data_dir, 300, seed=1, name="ratings_train.txt")
-    write_nsmc(data_dir, 40, seed=2, name="ratings_test.txt")
-    arguments = ["--output_dir", str(output_dir), "--data_dir", str(data_dir), *TINY_CLASSIFIER]
+    write_reviews(data_dir, 300, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 40, seed=2, name="test.jsonl")
+    arguments = ["--output_dir", str(output_dir), *review_files(data_dir), *TINY_CLASSIFIER]
     results = load_script("train_classifier").main(
         arguments
         + ["--max_steps", "5", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "2"]
@@ -104,8 +103,8 @@ def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
-    rows = [line.split("\t") for line in (data_dir / "nsmc" / "ratings_test.txt").read_text().splitlines()[1:]]
-    texts, labels = [row[1] for row in rows], [int(row[2]) for row in rows]
+    rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
+    texts, labels = [row["text"] for row in rows], [["negative", "positive"].index(row["label"]) for row in rows]
     batch = tokenizer(texts, return_tensors="pt", padding=True, truncation=True, max_length=32)
     with torch.no_grad():
         logits = model(**batch).logits
@@ -130,6 +129,6 @@ def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
 def test_averaging_that_cannot_work_is_refused_before_training(tmp_path, extra, message):
     with pytest.raises(ValueError, match=message):
         load_script("train_classifier").main(
-            ["--output_dir", str(tmp_path), "--data_dir", str(tmp_path / "absent"), *TINY_CLASSIFIER]
+            ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "absent.jsonl"), *TINY_CLASSIFIER]
             + ["--average_checkpoints", "2", "--save_strategy", "epoch", *extra]
         )

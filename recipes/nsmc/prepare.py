@@ -37,13 +37,17 @@ def write_splits(data_dir: str | None, output_dir: Path, *, validation_size: flo
     return counts
 
 
-def main(argv: list[str] | None = None) -> dict[str, int]:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recipes.nsmc.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", help="folder holding nsmc/ (else $HF_TRANSFORMER_DATA, else ./data)")
     parser.add_argument("--output_dir", type=Path, required=True, help="where the .jsonl files go")
     parser.add_argument("--validation_size", type=float, default=0.1, help="share of the training file held out")
     parser.add_argument("--seed", type=int, default=42, help="seed of the held-out split")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict[str, int]:
+    args = argument_parser().parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     counts = write_splits(args.data_dir, args.output_dir, validation_size=args.validation_size, seed=args.seed)
     print(f"NSMC reviews written to {args.output_dir}: {counts}")

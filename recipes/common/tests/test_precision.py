@@ -1,11 +1,11 @@
-"""hf_transformer.precision: bfloat16 autocast is chosen for a CPU training run only where it is measured faster."""
+"""recipes.common.precision: bfloat16 autocast is chosen for a CPU training run only where it is measured faster."""
 
 import math
 
 import pytest
 import torch
 
-from hf_transformer.precision import (
+from recipes.common.precision import (
     LEAST_BFLOAT16_SPEEDUP,
     bfloat16_speedup,
     choose_precision,

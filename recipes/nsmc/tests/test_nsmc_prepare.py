@@ -1,0 +1,27 @@
+"""recipes.nsmc.prepare: NSMC's splits written as the general scripts read them, nothing lost or moved."""
+
+import json
+
+from launch_utils import write_nsmc
+
+from hf_transformer.training import TextFileArguments
+from recipes.nsmc import prepare
+from recipes.nsmc.data import load_nsmc
+
+
+def test_prepared_files_hold_the_recipe_splits_row_for_row(tmp_path):
+    data_dir, out = tmp_path / "data", tmp_path / "reviews"
+    write_nsmc(data_dir, 200, seed=1, name="ratings_train.txt", empty_rows=2)
+    write_nsmc(data_dir, 30, seed=2, name="ratings_test.txt")
+    counts = prepare.main(["--data_dir", str(data_dir), "--output_dir", str(out), "--seed", "7"])
+    assert counts == {"train": 180, "validation": 20, "test": 30}  # 200 reviews, the two empty ones dropped
+
+    expected = load_nsmc(data_dir, validation_size=0.1, seed=7)
+    files = {f"{split}_file": str(out / f"{split}.jsonl") for split in ("train", "validation", "test")}
+    read = TextFileArguments(**files).splits(seed=0)  # the general scripts' reading; no carving with given files
+    for split in prepare.SPLITS:
+        assert read[split]["text"][:] == expected[split]["text"][:], split
+        assert read[split]["label"][:] == expected[split]["label"][:], split
+    assert read["train"].features["label"].names == ["negative", "positive"]
+    first = json.loads((out / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert set(first) == {"id", "text", "label"} and first["id"] == expected["train"][0]["id"]
