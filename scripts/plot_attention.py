@@ -1,43 +1,98 @@
-"""Figures: per-head attention maps of a saved model, the sinusoidal position table, and training curves.
+"""Figures of a saved model: per-head attention maps of one sentence, and the sinusoidal position table.
 
-    python scripts/plot_attention.py attention runs/multi30k-en-de "A man is riding a bike." --output attn.png
-    python scripts/plot_attention.py attention runs/multi30k-en-de "A man ..." --target "Ein Mann ..." --output attn.png
-    python scripts/plot_attention.py attention runs/nsmc "정말 재미있는 영화였어요" --output attn.png
+    python scripts/plot_attention.py attention runs/m30k-en-de "A man is riding a bike." --output attn.png
+    python scripts/plot_attention.py attention runs/m30k-en-de "A man ..." --target "Ein Mann ..." --output attn.png
+    python scripts/plot_attention.py attention runs/sentiment "정말 재미있는 영화였어요" --output attn.png
     python scripts/plot_attention.py positions --d_model 128 --length 64 --output pe.png
-    python scripts/plot_attention.py curves runs/nsmc --output curves.png
 
 `attention` draws one panel per layer and head, tokens on both axes (queries down, keys across):
 encoder self-attention, and for a seq2seq model also decoder self-attention and cross-attention
 (`--kinds` picks). The decoder reads `--target`, or, without one, the model's own greedy translation
 (as long as the saved generation config allows).
 `positions` draws the sinusoid table as the seed tutorial does (position on y, depth on x, RdBu).
-`curves` reads a Trainer `log_history` (a `log_history.json`, a `trainer_state.json`, or a folder with
-either) and draws the training loss and learning rate against the step and every evaluation metric
-against the epoch; evaluations logged after training ended (final scoring) are left out.
+(A training run's learning curves: `python -m recipes.common.plotting RUN_DIR --output curves.png`.)
 
 Text is drawn with a CJK font when one is installed (Noto Sans CJK, Nanum Gothic, ...); otherwise
-Hangul tokens show as boxes and one warning says so.
+Hangul tokens show as boxes and one warning says so. It needs matplotlib (the ``train`` extra), imported when a
+figure is drawn.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from hf_transformer.plotting import plot_curves, read_log_history, save, use_cjk_font  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 logger = logging.getLogger("plot_attention")
 
 KINDS = ("encoder", "decoder", "cross")
 _KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
+# Fonts with Hangul (and other CJK) glyphs, the first installed one used.
+CJK_FONTS = (
+    "Noto Sans CJK KR",
+    "Noto Sans CJK JP",
+    "Noto Sans KR",
+    "NanumGothic",
+    "NanumBarunGothic",
+    "Malgun Gothic",
+    "AppleGothic",
+    "Apple SD Gothic Neo",
+    "Source Han Sans KR",
+    "UnDotum",
+    "WenQuanYi Zen Hei",
+)
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only backend (Agg), imported on first use."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def use_cjk_font() -> str | None:
+    """Put the first installed CJK font in front of matplotlib's default, which still draws Latin text."""
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    for name in CJK_FONTS:
+        if name in installed:
+            pyplot().rcParams["font.family"] = [name, "DejaVu Sans"]
+            return name
+    return None
+
+
+def save(figure: Figure, output: str | Path, dpi: int = 100) -> Path:
+    """Write a PNG; glyphs the fonts lack become one log warning instead of one warning per glyph."""
+    output = Path(output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        figure.savefig(output, dpi=dpi)
+    missing = [w for w in caught if "missing from font" in str(w.message)]
+    for other in caught:
+        if other not in missing:
+            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
+    if missing:
+        logger.warning(
+            "%d characters have no glyph in the installed fonts and show as boxes in %s; install a CJK font "
+            "(e.g. fonts-noto-cjk or fonts-nanum) for Hangul",
+            len(missing),
+            output,
+        )
+    pyplot().close(figure)
+    return output
+
+
 # --------------------------------------------------------------------------------------------------
 # Attention
 
@@ -101,7 +156,7 @@ def plot_attention_maps(maps: dict, kinds: Sequence[str] = KINDS, title: str | N
     heads = maps[kinds[0]][0].shape[0]
     longest = max(len(maps["source_tokens"]), len(maps["target_tokens"]))
     side = max(2.2, 0.22 * longest + 1.0)
-    figure, grid = plt.subplots(
+    figure, grid = pyplot().subplots(
         len(rows), heads, figsize=(side * heads + 1.0, side * len(rows) + 0.6), squeeze=False, layout="constrained"
     )
     image = None
@@ -128,7 +183,7 @@ def plot_positions(d_model: int = 128, length: int = 64) -> tuple[Figure, list]:
     from hf_transformer.modeling_transformer import sinusoid_table
 
     table = sinusoid_table(length, d_model).numpy()
-    figure, axes = plt.subplots(figsize=(8, 5), layout="constrained")
+    figure, axes = pyplot().subplots(figsize=(8, 5), layout="constrained")
     mesh = axes.pcolormesh(table, cmap="RdBu", vmin=-1.0, vmax=1.0)
     axes.set_xlabel("Depth")
     axes.set_xlim((0, d_model))
@@ -157,10 +212,6 @@ def main(argv: list[str] | None = None) -> dict:
     positions.add_argument("--length", type=int, default=64)
     positions.add_argument("--output", required=True)
 
-    curves = commands.add_parser("curves", help="learning curves from a Trainer log history")
-    curves.add_argument("log_history", help="log_history.json, trainer_state.json or a model / checkpoint folder")
-    curves.add_argument("--output", required=True)
-
     parser.add_argument("--dpi", type=int, default=100)
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -170,10 +221,8 @@ def main(argv: list[str] | None = None) -> dict:
         model, tokenizer, seq2seq = load_model(args.model_dir)
         maps = attention_maps(model, tokenizer, args.sentence, args.target, seq2seq=seq2seq)
         figure, panels = plot_attention_maps(maps, args.kinds, title=args.sentence)
-    elif args.command == "positions":
-        figure, panels = plot_positions(args.d_model, args.length)
     else:
-        figure, panels = plot_curves(read_log_history(args.log_history), title=str(args.log_history))
+        figure, panels = plot_positions(args.d_model, args.length)
     size = tuple(int(round(v * args.dpi)) for v in figure.get_size_inches())
     output = save(figure, args.output, dpi=args.dpi)
     logger.info("wrote %s (%d panels)", output, len(panels))

@@ -1,16 +1,18 @@
-"""scripts/plot_attention.py: attention heatmaps of tiny saved models, the position table and learning curves."""
+"""scripts/plot_attention.py: attention heatmaps of tiny saved models and the position table."""
 
-import json
 import logging
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
 from launch_utils import load_script
 from matplotlib import image as mpimg
 
+from conftest import tiny_config
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 from hf_transformer.modeling_transformer import sinusoid_table
 
@@ -127,39 +129,14 @@ def test_positions_draws_the_sinusoid_table(tmp_path):
     assert axes.get_xlabel() == "Depth" and axes.get_ylabel() == "Position"
 
 
-def trainer_history():
-    history = [{"loss": 3.0 - 0.2 * step, "learning_rate": 1e-3, "epoch": step / 4, "step": step} for step in (1, 2, 3)]
-    history.insert(
-        2, {"eval_loss": 2.5, "eval_accuracy": 0.6, "eval_f1": 0.5, "eval_runtime": 0.1, "epoch": 1.0, "step": 2}
+def test_the_script_imports_only_the_library_and_matplotlib_when_drawing():
+    # Loading it loads neither matplotlib (until a figure is drawn) nor the recipes: a general tool of the package.
+    probe = (
+        "import importlib.util, sys; "
+        f"spec = importlib.util.spec_from_file_location('plot_attention', {str(SCRIPT)!r}); "
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module); "
+        "print(sorted({name.split('.')[0] for name in sys.modules} & {'matplotlib', 'recipes'}))"
     )
-    history.append(
-        {"eval_loss": 2.2, "eval_accuracy": 0.7, "eval_f1": 0.6, "eval_runtime": 0.1, "epoch": 2.0, "step": 4}
-    )
-    history.append({"train_runtime": 5.0, "train_loss": 2.6, "epoch": 2.0, "step": 4})
-    history.append(
-        {"eval_loss": 2.0, "eval_accuracy": 0.9, "eval_runtime": 0.2, "epoch": 2.0, "step": 4}
-    )  # final scoring
-    return history
-
-
-def test_curves_from_a_log_history_and_a_checkpoint_folder(tmp_path):
-    module = load_script("plot_attention")
-    (tmp_path / "log_history.json").write_text(json.dumps(trainer_history()))
-    result = module.main(["curves", str(tmp_path / "log_history.json"), "--output", str(tmp_path / "curves.png")])
-    assert result["panels"] == 4  # loss, learning rate, accuracy, f1 (runtime is not a metric)
-    assert_real_png(tmp_path / "curves.png", result["size"])
-
-    figure, panels = module.plot_curves(trainer_history())
-    assert [axes.get_title() for axes in panels] == ["loss", "learning rate", "eval accuracy", "eval f1"]
-    train_line, eval_line = panels[0].get_lines()
-    assert list(train_line.get_xdata()) == [1, 2, 3] and list(eval_line.get_ydata()) == [2.5, 2.2]
-    assert list(panels[2].get_lines()[0].get_ydata()) == [0.6, 0.7]  # the post-training evaluation is left out
-
-    run = tmp_path / "run"
-    (run / "checkpoint-10").mkdir(parents=True)
-    (run / "checkpoint-10" / "trainer_state.json").write_text(json.dumps({"log_history": trainer_history()[:2]}))
-    (run / "checkpoint-2").mkdir()
-    (run / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"log_history": []}))
-    assert module.read_log_history(run) == trainer_history()[:2]  # the latest checkpoint, by number
-    with pytest.raises(FileNotFoundError):
-        module.read_log_history(tmp_path / "run" / "checkpoint-2" / "missing")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert result.stdout.strip() == "[]"
+    assert not re.search(r"^\s*(from|import) recipes\b", SCRIPT.read_text(), re.M)  # not even a lazy one

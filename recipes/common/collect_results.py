@@ -1,16 +1,18 @@
-"""Collect finished training runs into docs/results.md, docs/results.json and learning-curve PNGs.
+"""Collect a recipe's finished training runs into its records: results.json, notes.md and learning-curve PNGs.
 
-    python scripts/collect_results.py --manifest docs/results_runs.json --output_dir docs
+    python -m recipes.common.collect_results --manifest recipes/multi30k/records/runs.json \
+        --output_dir recipes/multi30k/records
 
-The manifest (JSON) names the run folders and what to say about each; every figure comes from the folders
-themselves: their `results.json` (written by train_classifier.py, train_translation.py and
-pretrain_denoising.py: metrics, parameters, wall seconds and the exact command) and their Trainer log
-history (`log_history.json` or a checkpoint's `trainer_state.json`), which is drawn with
-`plot_attention.py curves`'s code.
+The manifest (JSON, `runs.json` in the records folder) names the run folders and what to say about each; every
+figure comes from the folders themselves: their `results.json` (written by the training, scoring and reranking
+programs: metrics, parameters, wall seconds and the exact command) and their Trainer log history (`log_history.json`
+or a checkpoint's `trainer_state.json`), which is drawn with `recipes.common.plotting`.
 
     {
-      "title": "Training results",
+      "title": "NSMC sentiment: training records",
       "machine": "2-core CPU, one thread per training process",
+      "figures": "curves",
+      "intro": ["lab notes, one paragraph each"],
       "targets": {"nsmc_sentiment": {"metric": "accuracy", "split": "test", "value": 0.865}},
       "runs": [{"dir": "runs/nsmc-baseline", "name": "nsmc-baseline", "note": "..."}]
     }
@@ -19,12 +21,15 @@ history (`log_history.json` or a checkpoint's `trainer_state.json`), which is dr
 `wall_seconds` (plus `run`, `curve`, `note` and the parts of the wall time: `run_wall_seconds`,
 `pretraining_wall_seconds`, `members_wall_seconds`). A classifier started from a pretrained encoder
 (`--init_from`, followed back through continued pretraining runs) counts the pretraining too: its command is
-every command joined by `&&` and its wall time their sum, when the earlier folders are found.
+every command joined by `&&` and its wall time their sum, when the earlier folders are found. A run's command as
+its folder records it becomes a command to run from the repository root: `train_translation.py ...` (a script's
+file name) runs from `scripts/`, `recipes.multi30k.train ...` (a module) with `python -m`, and a run of several
+processes under torchrun.
 
 Run folders stay on the machine that trained them. A manifest entry whose folder is not there at all keeps the
-records already published for its run in the output folder's `results.json` (and its learning curve), with the
-manifest's note; a folder that is there without a `results.json` (an unfinished run), or a missing one with no
-published records, is an error.
+records already published for its run in the output folder's `results.json` (and its learning curve, if the
+curves folder still holds it), with the manifest's note; a folder that is there without a `results.json` (an
+unfinished run), or a missing one with no published records, is an error.
 """
 
 from __future__ import annotations
@@ -32,11 +37,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 from pathlib import Path
 
-from hf_transformer.plotting import plot_curves, read_log_history, save, use_cjk_font
+from recipes.common.plotting import plot_curves, read_log_history, save, use_cjk_font
 
 logger = logging.getLogger("collect_results")
+
+NOTES = "notes.md"  # the lab notes: the manifest's prose and every run's command and figures
+# A dotted module name (`recipes.multi30k.train`), as a recipe step run with `python -m` may record itself.
+MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
 
 # task -> [(metric name in the records, key in results.json, split)]
 METRICS = {
@@ -75,13 +85,21 @@ def metric_keys(task: str) -> list[tuple[str, str, str]]:
 
 
 def shell_command(command: str, world_size: int = 1) -> str:
-    """`script.py --args` as written by the training scripts -> a command to run from the repository root; a run
-    of several processes (its results' `world_size`) is launched as it was, by torchrun."""
-    if not command.split(" ", 1)[0].endswith(".py"):
+    """A command as a run's folder records it -> a command to run from the repository root.
+
+    `script.py --args` (a general script, as the scripts write it) runs from `scripts/`; `package.module --args`
+    (a recipe step run with `python -m`) as a module; a run of several processes (its results' `world_size`) is
+    launched as it was, by torchrun. Anything else (a command already written out) is kept."""
+    program = command.split(" ", 1)[0]
+    if program.endswith(".py"):
+        target = f"scripts/{command}"
+    elif MODULE.fullmatch(program):
+        target = f"-m {command}"
+    else:
         return command
     if world_size > 1:
-        return f"torchrun --nproc_per_node {world_size} scripts/{command}"
-    return f"python scripts/{command}"
+        return f"torchrun --nproc_per_node {world_size} {target}"
+    return f"python {target}"
 
 
 def resolve(path: str, base: Path) -> Path:
@@ -131,6 +149,60 @@ def published_run(entry: dict, name: str, published: list[dict], output_dir: Pat
     }
 
 
+def chained(results: dict, base: Path, name: str) -> tuple[str, float | None, list[dict], list[dict]]:
+    """The run's whole command and wall time, with the runs it needed first: the pretraining it started from
+    (followed back through ``init_from``) and, for an ensemble or a reranking, its members' trainings (side by side
+    or one after the other). Returns (command, wall seconds, the earlier runs' results, the members)."""
+    command = shell_command(results.get("command", "?"), results.get("world_size", 1))
+    wall = results.get("wall_seconds")
+    pretraining = earlier_runs(results, base, name)
+    if pretraining:
+        command = " && ".join(
+            [*(shell_command(r.get("command", "?"), r.get("world_size", 1)) for r in pretraining), command]
+        )
+        earlier_wall = [r.get("wall_seconds") for r in pretraining]
+        if wall is not None and None not in earlier_wall:
+            wall = round(wall + sum(earlier_wall), 1)
+    members = [member for member in results.get("ensemble", []) if "command" in member]
+    if members:
+        command = " && ".join([*(shell_command(m["command"], m.get("world_size", 1)) for m in members), command])
+        member_walls = [m.get("wall_seconds") for m in members]
+        members_wall = None if None in member_walls else round(sum(member_walls), 1)
+        wall = None if wall is None or members_wall is None else round(wall + members_wall, 1)
+    return command, wall, pretraining, members
+
+
+def draw_curve(folder: Path, name: str, figures: Path) -> Path | None:
+    """The run's learning curves as ``figures/<name>.png``; None (and a warning) when its folder keeps no log."""
+    try:
+        figure, _ = plot_curves(read_log_history(folder), title=name)
+    except (FileNotFoundError, ValueError) as error:
+        logger.warning("%s: no learning curve (%s)", name, error)
+        return None
+    return save(figure, figures / f"{name}.png")
+
+
+def run_records(run: dict, results: dict) -> list[dict]:
+    """One record per metric the run's task reports and its results hold."""
+    return [
+        {
+            "task": run["task"],
+            "metric": metric,
+            "value": results[key],
+            "split": split,
+            "command": run["command"],
+            "params": run["params"],
+            "wall_seconds": run["wall_seconds"],
+            "run": run["name"],
+            "curve": None,  # filled in relative to the output folder by write_outputs
+            "note": run["note"],
+            **{part: run[part] for part in WALL_PARTS},
+        }
+        for metric, key, split in metric_keys(run["task"])
+        if key in results
+    ]
+
+
 def collect_run(
     entry: dict, base: Path, figures: Path, published: dict[str, list[dict]] | None = None, output_dir: Path = Path()
 ) -> dict:
@@ -147,65 +219,23 @@ def collect_run(
     if not results_file.is_file():
         raise FileNotFoundError(f"{folder} holds no results.json: is the run finished?")
     results = json.loads(results_file.read_text())
-    task = infer_task(results)
-    command = shell_command(results.get("command", "?"), results.get("world_size", 1))
-    wall = results.get("wall_seconds")
-    pretraining = earlier_runs(results, base, name)
-    if pretraining:
-        command = " && ".join(
-            [*(shell_command(r.get("command", "?"), r.get("world_size", 1)) for r in pretraining), command]
-        )
-        earlier_wall = [r.get("wall_seconds") for r in pretraining]
-        if wall is not None and None not in earlier_wall:
-            wall = round(wall + sum(earlier_wall), 1)
-
-    # An ensemble's time is its members' training runs (side by side or one after the other) plus its scoring.
-    members = [member for member in results.get("ensemble", []) if "command" in member]
-    members_wall = None
-    if members:
-        command = " && ".join([*(shell_command(m["command"], m.get("world_size", 1)) for m in members), command])
-        member_walls = [m.get("wall_seconds") for m in members]
-        members_wall = None if None in member_walls else round(sum(member_walls), 1)
-        wall = None if wall is None or members_wall is None else round(wall + members_wall, 1)
-
-    curve = None
-    try:
-        figure, _ = plot_curves(read_log_history(folder), title=name)
-        curve = save(figure, figures / f"{name}.png")
-    except (FileNotFoundError, ValueError) as error:
-        logger.warning("%s: no learning curve (%s)", name, error)
-
+    command, wall, pretraining, members = chained(results, base, name)
+    members_wall = [m.get("wall_seconds") for m in members]
     run = {
         "name": name,
-        "task": task,
+        "task": infer_task(results),
         "results": results,
         "command": command,
         "params": results.get("parameters"),
         "wall_seconds": wall,
         "run_wall_seconds": results.get("wall_seconds"),
         "pretraining_wall_seconds": sum(r.get("wall_seconds") or 0 for r in pretraining) if pretraining else None,
-        "members_wall_seconds": members_wall,
+        "members_wall_seconds": round(sum(members_wall), 1) if members and None not in members_wall else None,
         "members": len(members) or None,
-        "curve": curve,
+        "curve": draw_curve(folder, name, figures),
         "note": entry.get("note", ""),
     }
-    run["records"] = [
-        {
-            "task": task,
-            "metric": metric,
-            "value": results[key],
-            "split": split,
-            "command": command,
-            "params": run["params"],
-            "wall_seconds": wall,
-            "run": name,
-            "curve": None,  # filled in relative to the output folder by write_outputs
-            "note": run["note"],
-            **{part: run[part] for part in WALL_PARTS},
-        }
-        for metric, key, split in metric_keys(task)
-        if key in results
-    ]
+    run["records"] = run_records(run, results)
     return run
 
 
@@ -231,13 +261,13 @@ def target_text(record: dict, targets: dict) -> tuple[str, str]:
     return value_text(record["metric"], target["value"]), "yes" if record["value"] >= target["value"] else "no"
 
 
-def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -> str:
-    targets = manifest.get("targets", {})
+def header(manifest: dict, command: str) -> list[str]:
+    """The notes' title, how they were made, the machine and the manifest's own paragraphs."""
     lines = [
         f"# {manifest.get('title', 'Training results')}",
         "",
         f"Generated by `{command}` from the run folders' `results.json` and Trainer logs; edit the manifest "
-        "and run it again rather than editing this file.",
+        "(`runs.json`) and run it again rather than editing this file.",
         "",
     ]
     if manifest.get("machine"):
@@ -249,7 +279,12 @@ def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -
         ]
     for paragraph in manifest.get("intro", []):
         lines += [paragraph, ""]
-    lines += [
+    return lines
+
+
+def headline_table(runs: list[dict], targets: dict) -> list[str]:
+    """One row per run: its first record against the task's target."""
+    lines = [
         "| run | task | metric | split | value | target | met | parameters | wall time |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -262,84 +297,118 @@ def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -
                 f"{value_text(record['metric'], record['value'])} | {target} | {met} | {params} | "
                 f"{minutes(run['wall_seconds'])} |"
             )
-    lines.append("")
+    return lines + [""]
+
+
+def wall_time_text(run: dict) -> str:
+    """The run's wall time, with its parts when it includes trained members or pretraining."""
+    if run.get("members_wall_seconds") is not None:
+        # An ensemble's members, or the one saved model a scoring run re-scores.
+        trained = "the members' runs" if (run.get("members") or 2) > 1 else "the model's training run"
+        return (
+            f"wall time {minutes(run['wall_seconds'])} ({trained} {minutes(run['members_wall_seconds'])}"
+            f" + this scoring {minutes(run['run_wall_seconds'])})"
+        )
+    if run["pretraining_wall_seconds"] is not None:
+        return (
+            f"wall time {minutes(run['wall_seconds'])} (pretraining {minutes(run['pretraining_wall_seconds'])}"
+            f" + this run {minutes(run['run_wall_seconds'])})"
+        )
+    return f"wall time {minutes(run['wall_seconds'])}"
+
+
+def run_section(run: dict, output_dir: Path) -> list[str]:
+    """A run's note, facts, command, every figure and its learning curve."""
+    lines = [f"## {run['name']}", ""]
+    if run["note"]:
+        lines += [run["note"], ""]
+    facts = [f"task `{run['task']}`"]
+    if run["params"]:
+        facts.append(f"{run['params']:,} parameters")
+    facts.append(wall_time_text(run))
+    lines += ["; ".join(facts) + ".", ""]
+    lines += ["```bash", run["command"].replace(" && ", " &&\n"), "```", ""]
+    if run["records"]:
+        lines += ["| metric | split | value |", "|---|---|---|"]
+        lines += [f"| {r['metric']} | {r['split']} | {value_text(r['metric'], r['value'])} |" for r in run["records"]]
+        lines.append("")
+    if run["curve"] is not None:
+        curve = Path(run["curve"]).relative_to(output_dir).as_posix()
+        lines += [f"![learning curves of {run['name']}]({curve})", ""]
+    return lines
+
+
+def markdown(manifest: dict, runs: list[dict], output_dir: Path, command: str) -> str:
+    lines = header(manifest, command) + headline_table(runs, manifest.get("targets", {}))
     for run in runs:
-        lines += [f"## {run['name']}", ""]
-        if run["note"]:
-            lines += [run["note"], ""]
-        facts = [f"task `{run['task']}`"]
-        if run["params"]:
-            facts.append(f"{run['params']:,} parameters")
-        if run.get("members_wall_seconds") is not None:
-            # An ensemble's members, or the one saved model a scoring run re-scores.
-            trained = "the members' runs" if (run.get("members") or 2) > 1 else "the model's training run"
-            facts.append(
-                f"wall time {minutes(run['wall_seconds'])} ({trained} {minutes(run['members_wall_seconds'])}"
-                f" + this scoring {minutes(run['run_wall_seconds'])})"
-            )
-        elif run["pretraining_wall_seconds"] is not None:
-            facts.append(
-                f"wall time {minutes(run['wall_seconds'])} (pretraining {minutes(run['pretraining_wall_seconds'])}"
-                f" + this run {minutes(run['run_wall_seconds'])})"
-            )
-        else:
-            facts.append(f"wall time {minutes(run['wall_seconds'])}")
-        lines += ["; ".join(facts) + ".", ""]
-        lines += ["```bash", run["command"].replace(" && ", " &&\n"), "```", ""]
-        if run["records"]:
-            lines += ["| metric | split | value |", "|---|---|---|"]
-            lines += [
-                f"| {r['metric']} | {r['split']} | {value_text(r['metric'], r['value'])} |" for r in run["records"]
-            ]
-            lines.append("")
-        if run["curve"] is not None:
-            lines += [
-                f"![learning curves of {run['name']}]({Path(run['curve']).relative_to(output_dir).as_posix()})",
-                "",
-            ]
+        lines += run_section(run, output_dir)
     return "\n".join(lines)
 
 
-def write_outputs(manifest_path: Path, output_dir: Path, base: Path, command: str) -> list[dict]:
-    manifest = json.loads(manifest_path.read_text())
-    output_dir.mkdir(parents=True, exist_ok=True)
-    figures = output_dir / manifest.get("figures", "results")
-    use_cjk_font()  # Hangul in titles, when a CJK font is installed
-    published = {}
+def published_records(output_dir: Path) -> dict[str, list[dict]]:
+    """The records the output folder's results.json already holds, by run name (none for a new folder)."""
+    published: dict[str, list[dict]] = {}
     if (output_dir / "results.json").is_file():
         for record in json.loads((output_dir / "results.json").read_text()):
             published.setdefault(record["run"], []).append(record)
-    runs = [collect_run(entry, base, figures, published, output_dir) for entry in manifest["runs"]]
+    return published
+
+
+def flatten_records(runs: list[dict], output_dir: Path) -> list[dict]:
+    """Every run's records in manifest order, each naming its run's curve relative to the output folder."""
     records = []
     for run in runs:
         for record in run["records"]:
             if run["curve"] is not None:
                 record["curve"] = Path(run["curve"]).relative_to(output_dir).as_posix()
             records.append(record)
+    return records
+
+
+def write_outputs(manifest_path: Path, output_dir: Path, base: Path, command: str) -> list[dict]:
+    """Collect the manifest's runs and write ``results.json``, ``notes.md`` and the curves into ``output_dir``."""
+    manifest = json.loads(manifest_path.read_text())
+    output_dir.mkdir(parents=True, exist_ok=True)
+    figures = output_dir / manifest.get("figures", "curves")
+    use_cjk_font()  # Hangul in titles, when a CJK font is installed
+    published = published_records(output_dir)
+    runs = [collect_run(entry, base, figures, published, output_dir) for entry in manifest["runs"]]
+    records = flatten_records(runs, output_dir)
     (output_dir / "results.json").write_text(json.dumps(records, indent=2, ensure_ascii=False) + "\n")
-    (output_dir / "results.md").write_text(markdown(manifest, runs, output_dir, command), encoding="utf-8")
+    (output_dir / NOTES).write_text(markdown(manifest, runs, output_dir, command), encoding="utf-8")
     logger.info(
-        "wrote %s and %s: %d runs, %d records",
-        output_dir / "results.md",
-        output_dir / "results.json",
-        len(runs),
-        len(records),
+        "wrote %s and %s: %d runs, %d records", output_dir / NOTES, output_dir / "results.json", len(runs), len(records)
     )
     return records
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manifest", default="docs/results_runs.json", help="the runs to collect (JSON)")
-    parser.add_argument("--output_dir", default="docs", help="results.md, results.json and the figures' folder")
+    parser.add_argument(
+        "--manifest", required=True, help="the runs to collect (JSON), e.g. recipes/nsmc/records/runs.json"
+    )
+    parser.add_argument(
+        "--output_dir", default=None, help="results.json, notes.md and the curves (default: the manifest's folder)"
+    )
     parser.add_argument("--base_dir", default=".", help="run folders in the manifest are relative to this")
     args = parser.parse_args(argv)
+    if args.output_dir is None:
+        args.output_dir = str(Path(args.manifest).parent)
+    return args
+
+
+def rerun_command(args: argparse.Namespace) -> str:
+    """The command that regenerates these records, as the notes name it."""
+    options = [f"--manifest {args.manifest}", f"--output_dir {args.output_dir}"]
+    if args.base_dir != ".":
+        options.append(f"--base_dir {args.base_dir}")
+    return " ".join(["python -m recipes.common.collect_results", *options])
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parse_args(argv)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    command = "python scripts/collect_results.py " + " ".join(
-        [f"--manifest {args.manifest}", f"--output_dir {args.output_dir}"]
-        + ([f"--base_dir {args.base_dir}"] if args.base_dir != "." else [])
-    )
-    return write_outputs(Path(args.manifest), Path(args.output_dir), Path(args.base_dir), command)
+    return write_outputs(Path(args.manifest), Path(args.output_dir), Path(args.base_dir), rerun_command(args))
 
 
 if __name__ == "__main__":

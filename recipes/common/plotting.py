@@ -1,11 +1,17 @@
-"""Figures the scripts share: a CJK font for Hangul, PNG writing, and learning curves from a Trainer log history.
+"""Learning curves from a Trainer log history, for the recipes' run records; a CJK font for Hangul, PNG writing.
 
-``scripts/plot_attention.py`` (``curves``) and ``scripts/collect_results.py`` draw the curves. Importing this module
-selects matplotlib's file-only backend (Agg); it needs matplotlib (the ``train`` extra).
+    python -m recipes.common.plotting runs/nsmc --output curves.png
+
+reads a Trainer `log_history` (a `log_history.json`, a `trainer_state.json`, or a folder with either: its
+`log_history.json`, else its latest checkpoint's state) and draws the training loss and learning rate against the
+step and every evaluation metric against the epoch; evaluations logged after training ended (final scoring) are
+left out. `recipes.common.collect_results` draws every collected run's curves with it. Importing this module selects
+matplotlib's file-only backend (Agg); it needs matplotlib (the ``train`` extra).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -20,7 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import font_manager  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-__all__ = ["CJK_FONTS", "use_cjk_font", "save", "read_log_history", "plot_curves"]
+__all__ = ["CJK_FONTS", "use_cjk_font", "save", "read_log_history", "plot_curves", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -143,3 +149,23 @@ def plot_curves(history: list[dict], title: str | None = None) -> tuple[Figure, 
     if title:
         figure.suptitle(title)
     return figure, drawn
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("log_history", help="log_history.json, trainer_state.json or a model / checkpoint folder")
+    parser.add_argument("--output", required=True, help="the PNG to write")
+    parser.add_argument("--title", default=None, help="the figure's title (default: the log history's path)")
+    parser.add_argument("--dpi", type=int, default=100)
+    args = parser.parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    font = use_cjk_font()
+    figure, panels = plot_curves(read_log_history(args.log_history), title=args.title or str(args.log_history))
+    size = tuple(int(round(v * args.dpi)) for v in figure.get_size_inches())
+    output = save(figure, args.output, dpi=args.dpi)
+    logger.info("wrote %s (%d panels)", output, len(panels))
+    return {"output": str(output), "panels": len(panels), "size": size, "font": font}
+
+
+if __name__ == "__main__":
+    main()

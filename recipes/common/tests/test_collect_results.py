@@ -1,12 +1,18 @@
-"""scripts/collect_results.py: docs/results.md, results.json and learning curves from finished run folders."""
+"""recipes.common.collect_results: a recipe's records (results.json, notes.md, learning curves) from finished run
+folders, and the published records kept as they are where the folders are not."""
 
+import argparse
 import json
 import shutil
+from pathlib import Path
 
 import pytest
-from launch_utils import load_script, write_nsmc
 from matplotlib import image as mpimg
 
+from recipes.common import collect_results
+from recipes.common.collect_results import main as collect
+
+REPO = Path(__file__).resolve().parents[3]
 KEYS = {"task", "metric", "value", "split", "command", "params", "wall_seconds"}
 
 
@@ -23,22 +29,29 @@ HISTORY = [
     {"eval_loss": 2.5, "eval_bleu": 9.0, "epoch": 2.0, "step": 40},
     {"train_runtime": 12.0, "epoch": 2.0, "step": 40},
 ]
+# A classifier's folder as train_classifier.py leaves it (its own tests check that it writes these keys).
+CLASSIFIER = {
+    "task": "nsmc_sentiment",
+    "test_accuracy": 0.8512,
+    "test_f1": 0.8498,
+    "eval_accuracy": 0.8475,
+    "parameters": 2_453_506,
+    "wall_seconds": 130.2,
+    "command": "train_classifier.py --output_dir runs/tiny-nsmc --data_dir data --vocab_size 120 --seed 0",
+}
+CLASSIFIER_HISTORY = [
+    {"loss": 0.69, "learning_rate": 1e-3, "epoch": 0.5, "step": 5},
+    {"eval_loss": 0.5, "eval_accuracy": 0.8, "eval_f1": 0.79, "epoch": 1.0, "step": 10},
+    {"loss": 0.41, "learning_rate": 5e-4, "epoch": 1.5, "step": 15},
+    {"eval_loss": 0.45, "eval_accuracy": 0.8475, "eval_f1": 0.84, "epoch": 2.0, "step": 20},
+    {"train_runtime": 100.0, "epoch": 2.0, "step": 20},
+]
 
 
-@pytest.fixture(scope="module")
-def classifier_run(tmp_path_factory):
-    """A real (tiny) train_classifier.py run folder."""
-    root = tmp_path_factory.mktemp("collect")
-    write_nsmc(root / "data", 300, seed=1, name="ratings_train.txt")
-    write_nsmc(root / "data", 50, seed=2, name="ratings_test.txt")
-    load_script("train_classifier").main(
-        ["--output_dir", str(root / "runs" / "tiny-nsmc"), "--data_dir", str(root / "data"), "--vocab_size", "120"]
-        + ["--d_model", "16", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "32"]
-        + ["--max_length", "16", "--num_train_epochs", "2", "--per_device_train_batch_size", "32"]
-        + ["--eval_strategy", "epoch", "--save_strategy", "no", "--logging_steps", "2", "--report_to", "none"]
-        + ["--disable_tqdm", "true", "--use_cpu", "--seed", "0"]
-    )
-    return root
+@pytest.fixture
+def classifier_run(tmp_path):
+    fake_run(tmp_path / "runs" / "tiny-nsmc", CLASSIFIER, CLASSIFIER_HISTORY)
+    return tmp_path
 
 
 def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
@@ -112,10 +125,8 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
         ],
     }
     (root / "manifest.json").write_text(json.dumps(manifest))
-    out = tmp_path / "docs"
-    records = load_script("collect_results").main(
-        ["--manifest", str(root / "manifest.json"), "--output_dir", str(out), "--base_dir", str(root)]
-    )
+    out = tmp_path / "records"
+    records = collect(["--manifest", str(root / "manifest.json"), "--output_dir", str(out), "--base_dir", str(root)])
 
     saved = json.loads((out / "results.json").read_text())
     assert saved == records and all(KEYS <= set(record) for record in saved)
@@ -125,13 +136,12 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
     assert set(by_run) == {"tiny-nsmc", "pretraining", "nsmc-pretrained", "m30k-en-de"}
 
     tiny = {(r["metric"], r["split"]): r for r in by_run["tiny-nsmc"]}
-    real = json.loads((root / "runs" / "tiny-nsmc" / "results.json").read_text())
-    assert tiny[("accuracy", "test")]["value"] == real["test_accuracy"]
-    assert tiny[("accuracy", "validation")]["value"] == real["eval_accuracy"]
-    assert tiny[("accuracy", "test")]["params"] == real["parameters"] > 0
-    assert tiny[("accuracy", "test")]["wall_seconds"] == real["wall_seconds"] > 0
-    assert tiny[("accuracy", "test")]["command"] == "python scripts/" + real["command"]
-    assert "--output_dir" in real["command"] and "--vocab_size 120" in real["command"]
+    assert tiny[("accuracy", "test")]["value"] == CLASSIFIER["test_accuracy"]
+    assert tiny[("f1", "test")]["value"] == CLASSIFIER["test_f1"]
+    assert tiny[("accuracy", "validation")]["value"] == CLASSIFIER["eval_accuracy"]
+    assert tiny[("accuracy", "test")]["params"] == CLASSIFIER["parameters"]
+    assert tiny[("accuracy", "test")]["wall_seconds"] == CLASSIFIER["wall_seconds"]
+    assert tiny[("accuracy", "test")]["command"] == "python scripts/" + CLASSIFIER["command"]
 
     # The fine-tuned classifier counts its pretraining, followed back through the continued run: every
     # command, the summed wall time.
@@ -157,13 +167,13 @@ def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
         curve = out / run[0]["curve"]
         assert curve.is_file() and mpimg.imread(curve).shape[0] > 100
 
-    text = (out / "results.md").read_text()
+    text = (out / "notes.md").read_text()
     assert text.startswith("# Results") and "a test machine" in text
     assert "| 87.00% | 86.50% | yes |" in text  # the fine-tuned classifier meets the target
     assert "| 30.50 | 38.00 | no |" in text
     assert "2 min 50 s (pretraining 2 min 00 s + this run 0 min 50 s)" in text
     assert "started from the pretrained encoder" in text and "from scratch" in text
-    assert "![learning curves of m30k-en-de](results/m30k-en-de.png)" in text
+    assert "![learning curves of m30k-en-de](curves/m30k-en-de.png)" in text
     assert "python scripts/train_classifier.py --output_dir" in text
 
 
@@ -171,9 +181,7 @@ def test_a_run_without_results_is_an_error(tmp_path):
     (tmp_path / "unfinished").mkdir()
     (tmp_path / "manifest.json").write_text(json.dumps({"runs": [{"dir": str(tmp_path / "unfinished")}]}))
     with pytest.raises(FileNotFoundError, match="results.json"):
-        load_script("collect_results").main(
-            ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "out")]
-        )
+        collect(["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "out")])
 
 
 def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
@@ -193,16 +201,14 @@ def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
     (ensemble_dir / "results.json").write_text(json.dumps(results))  # no log history: no learning curve
     manifest = {"title": "Results", "runs": [{"dir": str(ensemble_dir), "name": "ensemble"}]}
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    records = load_script("collect_results").main(
-        ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "docs")]
-    )
+    records = collect(["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "records")])
     assert {r["metric"] for r in records} == {"bleu"} and records[0]["value"] == 31.5
     assert all(r["wall_seconds"] == 1350.0 for r in records)  # 600 + 660 s of training, 90 s of scoring
     assert records[0]["command"] == (
         "python scripts/train_translation.py a && torchrun --nproc_per_node 2 scripts/train_translation.py b && "
         "python scripts/evaluate_translation.py --model_dirs runs/a runs/b"
     )
-    text = (tmp_path / "docs" / "results.md").read_text()
+    text = (tmp_path / "records" / "notes.md").read_text()
     assert "22 min 30 s (the members' runs 21 min 00 s + this scoring 1 min 30 s)" in text
 
 
@@ -224,10 +230,9 @@ def test_a_run_folder_not_on_this_machine_keeps_its_published_records(tmp_path):
         ],
     }
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    collect = load_script("collect_results").main
-    arguments = ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "docs")]
+    arguments = ["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "records")]
     first = collect(arguments)
-    first_text = (tmp_path / "docs" / "results.md").read_text()
+    first_text = (tmp_path / "records" / "notes.md").read_text()
     assert "11 min 30 s (the model's training run 10 min 00 s + this scoring 1 min 30 s)" in first_text
 
     # Another machine: no run folders, a note rewritten. Every figure, command and time is the published one.
@@ -236,8 +241,8 @@ def test_a_run_folder_not_on_this_machine_keeps_its_published_records(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     second = collect(arguments)
     assert second == [dict(record, note="second words" if record["run"] == "a" else record["note"]) for record in first]
-    assert (tmp_path / "docs" / "results.md").read_text() == first_text.replace("first words", "second words")
-    assert (tmp_path / "docs" / second[0]["curve"]).is_file()
+    assert (tmp_path / "records" / "notes.md").read_text() == first_text.replace("first words", "second words")
+    assert (tmp_path / "records" / second[0]["curve"]).is_file()
 
     # An unfinished run is still an error, published records or not.
     (tmp_path / "runs" / "a").mkdir(parents=True)
@@ -248,3 +253,34 @@ def test_a_run_folder_not_on_this_machine_keeps_its_published_records(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(FileNotFoundError, match="results.json"):
         collect(arguments)
+
+
+def test_a_recipe_steps_module_command_runs_with_python_m():
+    shell = collect_results.shell_command
+    assert shell("recipes.multi30k.evaluate --model_dirs a b") == "python -m recipes.multi30k.evaluate --model_dirs a b"
+    assert (
+        shell("recipes.multi30k.train --seed 1", 2) == "torchrun --nproc_per_node 2 -m recipes.multi30k.train --seed 1"
+    )
+    assert shell("train_translation.py --seed 1") == "python scripts/train_translation.py --seed 1"
+    assert shell("timeout 600 python scripts/a.py") == "timeout 600 python scripts/a.py"  # written out: kept
+
+
+@pytest.mark.parametrize("recipe", ["nsmc", "multi30k"])
+def test_published_records_regenerate_unchanged(recipe, tmp_path):
+    """Each recipe's records as collect_results leaves them on a machine without the run folders: its command in the
+    notes, on the manifest as published, writes every file back unchanged (a manifest edited without running it
+    again, or a record edited by hand, fails here)."""
+    records = REPO / "recipes" / recipe / "records"
+    shutil.copytree(records, tmp_path / "records")
+    command = collect_results.rerun_command(
+        argparse.Namespace(manifest=f"recipes/{recipe}/records/runs.json", output_dir=f"recipes/{recipe}/records",
+                           base_dir=".")
+    )  # fmt: skip
+    written = collect_results.write_outputs(tmp_path / "records" / "runs.json", tmp_path / "records", tmp_path, command)
+    for name in ("results.json", "notes.md"):
+        assert (tmp_path / "records" / name).read_bytes() == (records / name).read_bytes(), name
+    # Every learning curve a record names is kept, and the notes show each kept one.
+    curves = {record["curve"] for record in written if record["curve"]}
+    assert curves == {f"curves/{path.name}" for path in (records / "curves").glob("*.png")}
+    notes = (records / "notes.md").read_text()
+    assert all(f"]({curve})" in notes for curve in curves)
