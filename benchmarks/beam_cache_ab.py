@@ -1,7 +1,7 @@
 """Beam search with the cross-attention reordering skipped where it changes nothing (the package's
 ``_reorder_cache``) against transformers' plain reordering of both caches, side by side in one process.
 
-    python benchmarks/beam_cache_ab.py --output docs/performance-beam-cache.json
+    python benchmarks/beam_cache_ab.py --output benchmarks/results/performance-beam-cache.json
 
 Both give the same tokens, scores and cache contents (checked here on every configuration before timing).
 """

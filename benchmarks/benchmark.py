@@ -3,7 +3,7 @@ plain code, measured side by side in one process.
 
     python benchmarks/benchmark.py --quick                 # base-small, about 1-2 minutes on 2 CPU cores
     python benchmarks/benchmark.py                         # base-small and the seed tutorial's config
-    python benchmarks/benchmark.py --device cuda --peak-tflops 989 --output docs/performance-gpu.md
+    python benchmarks/benchmark.py --device cuda --peak-tflops 989 --output benchmarks/results/performance-gpu.md
                                       # a GPU (H100: 989 TFLOP/s dense bf16), bf16 autocast, also the big config
     python benchmarks/benchmark.py --deployed --no-train --generation-batch-sizes 8 32
                                       # ours, Marian and ours's deployed engines (CPU), generation at batch 8 and 32
@@ -68,8 +68,12 @@ import torch.nn.functional as F
 import transformers
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seed_reference import SeedSeq2Seq, reference_sinusoids  # noqa: E402
+try:  # python -m benchmarks.benchmark, or imported from the repository root
+    from benchmarks.seed_reference import SeedSeq2Seq, reference_sinusoids
+except ModuleNotFoundError:  # python benchmarks/benchmark.py: the script's own folder is on the path
+    from seed_reference import SeedSeq2Seq, reference_sinusoids
+
+RESULTS = "benchmarks/results"  # where the reports go by default (relative to the repository root)
 
 PAD, START, EOS = 0, 1, 2
 NEW_TOKENS = 32
@@ -976,7 +980,7 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--deployed", action="store_true",
         help=f"add the deployed engines ({', '.join(DEPLOYED_MODELS)}) to --models (default then ours,marian); "
-        "the report then defaults to docs/performance-deployed.md",
+        "the report then defaults to benchmarks/results/performance-deployed.md",
     )  # fmt: skip
     parser.add_argument(
         "--generation-batch-sizes", type=int, nargs="+", default=[GENERATION_BATCH], metavar="N",
@@ -1001,15 +1005,15 @@ def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
         help="compute with denormal floats on CPU instead of flushing them to zero (slow on some CPUs)",
     )  # fmt: skip
     parser.add_argument(
-        "--output", default=None, help="Markdown report; JSON beside it (docs/performance.md; --deployed: "
-        "docs/performance-deployed.md)"
+        "--output", default=None,
+        help=f"Markdown report, JSON beside it ({RESULTS}/performance.md; --deployed: performance-deployed.md)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.deployed:
         models = args.models.split(",") if args.models else ["ours", "marian"]
         args.models = ",".join(models + [name for name in DEPLOYED_MODELS if name not in models])
     args.models = args.models or DEFAULT_MODELS
-    args.output = args.output or ("docs/performance-deployed.md" if args.deployed else "docs/performance.md")
+    args.output = args.output or f"{RESULTS}/performance{'-deployed' if args.deployed else ''}.md"
     on_gpu = args.device.startswith("cuda")
     default_configs = "base-small" if args.quick else ("base-small,seed,big" if on_gpu else "base-small,seed")
     args.configs = (args.configs or default_configs).split(",")

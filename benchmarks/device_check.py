@@ -104,7 +104,10 @@ def ctranslate2_checks(checks: Checks, reference, batch: dict, device: torch.dev
     if ctranslate2.get_cuda_device_count() < 1:
         print("skip CTranslate2 on CUDA: ctranslate2 sees no CUDA device")
         return
-    from benchmark import word_tokenizer
+    try:  # python -m benchmarks.device_check, or imported from the repository root
+        from benchmarks.benchmark import word_tokenizer
+    except ModuleNotFoundError:  # python benchmarks/device_check.py: the script's own folder is on the path
+        from benchmark import word_tokenizer
 
     from hf_transformer.export import to_ctranslate2
     from hf_transformer.export.ctranslate2_export import CTranslate2Generator

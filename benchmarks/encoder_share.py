@@ -15,21 +15,22 @@ Marian's and the engine's calls. A target ratio above ``bound`` cannot be reache
     python benchmarks/encoder_share.py                         # base-small and seed, batch 8 and 32: minutes
     python benchmarks/encoder_share.py --configs tiny --rounds 3 --output /tmp/share.md   # seconds (tests)
 
-Writes ``docs/performance-encoder-share.md`` and ``.json`` (``--output``) and prints progress.
+Writes ``benchmarks/results/performance-encoder-share.md`` and ``.json`` (``--output``) and prints progress.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark as bench  # noqa: E402
+try:  # python -m benchmarks.encoder_share, or imported from the repository root
+    from benchmarks import benchmark as bench
+except ModuleNotFoundError:  # python benchmarks/encoder_share.py: the script's own folder is on the path
+    import benchmark as bench
 
 ENGINES = {"ct2": None, "ct2_int8": "int8"}  # name -> CTranslate2 quantization
 KINDS = (("greedy", 1), ("beam4", 4))
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--budget", type=float, default=90.0, help="seconds per configuration and batch (>= 3 rounds)")
     parser.add_argument(
-        "--output", default=str(Path(__file__).resolve().parents[1] / "docs" / "performance-encoder-share.md")
+        "--output", default=str(Path(__file__).resolve().parent / "results" / "performance-encoder-share.md")
     )
     args = parser.parse_args(argv)
     bench._require("ctranslate2")

@@ -17,7 +17,7 @@ layout and reported. The speed of a layout is given against the same engine's ``
     python benchmarks/thread_layouts.py                      # base-small, batch 8 and 32, greedy and beam 4
     python benchmarks/thread_layouts.py --configs tiny --batch-sizes 3 --rounds 3 --output /tmp/layouts.md
 
-Writes ``docs/performance-thread-layouts.md`` and ``.json`` (``--output``) and prints progress.
+Writes ``benchmarks/results/performance-thread-layouts.md`` and ``.json`` (``--output``) and prints progress.
 """
 
 from __future__ import annotations
@@ -25,14 +25,15 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import benchmark as bench  # noqa: E402
+try:  # python -m benchmarks.thread_layouts, or imported from the repository root
+    from benchmarks import benchmark as bench
+except ModuleNotFoundError:  # python benchmarks/thread_layouts.py: the script's own folder is on the path
+    import benchmark as bench
 
 
 def layouts(threads: int) -> dict[str, tuple[int, int]]:
@@ -134,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--budget", type=float, default=60.0, help="seconds per section (at least 3 rounds)")
     parser.add_argument(
-        "--output", default=str(Path(__file__).resolve().parents[1] / "docs" / "performance-thread-layouts.md")
+        "--output", default=str(Path(__file__).resolve().parent / "results" / "performance-thread-layouts.md")
     )
     args = parser.parse_args(argv)
     names = args.engines.split(",")

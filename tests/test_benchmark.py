@@ -137,8 +137,7 @@ def test_denormals_are_flushed_on_every_thread_or_not_at_all():
     program = """
 import os, sys, torch
 torch.set_num_threads(2)
-sys.path.insert(0, "benchmarks")
-import benchmark
+from benchmarks import benchmark
 
 def threads():  # the process's threads, where Linux lists them
     return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
@@ -244,11 +243,12 @@ def test_deployed_option_adds_the_engines_and_its_own_report():
     benchmark = load_benchmark_module("benchmark")
     args = benchmark.parse_arguments(["--deployed", "--generation-batch-sizes", "8", "32", "8"])
     assert args.models == ["ours", "marian", "ours_ct2", "ours_ct2_int8", "ours_onnx", "ours_onnx_int8", "ours_int8"]
-    assert args.output == "docs/performance-deployed.md" and args.generation_batch_sizes == [8, 32]
+    assert args.output == "benchmarks/results/performance-deployed.md" and args.generation_batch_sizes == [8, 32]
     args = benchmark.parse_arguments(["--deployed", "--models", "marian", "--output", "x.md"])
     assert args.models[:2] == ["marian", "ours_ct2"] and args.output == "x.md"
     default = benchmark.parse_arguments([])
-    assert not set(default.models) & set(benchmark.DEPLOYED_MODELS) and default.output == "docs/performance.md"
+    assert not set(default.models) & set(benchmark.DEPLOYED_MODELS)
+    assert default.output == "benchmarks/results/performance.md"
     assert default.generation_batch_sizes == [8]
 
 
@@ -324,3 +324,14 @@ def test_engine_calls_are_checked_for_equal_work_and_unchanged_threads():
             bench.check_threads(threads, "while building")
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks_results():
+    # encoder_share imports benchmark, which imports seed_reference: as a script through its own folder on the path,
+    # as a module through the package; neither edits sys.path.
+    for command in (["benchmarks/encoder_share.py", "--help"], ["-m", "benchmarks.encoder_share", "--help"]):
+        subprocess.run([sys.executable, *command], check=True, capture_output=True, text=True, cwd=REPO)
+    for name in ("benchmark", "encoder_share", "thread_layouts", "device_check"):
+        assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
+    results = REPO / "benchmarks" / "results"
+    assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
