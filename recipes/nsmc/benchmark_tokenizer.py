@@ -2,10 +2,10 @@
 
 Targets (2 CPU cores): training under 60 s, tokenizing all 150k reviews, batched, under 15 s.
 
-    python scripts/benchmark_tokenizer.py --data-dir ../shared/data
-    python scripts/benchmark_tokenizer.py --model bpe --output docs/benchmarks/tokenizer-bpe.json
+    python -m recipes.nsmc.benchmark_tokenizer --data-dir ../shared/data
+    python -m recipes.nsmc.benchmark_tokenizer --model bpe --output benchmarks/results/tokenizer-nsmc-bpe.json
 
-Results are printed and written as JSON (default `docs/benchmarks/tokenizer.json`).
+Results are printed and written as JSON (default `benchmarks/results/tokenizer-nsmc.json`).
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ import datasets
 import tokenizers
 import transformers
 
-from hf_transformer.data import load_nsmc, tokenize_classification
+from hf_transformer.data import tokenize_classification
 from hf_transformer.tokenization import train_tokenizer
+from recipes.nsmc.data import load_nsmc
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 TRAIN_BUDGET_S = 60.0
 TOKENIZE_BUDGET_S = 15.0
@@ -41,7 +42,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--model", choices=["unigram", "bpe"], default="unigram")
     parser.add_argument("--batch-size", type=int, default=1000, help="texts per tokenizer call")
     parser.add_argument("--repeats", type=int, default=1, help="tokenizing passes; the median is reported")
-    parser.add_argument("--output", default=str(ROOT / "docs" / "benchmarks" / "tokenizer.json"))
+    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "results" / "tokenizer-nsmc.json"))
     return parser.parse_args()
 
 
