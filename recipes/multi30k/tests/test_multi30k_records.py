@@ -31,9 +31,7 @@ def recorded(run: str, metric: str) -> float:
 
 def test_the_readme_reports_only_kept_outputs_and_they_are_there():
     readme = (RECORDS.parent / "README.md").read_text()
-    linked = {
-        line.split("records/outputs/")[1].split(")")[0] for line in readme.splitlines() if "records/outputs/" in line
-    }
+    linked = set(re.findall(r"records/outputs/([\w.-]+?\.test\.(?:de|en))", readme))
     assert linked and linked <= {path.name for path in OUTPUTS}
     assert all(recorded(path.name.split(".test.")[0], "bleu_lc_tok") > 0 for path in OUTPUTS)
 
