@@ -148,7 +148,7 @@ def pin_memory_only_with_accelerator(training_args) -> None:
         training_args.dataloader_pin_memory = False
 
 
-# The CPU flags of hardware bfloat16 products (scripts/precision_args.sh asks cpu_computes_bfloat16 too).
+# The CPU flags of hardware bfloat16 products (recipes/common/precision_args.sh asks cpu_computes_bfloat16 too).
 BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
@@ -170,8 +170,8 @@ def warn_of_emulated_bfloat16(training_args, cpuinfo: str | None = None) -> bool
     """Warns, and returns True, when ``--bf16`` would train on a CPU that has no bfloat16 arithmetic.
 
     Autocast then runs the products through torch's reference bfloat16 kernels, many times slower than float32
-    (docs/performance-notes.md, "bfloat16 on a CPU without it"); the job scripts choose float32 there themselves
-    (scripts/precision_args.sh). A warning, not an error: the numbers are right, only slow.
+    (benchmarks/results/notes.md, "bfloat16 on a CPU without it"); the job scripts choose float32 there themselves
+    (recipes/common/precision_args.sh). A warning, not an error: the numbers are right, only slow.
     """
     on_cpu = training_args.use_cpu or not torch.accelerator.is_available()
     if not (training_args.bf16 and on_cpu and cpu_computes_bfloat16(cpuinfo) is False):
