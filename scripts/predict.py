@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hf_transformer.folders import CLASSIFICATION, SEQ2SEQ, looks_like_a_path, task_of
+from hf_transformer.folders import looks_like_a_path
 from hf_transformer.inference import Predictor, check_device, format_result, read_lines
 
 
@@ -32,7 +32,7 @@ def positive_int(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model_dir", help="a saved model folder (with its tokenizer) or a Hub id")
     parser.add_argument("texts", nargs="*", help="inputs; without any, lines are read from stdin")
@@ -57,9 +57,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--input", default=None, help="a text file, one input per line (instead of TEXT or stdin)")
     parser.add_argument("--output", default=None, help="write the results to this file (a progress bar shows)")
     parser.add_argument("--json", action="store_true", help="one JSON object per input")
-    # Intermixed: options may come after or between the texts (`predict.py runs/x "a text" --json`).
-    args = parser.parse_intermixed_args(argv)
+    return parser
 
+
+def read_inputs(args, parser) -> list[str]:
+    """The texts: the arguments, else --input's lines, else stdin's; a wrong folder, device or mix refused first."""
     if not Path(args.model_dir).is_dir() and looks_like_a_path(args.model_dir):
         parser.error(f"{args.model_dir}: no such model folder")
     if args.input and args.texts:
@@ -70,11 +72,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         parser.error(str(error))
     if args.input:
         with open(args.input, encoding="utf-8") as stream:
-            texts = read_lines(stream)
-    else:
-        texts = args.texts or read_lines(sys.stdin)
+            return read_lines(stream)
+    return args.texts or read_lines(sys.stdin)
+
+
+def load_predictor(args, parser) -> Predictor:
+    """The folder's Predictor; a name that is neither a folder nor a Hub model that loads is refused in one line."""
     try:
-        predictor = Predictor.from_pretrained(
+        return Predictor.from_pretrained(
             args.model_dir,
             device=args.device,
             engine=args.engine,
@@ -90,6 +95,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
             raise  # a folder that exists but does not load: the full error is the useful one
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         parser.error(f"{args.model_dir}: no such model folder, and not a Hub model that loads here ({first_line})")
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argument_parser()
+    # Intermixed: options may come after or between the texts (`predict.py runs/x "a text" --json`).
+    args = parser.parse_intermixed_args(argv)
+    texts = read_inputs(args, parser)
+    predictor = load_predictor(args, parser)
     try:
         results = predictor(texts, progress=args.output is not None)
     finally:
