@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from huggingface_hub import ModelCard
 from launch_utils import isolated_python, load_script
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
@@ -25,7 +26,6 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from conftest import tiny_config
 from hf_transformer import (
     TransformerConfig,
     TransformerForConditionalGeneration,
