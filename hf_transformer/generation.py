@@ -21,36 +21,44 @@ Checked against transformers 5.23.0 and 5.24.0:
 - ``GenerationMixin.prepare_inputs_for_generation(input_ids, next_sequence_length, ..., is_first_iteration)``
   (public, its arguments are not), extended: a decoder input handed over with the cache of an earlier call is cut to
   the tokens that cache does not hold, as transformers cuts it when a ``decoder_attention_mask`` is given.
-- ``Cache.get_mask_sizes(query_length, layer_idx)`` and ``EncoderDecoderCache.is_updated`` (read by the
-  decoder and the attention layers).
+- ``Cache.get_mask_sizes(query_length, layer_idx)`` (read by :func:`decoding_cache`) and
+  ``EncoderDecoderCache.is_updated`` (read by the attention layers).
 - The decoding cache's name: transformers 5.24 renames it from ``past_key_values`` to ``cache`` (the argument
   ``generate`` hands the forward, the output classes' field and ``create_masks_for_generate``'s argument; the output
-  classes still take the old name as a deprecated alias). The forwards take either (:func:`given_cache`; the old
-  name warns where the new one is installed, as transformers' own models do) and fill the installed name
-  (:data:`CACHE_NAME`).
+  classes still take the old name as a deprecated alias). The model's own code calls it ``cache`` throughout; this
+  module is the one place that meets both names: :func:`accepts_either_cache_name` lets a public forward take either
+  (the old name warns where the new one is installed, as transformers' own models do), and :func:`output_with_cache`
+  and :func:`cache_of` put the cache into and read it from an output under the installed name (:data:`CACHE_NAME`).
 - ``forward.__signature__``: ``generate`` inspects the forward signature of a model defined outside transformers at
-  every step; :func:`precompute_forward_signatures` stores it once.
+  every step; :func:`accepts_either_cache_name` and :func:`precompute_forward_signatures` store it once.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from pathlib import Path
 
 import torch
-from transformers import EncoderDecoderCache, GenerationMixin
+from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin
 from transformers.masking_utils import create_masks_for_generate
-from transformers.modeling_outputs import Seq2SeqLMOutput
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
 from .speed import packed_linear_weights, stop_packing
 
 __all__ = [
     "CACHE_NAME",
     "TransformerGenerationMixin",
+    "accepts_either_cache_name",
+    "as_encoder_output",
+    "cache_of",
+    "decoding_cache",
     "given_cache",
+    "output_with_cache",
     "new_tokens_within_position_table",
     "precompute_forward_signatures",
+    "seq2seq_output",
     "TRANSFORMERS_VERSION_CHECKED",
 ]
 
@@ -75,6 +83,75 @@ def given_cache(past_key_values=None, cache=None):
             stacklevel=_caller_stacklevel(),
         )
     return past_key_values if past_key_values is not None else cache
+
+
+def accepts_either_cache_name(forward):
+    """Decorates a public forward whose decoding cache is its argument ``cache`` so that it also takes the cache as
+    ``past_key_values`` (transformers before 5.24, whose ``generate`` hands it over under that name), through
+    :func:`given_cache`. The wrapper's signature lists both names: ``generate`` and ``Trainer`` read a forward's
+    parameters, and so does the check for misspelt arguments."""
+
+    @functools.wraps(forward)
+    def forward_taking_either_name(self, *args, past_key_values=None, **kwargs):
+        if past_key_values is not None:
+            kwargs["cache"] = given_cache(past_key_values, kwargs.get("cache"))
+        return forward(self, *args, **kwargs)
+
+    signature = inspect.signature(forward)
+    parameters = list(signature.parameters.values())
+    old_name = inspect.Parameter("past_key_values", inspect.Parameter.KEYWORD_ONLY, default=None)
+    last = len(parameters) - (parameters[-1].kind is inspect.Parameter.VAR_KEYWORD)  # before a **kwargs
+    forward_taking_either_name.__signature__ = signature.replace(
+        parameters=[*parameters[:last], old_name, *parameters[last:]]
+    )
+    return forward_taking_either_name
+
+
+def output_with_cache(output_class, cache, **fields):
+    """``output_class(**fields)`` holding ``cache`` in the field the installed transformers names it."""
+    return output_class(**fields, **{CACHE_NAME: cache})
+
+
+def seq2seq_output(output_class, decoder_outputs, encoder_outputs, **fields):
+    """An encoder-decoder's ``output_class``: ``fields``, and the decoder's and the encoder's outputs under their
+    seq2seq names, the decoding cache under the installed one."""
+    return output_with_cache(
+        output_class,
+        cache_of(decoder_outputs),
+        **fields,
+        decoder_hidden_states=decoder_outputs.hidden_states,
+        decoder_attentions=decoder_outputs.attentions,
+        cross_attentions=decoder_outputs.cross_attentions,
+        encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        encoder_hidden_states=encoder_outputs.hidden_states,
+        encoder_attentions=encoder_outputs.attentions,
+    )
+
+
+def cache_of(output):
+    """The decoding cache an output holds (under :data:`CACHE_NAME`), or None."""
+    return getattr(output, CACHE_NAME)
+
+
+def as_encoder_output(encoder_outputs) -> BaseModelOutput:
+    """``encoder_outputs`` as the ``BaseModelOutput`` ``generate`` hands over; a tuple (the encoder's output with
+    ``return_dict=False``) is read as (last_hidden_state, hidden_states, attentions)."""
+    if isinstance(encoder_outputs, BaseModelOutput):
+        return encoder_outputs
+    return BaseModelOutput(*encoder_outputs[:3])
+
+
+def decoding_cache(cache: EncoderDecoderCache | None, use_cache: bool, config, length: int):
+    """(cache, P, K) for ``length`` new target tokens. The cache is the one given, or with ``use_cache`` and none
+    given a new one of growing self- and cross-attention caches, as ``generate`` makes by default (``DynamicCache``
+    sizes itself from ``config.decoder_layers``). P: the target tokens it holds (a 0-d tensor with a static cache).
+    K: the keys self-attention reads, P + ``length``, or every slot of a static cache, preallocated for the whole
+    generation."""
+    if use_cache and cache is None:
+        cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    if cache is None:
+        return None, 0, length
+    return cache, cache.get_seq_length(), cache.get_mask_sizes(length, 0)[0]
 
 
 # Frames a warning skips to reach the line that called the model: this package's and torch's module calls.

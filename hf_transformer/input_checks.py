@@ -18,6 +18,12 @@ __all__ = [
     "check_sequence_fits",
     "check_prepared_mask",
     "check_no_misspelt_arguments",
+    "check_padding_mask",
+    "check_seq2seq_inputs",
+    "check_decoder_inputs",
+    "check_decoder_attention_mask",
+    "check_target_labels",
+    "classification_problem",
 ]
 
 
@@ -82,9 +88,14 @@ def check_ids_in_vocabulary(input_ids: torch.Tensor, vocab_size: int) -> None:
         raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
 
 
-def check_sequence_fits(length: int, positions: int | None) -> None:
+def check_sequence_fits(length: int | torch.Tensor, positions: int | None) -> None:
     """A sequence of ``length`` tokens needs as many rows of the position table (the model's embeddings, and the
-    engines that run an exported model, which would fail deep inside with an index out of range)."""
+    engines that run an exported model, which would fail deep inside with an index out of range). ``length`` is a
+    0-d tensor over a static cache: a captured graph cannot read it on the host without breaking, and there the
+    embedding kernel's own bounds check raises instead."""
+    if capturing_graph():
+        return
+    length = int(length)
     if isinstance(positions, int) and length > positions:
         raise ValueError(
             f"Sequence length {length} exceeds the position table of {positions} positions "
@@ -133,3 +144,100 @@ def _near_miss(forward, key: str) -> str | None:
         return "attention_mask"
     close = difflib.get_close_matches(key, parameters, n=1, cutoff=0.8)
     return close[0] if close else None
+
+
+def check_padding_mask(mask: torch.Tensor, name: str, tokens: torch.Tensor | None, tokens_name: str) -> None:
+    """A padding mask is 2-D (batch, length) and covers the tokens it masks, ``tokens`` (B, L) or (B, L, D)."""
+    if tokens is not None and tuple(mask.shape) != tuple(tokens.shape[:2]):
+        raise ValueError(
+            f"`{name}` has shape {tuple(mask.shape)} but {tokens_name} has (batch, length) "
+            f"{tuple(tokens.shape[:2])}; they must match."
+        )
+    if mask.dim() != 2:
+        raise ValueError(f"`{name}` must be 2-D (batch, length), got shape {tuple(mask.shape)}.")
+
+
+def check_seq2seq_inputs(
+    decoder, input_ids, inputs_embeds, encoder_outputs, decoder_input_ids, decoder_inputs_embeds
+) -> None:
+    """The encoder-decoder without a head: a decoder, a source (or its encoder output), and a decoder input, which
+    it has no labels to derive from."""
+    if decoder is None:
+        raise ValueError("This TransformerModel was built with add_decoder=False; call `get_encoder()` instead.")
+    if decoder_input_ids is None and decoder_inputs_embeds is None:
+        raise ValueError(
+            "TransformerModel needs `decoder_input_ids` (or `decoder_inputs_embeds`); "
+            "TransformerForConditionalGeneration derives them from `labels` when it is given them. (Trainer "
+            "with `label_smoothing_factor` keeps the labels from the model: build the batches with "
+            "`DataCollatorForSeq2Seq(tokenizer, model=model)`, which adds `decoder_input_ids`.)"
+        )
+    if encoder_outputs is None:
+        check_token_inputs(input_ids, inputs_embeds, "input_ids", "inputs_embeds")
+
+
+def check_decoder_inputs(input_ids, inputs_embeds, encoder_hidden_states: torch.Tensor | None) -> None:
+    """The target as ids or embeddings, and an encoder output with one row for each target row."""
+    check_token_inputs(input_ids, inputs_embeds, "decoder_input_ids", "decoder_inputs_embeds")
+    if encoder_hidden_states is None:
+        raise ValueError("The decoder needs `encoder_hidden_states` (or `encoder_outputs`).")
+    batch_size = (input_ids if input_ids is not None else inputs_embeds).shape[0]
+    if batch_size != encoder_hidden_states.shape[0]:
+        raise ValueError(
+            f"The decoder has {batch_size} rows but the encoder output {encoder_hidden_states.shape[0]}; each "
+            "target row reads the encoder output of its own source row (repeat the encoder output for beams)."
+        )
+
+
+def check_decoder_attention_mask(
+    mask: torch.Tensor | None, batch_size: int, past_length, length: int, keys: int
+) -> None:
+    """``decoder_attention_mask``: 2-D over the cached and new target tokens (B, P+T), or a prepared 4-D mask
+    (B, 1, T, K). ``past_length`` P is a 0-d tensor with a static cache, which a compiled graph does not read."""
+    if mask is None:
+        return
+    if mask.dim() == 4:
+        check_prepared_mask(mask, (batch_size, 1, length, keys))
+    elif (
+        mask.dim() != 2
+        or mask.shape[0] != batch_size
+        or (not capturing_graph() and mask.shape[1] != int(past_length) + length)
+    ):
+        raise ValueError(
+            f"`decoder_attention_mask` has shape {tuple(mask.shape)}; expected "
+            f"{(batch_size, int(past_length) + length)} (batch, cached + new target tokens), or a "
+            f"prepared 4-D mask {(batch_size, 1, length, keys)}."
+        )
+
+
+def check_target_labels(labels: torch.Tensor, shape: tuple[int, ...], vocab_size: int) -> None:
+    """Labels (B, T), one for each target token the decoder reads, ids of the output vocabulary or -100."""
+    if tuple(labels.shape) != tuple(shape):
+        raise ValueError(f"`labels` has shape {tuple(labels.shape)} but the decoder produced {tuple(shape)}.")
+    check_labels_in_range(labels, vocab_size)
+
+
+def classification_problem(labels: torch.Tensor, batch_size: int, num_labels: int, problem_type: str | None) -> str:
+    """The classification problem, by transformers' conventions where the config names none: regression for one
+    label, single-label for integer labels, else multi-label. Labels of a shape or dtype that problem cannot take
+    raise ``ValueError`` naming both (before the model keeps the problem type in its config)."""
+    if problem_type is None:
+        if num_labels == 1:
+            problem_type = "regression"
+        elif labels.dtype in (torch.long, torch.int):
+            problem_type = "single_label_classification"
+        else:
+            problem_type = "multi_label_classification"
+    shape = tuple(labels.shape)
+    if problem_type == "single_label_classification":
+        if labels.is_floating_point() or shape not in ((batch_size,), (batch_size, 1)):
+            raise ValueError(
+                f"single-label classification takes one integer class id per row, shape ({batch_size},); got "
+                f"{labels.dtype} labels of shape {shape}. Multi-hot targets are float labels of shape "
+                f"({batch_size}, {num_labels}) (or set problem_type='multi_label_classification')."
+            )
+    elif shape not in ((batch_size, num_labels),) + (((batch_size,),) if num_labels == 1 else ()):
+        raise ValueError(
+            f"{problem_type} takes labels of shape ({batch_size}, {num_labels}) for {num_labels} "
+            f"output(s) per row; got shape {shape}."
+        )
+    return problem_type

@@ -17,7 +17,8 @@ Read top to bottom, this file follows the paper:
 
 Where a faster kernel may take over from a paper component, the component makes one call into ``speed.py``
 (dropout, ``attend``, ``output_logits_and_loss``); ``generation.py`` holds what the seq2seq head changes in
-transformers' ``generate``; ``input_checks.py`` the errors for wrong inputs.
+transformers' ``generate``, and the decoding cache's name: ``cache`` here, and whatever the installed transformers
+calls it at the public forwards and in the outputs; ``input_checks.py`` the errors for wrong inputs.
 
 Shapes: B batch, S source length, T target length, P cached target length, K keys read, D d_model,
 H heads, Dh head size, V vocabulary.
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import DynamicCache, EncoderDecoderCache, PreTrainedModel
+from transformers import EncoderDecoderCache, PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -45,16 +46,28 @@ from transformers.modeling_outputs import (
 
 from .checkpoint import CheckedLoadingMixin
 from .configuration_transformer import TransformerConfig
-from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
+from .generation import (
+    TransformerGenerationMixin,
+    accepts_either_cache_name,
+    as_encoder_output,
+    decoding_cache,
+    output_with_cache,
+    seq2seq_output,
+)
 from .input_checks import (
+    check_decoder_attention_mask,
+    check_decoder_inputs,
     check_ids_in_vocabulary,
     check_labels_in_range,
     check_no_misspelt_arguments,
-    check_prepared_mask,
+    check_padding_mask,
+    check_seq2seq_inputs,
     check_sequence_fits,
+    check_target_labels,
     check_token_inputs,
+    classification_problem,
 )
-from .speed import Dropout, attend, capturing_graph, inverted_dropout, output_logits_and_loss
+from .speed import AttentionKernels, Dropout, all_true, attend, inverted_dropout, output_logits_and_loss, sees_every_key
 
 # ---------------------------------------------------------------------------------------------------
 # 3.5 Positional encoding and embeddings
@@ -122,10 +135,7 @@ class TransformerEmbeddings(nn.Module):
             check_ids_in_vocabulary(input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
         batch_size, length = inputs_embeds.shape[:2]
-        # `past_length` is a 0-d tensor with a static cache. Compiled, the host cannot read it without breaking the
-        # graph: the embedding kernel's own bounds check raises instead.
-        if not capturing_graph():
-            check_sequence_fits(int(past_length) + length, self.max_positions)
+        check_sequence_fits(past_length + length, self.max_positions)
         if self.numbers_real_tokens and token_is_real is not None:
             positions = token_is_real.cumsum(-1).masked_fill(~token_is_real, 0)  # (B, L): 1, 2, ...; padding 0
             if self.position_embedding_type == "sinusoidal":
@@ -153,17 +163,15 @@ class TransformerEmbeddings(nn.Module):
 
 
 def _padding_mask(
-    input_ids: torch.Tensor | None, attention_mask: torch.Tensor | None, pad_token_id: int, name: str
+    input_ids: torch.Tensor | None,
+    attention_mask: torch.Tensor | None,
+    pad_token_id: int,
+    inputs_embeds: torch.Tensor | None = None,
 ) -> torch.Tensor | None:
     """(B, L) bool, True for real tokens: from ``attention_mask`` when given, else ``input_ids != pad``."""
     if attention_mask is not None:
-        if input_ids is not None and attention_mask.shape != input_ids.shape:
-            raise ValueError(
-                f"`{name}` has shape {tuple(attention_mask.shape)} but the ids have shape "
-                f"{tuple(input_ids.shape)}; they must match."
-            )
-        if attention_mask.dim() != 2:
-            raise ValueError(f"`{name}` must be 2-D (batch, length), got shape {tuple(attention_mask.shape)}.")
+        tokens, tokens_name = (input_ids, "the ids") if input_ids is not None else (inputs_embeds, "`inputs_embeds`")
+        check_padding_mask(attention_mask, "attention_mask", tokens, tokens_name)
         return attention_mask.bool()
     if input_ids is not None:
         return input_ids.ne(pad_token_id)
@@ -178,15 +186,9 @@ def _attend_somewhere(mask: torch.Tensor) -> torch.Tensor:
 
 def _key_padding_mask(token_is_real: torch.Tensor | None) -> torch.Tensor | None:
     """(B, S) -> (B, 1, 1, S); None when nothing is padding, so that attention runs without a mask."""
-    if token_is_real is None or _all_real(token_is_real):
+    if token_is_real is None or all_true(token_is_real):
         return None
     return _attend_somewhere(token_is_real[:, None, None, :])
-
-
-def _all_real(token_is_real: torch.Tensor) -> bool:
-    # Reading the answer waits for the device; a compiled or traced graph, which cannot branch on data, keeps the
-    # mask.
-    return not capturing_graph() and bool(token_is_real.all())
 
 
 def _causal_mask(
@@ -202,15 +204,9 @@ def _causal_mask(
     slots beyond P+T are not written yet and so are hidden like future tokens. ``past_length`` is a 0-d tensor
     with a static cache. None for one new token over the unpadded keys of a growing cache (a decoding step): it
     sees every key."""
-    if key_is_real is not None and _all_real(key_is_real):
+    if key_is_real is not None and all_true(key_is_real):
         key_is_real = None
-    if (
-        query_length == 1
-        and key_is_real is None
-        and not torch.is_tensor(past_length)
-        and key_length == past_length + 1
-        and not torch.jit.is_tracing()  # a traced graph may be run with other lengths
-    ):
+    if key_is_real is None and sees_every_key(query_length, past_length, key_length):
         return None
     query_positions = torch.arange(query_length, device=device) + past_length
     key_positions = torch.arange(key_length, device=device)
@@ -286,28 +282,27 @@ class TransformerAttention(nn.Module):
         hidden_states: torch.Tensor,
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
         query = self._split_heads(self.q_proj(hidden_states))
 
-        cache = None
-        if past_key_values is not None:
-            cache = (
-                past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
-            )
-        if is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
+        # The decoding cache holds the keys and values of the target tokens decoded before, and of the encoder output.
+        own_cache = None
+        if cache is not None:
+            own_cache = cache.cross_attention_cache if is_cross_attention else cache.self_attention_cache
+        if is_cross_attention and own_cache is not None and cache.is_updated.get(self.layer_idx):
             # The encoder output does not change while decoding: its keys and values are computed once.
-            key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
+            key, value = own_cache.layers[self.layer_idx].keys, own_cache.layers[self.layer_idx].values
         else:
             source = key_value_states if is_cross_attention else hidden_states
             key = self._split_heads(self.k_proj(source))
             value = self._split_heads(self.v_proj(source))
-            if cache is not None:
-                key, value = cache.update(key, value, self.layer_idx)
+            if own_cache is not None:
+                key, value = own_cache.update(key, value, self.layer_idx)  # (B, H, K, Dh): cached, then new
                 if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+                    cache.is_updated[self.layer_idx] = True
 
         # softmax(Q K^T / sqrt(d_k)) V: scaled_dot_product_attention above, or a faster kernel (speed.attend).
         output, probs = attend(self, query, key, value, attention_mask, output_attentions, scaled_dot_product_attention)
@@ -400,13 +395,13 @@ class TransformerDecoderLayer(GradientCheckpointingLayer):
         encoder_hidden_states: torch.Tensor,
         self_attention_mask: torch.Tensor | None = None,
         cross_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         output_attentions: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         output, self_attn_probs = self.self_attn(
             self.self_attn_sublayer.sublayer_input(hidden_states),
             attention_mask=self_attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             output_attentions=output_attentions,
         )
         hidden_states = self.self_attn_sublayer.add(hidden_states, output)
@@ -414,7 +409,7 @@ class TransformerDecoderLayer(GradientCheckpointingLayer):
             self.cross_attn_sublayer.sublayer_input(hidden_states),
             key_value_states=encoder_hidden_states,
             attention_mask=cross_attention_mask,
-            past_key_values=past_key_values,
+            cache=cache,
             output_attentions=output_attentions,
         )
         hidden_states = self.cross_attn_sublayer.add(hidden_states, output)
@@ -450,7 +445,7 @@ class TransformerEncoder(_StackTokenTable, nn.Module):
         self.embeddings = TransformerEmbeddings(
             config, embed_tokens, config.max_position_embeddings, numbers_real_tokens=True
         )
-        self.layers = nn.ModuleList([TransformerEncoderLayer(config) for _ in range(config.encoder_layers)])
+        self.layers = nn.ModuleList(TransformerEncoderLayer(config) for _ in range(config.encoder_layers))
         self.layer_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
@@ -471,12 +466,7 @@ class TransformerEncoder(_StackTokenTable, nn.Module):
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)
 
-        token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
-        if inputs_embeds is not None and token_is_real is not None and token_is_real.shape != inputs_embeds.shape[:2]:
-            raise ValueError(
-                f"`attention_mask` has shape {tuple(token_is_real.shape)} but `inputs_embeds` has "
-                f"(batch, length) {tuple(inputs_embeds.shape[:2])}; they must match."
-            )
+        token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, inputs_embeds)
         hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real)  # (B, S, D)
         mask = _key_padding_mask(token_is_real)  # (B, 1, 1, S)
 
@@ -505,20 +495,19 @@ class TransformerDecoder(_StackTokenTable, nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = TransformerEmbeddings(config, embed_tokens, config.decoder_max_position_embeddings)
-        self.layers = nn.ModuleList(
-            [TransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)]
-        )
+        self.layers = nn.ModuleList(TransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
         self.layer_norm = (
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
 
+    @accepts_either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool = False,
         output_attentions: bool = False,
@@ -526,53 +515,11 @@ class TransformerDecoder(_StackTokenTable, nn.Module):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         """``attention_mask`` covers past and current target tokens (B, P+T), or is a prepared 4-D mask (B, 1, T, K)
         over the K keys self-attention reads (``generate`` builds one for a static cache); ``encoder_attention_mask``
-        is the source padding (B, S) or None."""
-        check_token_inputs(input_ids, inputs_embeds, "decoder_input_ids", "decoder_inputs_embeds")
-        if encoder_hidden_states is None:
-            raise ValueError("The decoder needs `encoder_hidden_states` (or `encoder_outputs`).")
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        # P: the cached target tokens (a 0-d tensor with a static cache); K: the keys self-attention reads, P + T,
-        # or every slot of a static cache, preallocated for the whole generation.
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        batch_size, length = (input_ids if input_ids is not None else inputs_embeds).shape[:2]
-        key_length = past_key_values.get_mask_sizes(length, 0)[0] if past_key_values is not None else length
-        if batch_size != encoder_hidden_states.shape[0]:
-            raise ValueError(
-                f"The decoder has {batch_size} rows but the encoder output {encoder_hidden_states.shape[0]}; each "
-                "target row reads the encoder output of its own source row (repeat the encoder output for beams)."
-            )
-
-        # Target padding is taken from `decoder_attention_mask` when given. Otherwise only the position
-        # numbering looks at the pad id: the causal mask already hides right padding from every real
-        # token, and it does so identically with and without the cache.
-        token_is_real = None
-        if attention_mask is not None and attention_mask.dim() == 4:
-            # Prepared by the caller (generate does so for a static cache): used as given.
-            check_prepared_mask(attention_mask, (batch_size, 1, length, key_length))
-            self_mask = attention_mask
-        else:
-            key_is_real = None
-            if attention_mask is not None:
-                if (
-                    attention_mask.dim() != 2
-                    or attention_mask.shape[0] != batch_size
-                    or (not capturing_graph() and attention_mask.shape[1] != int(past_length) + length)
-                ):
-                    raise ValueError(
-                        f"`decoder_attention_mask` has shape {tuple(attention_mask.shape)}; expected "
-                        f"{(batch_size, int(past_length) + length)} (batch, cached + new target tokens), or a "
-                        f"prepared 4-D mask {(batch_size, 1, length, key_length)}."
-                    )
-                key_is_real = attention_mask.bool()
-                token_is_real = key_is_real[:, key_is_real.shape[1] - length :]
-                if key_is_real.shape[1] < key_length:  # a static cache's unwritten slots: hidden as future tokens
-                    key_is_real = F.pad(key_is_real, (0, key_length - key_is_real.shape[1]), value=True)
-            device = (input_ids if input_ids is not None else inputs_embeds).device
-            self_mask = _causal_mask(length, past_length, key_length, key_is_real, device)  # (T, K) | (B, 1, T, K)
-        if token_is_real is None and input_ids is not None:
-            token_is_real = input_ids.ne(self.config.pad_token_id)
-
+        is the source padding (B, S) or None. ``cache`` holds the P target tokens decoded before; with ``use_cache``
+        and no cache a new one is made, and returned."""
+        cache, past_length, token_is_real, self_mask = self._cache_and_self_attention_mask(
+            input_ids, inputs_embeds, attention_mask, encoder_hidden_states, cache, use_cache
+        )
         hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real, past_length)  # (B, T, D)
         cross_mask = _key_padding_mask(encoder_attention_mask)  # (B, 1, 1, S)
 
@@ -585,7 +532,7 @@ class TransformerDecoder(_StackTokenTable, nn.Module):
                 encoder_hidden_states,
                 self_attention_mask=self_mask,
                 cross_attention_mask=cross_mask,
-                past_key_values=past_key_values,
+                cache=cache,
                 output_attentions=output_attentions,
             )
             if output_hidden_states:
@@ -597,13 +544,47 @@ class TransformerDecoder(_StackTokenTable, nn.Module):
             hidden_states = self.layer_norm(hidden_states)
             if output_hidden_states:
                 all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
-        return BaseModelOutputWithPastAndCrossAttentions(
+        return output_with_cache(
+            BaseModelOutputWithPastAndCrossAttentions,
+            cache if use_cache else None,
             last_hidden_state=hidden_states,
-            **{CACHE_NAME: past_key_values if use_cache else None},
             hidden_states=all_hidden_states,
             attentions=all_self_attentions,
             cross_attentions=all_cross_attentions,
         )
+
+    def _cache_and_self_attention_mask(
+        self,
+        input_ids: torch.LongTensor | None,
+        inputs_embeds: torch.Tensor | None,
+        attention_mask: torch.Tensor | None,
+        encoder_hidden_states: torch.Tensor | None,
+        cache: EncoderDecoderCache | None,
+        use_cache: bool,
+    ) -> tuple[EncoderDecoderCache | None, int | torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """What the layers need besides the target: the cache (a new one with ``use_cache`` and none given), the
+        number P of target tokens it holds, which target tokens are real (B, T; for their positions), and the
+        self-attention mask, (T, K) or (B, 1, T, K), or None where every key may be read."""
+        check_decoder_inputs(input_ids, inputs_embeds, encoder_hidden_states)
+        target = input_ids if input_ids is not None else inputs_embeds
+        batch_size, length = target.shape[:2]
+        cache, past_length, key_length = decoding_cache(cache, use_cache, self.config, length)
+        check_decoder_attention_mask(attention_mask, batch_size, past_length, length, key_length)
+
+        # Target padding is taken from `decoder_attention_mask` when given. Otherwise only the position
+        # numbering looks at the pad id: the causal mask already hides right padding from every real
+        # token, and it does so identically with and without the cache.
+        token_is_real = None if input_ids is None else input_ids.ne(self.config.pad_token_id)
+        if attention_mask is not None and attention_mask.dim() == 4:
+            return cache, past_length, token_is_real, attention_mask  # prepared by the caller (generate, static cache)
+        key_is_real = None
+        if attention_mask is not None:
+            key_is_real = attention_mask.bool()  # (B, P+T)
+            token_is_real = key_is_real[:, key_is_real.shape[1] - length :]
+            if key_is_real.shape[1] < key_length:  # a static cache's unwritten slots: hidden as future tokens
+                key_is_real = F.pad(key_is_real, (0, key_length - key_is_real.shape[1]), value=True)
+        self_mask = _causal_mask(length, past_length, key_length, key_is_real, target.device)  # (T, K) | (B, 1, T, K)
+        return cache, past_length, token_is_real, self_mask
 
 
 def _default(value, fallback):
@@ -615,41 +596,31 @@ def _default(value, fallback):
 # ---------------------------------------------------------------------------------------------------
 
 
-class TransformerPreTrainedModel(CheckedLoadingMixin, PreTrainedModel):
-    """Initialisation and capabilities here; loading and saving checks in ``checkpoint.CheckedLoadingMixin``."""
+class TransformerPreTrainedModel(CheckedLoadingMixin, AttentionKernels, PreTrainedModel):
+    """Initialisation and capabilities here; loading and saving checks in ``checkpoint.CheckedLoadingMixin``, the
+    attention kernels transformers may choose in ``speed.AttentionKernels``."""
 
     @classmethod
     def remote_code_auto_map(cls) -> dict[str, str]:
-        return remote_code_auto_map()
+        """``auto_map`` of a saved folder: Auto class -> ``module.Class`` in the configuration and modeling files that
+        ``save_pretrained`` copies beside the weights."""
+        module = __name__.rsplit(".", 1)[-1]
+        config_module = TransformerConfig.__module__.rsplit(".", 1)[-1]
+        return {
+            "AutoConfig": f"{config_module}.{TransformerConfig.__name__}",
+            "AutoModel": f"{module}.{TransformerModel.__name__}",
+            "AutoModelForSeq2SeqLM": f"{module}.{TransformerForConditionalGeneration.__name__}",
+            "AutoModelForSequenceClassification": f"{module}.{TransformerForSequenceClassification.__name__}",
+            "AutoModelForMaskedLM": f"{module}.{TransformerForMaskedLM.__name__}",
+        }
 
     config_class = TransformerConfig
     config: TransformerConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
-    _supports_sdpa = True
-    _supports_flash_attn = False
-    _supports_flex_attn = False
     _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
     _skip_keys_device_placement = ["past_key_values", "cache"]
-
-    @classmethod
-    def _can_set_attn_implementation(cls) -> bool:
-        # Attention reads `config._attn_implementation` at every call (speed.attend, through transformers'
-        # AttentionInterface), so `set_attn_implementation` may change it after loading. transformers guesses this
-        # from the model file's source, where the dispatch is not, and would refuse with a warning.
-        return True
-
-    # The heads hold the encoder-decoder as `self.model` (`base_model_prefix`) and reach its token table and encoder
-    # through it; TransformerModel itself overrides these three.
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.model.get_input_embeddings()
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.model.set_input_embeddings(value)
-
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.model.get_encoder(modality)
 
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
@@ -694,10 +665,8 @@ def _tied_embedding_keys(config: TransformerConfig, prefix: str = "", lm_head: b
 
 
 class TransformerModel(TransformerPreTrainedModel):
-    """Encoder and decoder without a head; returns ``Seq2SeqModelOutput``.
-
-    ``add_decoder=False`` builds the encoder alone (used by classifiers that pool the encoder).
-    """
+    """Encoder and decoder without a head; returns ``Seq2SeqModelOutput``. ``add_decoder=False`` builds the encoder
+    alone (used by the classifiers that pool the encoder, and by the masked-token head)."""
 
     def __init__(self, config: TransformerConfig, add_decoder: bool = True):
         super().__init__(config)
@@ -714,6 +683,8 @@ class TransformerModel(TransformerPreTrainedModel):
             self._tied_weights_keys = _tied_embedding_keys(config)
         self.post_init()
 
+    # transformers finds `encoder` and `decoder` by name (get_encoder, get_decoder) and the heads' tables through
+    # `self.model` (base_model_prefix): these two say where the table sits.
     def get_input_embeddings(self) -> nn.Embedding:
         return self.encoder.embeddings.embed_tokens
 
@@ -722,12 +693,7 @@ class TransformerModel(TransformerPreTrainedModel):
         if self.decoder is not None and self.config.share_embeddings:
             self.decoder.embeddings.embed_tokens = value
 
-    def get_encoder(self, modality: str | None = None) -> TransformerEncoder:
-        return self.encoder
-
-    def get_decoder(self) -> TransformerDecoder | None:
-        return self.decoder
-
+    @accepts_either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -735,37 +701,25 @@ class TransformerModel(TransformerPreTrainedModel):
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        cache: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput | tuple:
-        """The decoding cache is ``past_key_values`` or ``cache`` (its name from transformers 5.24 on), given once."""
         check_no_misspelt_arguments(TransformerModel.forward, kwargs)
-        past_key_values = given_cache(past_key_values, cache)
         output_attentions = _default(output_attentions, self.config.output_attentions)
         output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)
         use_cache = _default(use_cache, self.config.use_cache)
-        if self.decoder is None:
-            raise ValueError("This TransformerModel was built with add_decoder=False; call `get_encoder()` instead.")
-        if decoder_input_ids is None and decoder_inputs_embeds is None:
-            raise ValueError(
-                "TransformerModel needs `decoder_input_ids` (or `decoder_inputs_embeds`); "
-                "TransformerForConditionalGeneration derives them from `labels` when it is given them. (Trainer "
-                "with `label_smoothing_factor` keeps the labels from the model: build the batches with "
-                "`DataCollatorForSeq2Seq(tokenizer, model=model)`, which adds `decoder_input_ids`.)"
-            )
-
-        if encoder_outputs is None:
-            check_token_inputs(input_ids, inputs_embeds, "input_ids", "inputs_embeds")
+        check_seq2seq_inputs(
+            self.decoder, input_ids, inputs_embeds, encoder_outputs, decoder_input_ids, decoder_inputs_embeds
+        )
         # The source padding, computed once: the encoder and the cross-attention both use it.
-        source_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
+        source_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids,
@@ -775,38 +729,23 @@ class TransformerModel(TransformerPreTrainedModel):
                 output_hidden_states=output_hidden_states,
                 return_dict=True,
             )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(
-                last_hidden_state=encoder_outputs[0],
-                hidden_states=encoder_outputs[1] if len(encoder_outputs) > 1 else None,
-                attentions=encoder_outputs[2] if len(encoder_outputs) > 2 else None,
-            )
-        if source_is_real is not None and source_is_real.shape != encoder_outputs[0].shape[:2]:
-            raise ValueError(
-                f"`attention_mask` has shape {tuple(source_is_real.shape)} but the encoder output covers "
-                f"{tuple(encoder_outputs[0].shape[:2])} (batch, source length)."
-            )
+        encoder_outputs = as_encoder_output(encoder_outputs)  # one given as a tuple (return_dict=False) too
+        if source_is_real is not None:
+            check_padding_mask(source_is_real, "attention_mask", encoder_outputs[0], "the encoder output")
 
         decoder_outputs = self.decoder(
             input_ids=decoder_input_ids,
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs[0],
             encoder_attention_mask=source_is_real,
-            past_key_values=past_key_values,
+            cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
             output_attentions=output_attentions,
             output_hidden_states=output_hidden_states,
         )
-        output = Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            **{CACHE_NAME: getattr(decoder_outputs, CACHE_NAME)},
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
+        output = seq2seq_output(
+            Seq2SeqModelOutput, decoder_outputs, encoder_outputs, last_hidden_state=decoder_outputs.last_hidden_state
         )
         return output if return_dict else output.to_tuple()
 
@@ -830,15 +769,6 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         self._tied_weights_keys = _tied_embedding_keys(config, prefix="model.", lm_head=True)
         self.post_init()
 
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def get_decoder(self) -> TransformerDecoder:
-        return self.model.decoder
-
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Embedding:
@@ -854,6 +784,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @accepts_either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -861,7 +792,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
@@ -870,15 +801,12 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        cache: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
         """``labels`` (B, T), -100 ignored, are shifted right into ``decoder_input_ids`` when those are absent.
         ``num_items_in_batch`` (given by Trainer) makes the loss a sum over the whole accumulated batch
-        divided by its number of target tokens, so gradient accumulation gives the same update. The decoding
-        cache is ``past_key_values`` or ``cache`` (its name from transformers 5.24 on), given once."""
+        divided by its number of target tokens, so gradient accumulation gives the same update."""
         check_no_misspelt_arguments(TransformerForConditionalGeneration.forward, kwargs)
-        past_key_values = given_cache(past_key_values, cache)
         return_dict = _default(return_dict, self.config.return_dict)
         if labels is not None:
             use_cache = False
@@ -890,7 +818,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            cache=past_key_values,  # the name TransformerModel takes without a warning on every release
+            cache=cache,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
@@ -900,12 +828,7 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         )
         hidden_states = outputs.last_hidden_state  # (B, T, D)
         if labels is not None:
-            if labels.shape != hidden_states.shape[:2]:
-                raise ValueError(
-                    f"`labels` has shape {tuple(labels.shape)} but the decoder produced "
-                    f"{tuple(hidden_states.shape[:2])}."
-                )
-            check_labels_in_range(labels, self.config.decoder_vocab_size)
+            check_target_labels(labels, hidden_states.shape[:2], self.config.decoder_vocab_size)
         # logits = hidden_states W_emb^T (B, T, V), and the label-smoothed loss; the fused path computes a training
         # step's loss without holding the logits (then None).
         logits, loss = output_logits_and_loss(
@@ -914,17 +837,9 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
             training=self.training, num_items_in_batch=num_items_in_batch,
         )  # fmt: skip
 
-        output = Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            **{CACHE_NAME: getattr(outputs, CACHE_NAME)},
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        # The decoder's and the encoder's outputs pass on under the names they came with, the cache's among them.
+        decoder_and_encoder = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        output = Seq2SeqLMOutput(loss=loss, logits=logits, **decoder_and_encoder)
         return output if return_dict else output.to_tuple()
 
     def loss(
@@ -984,11 +899,8 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
     "mean" / "max" over the encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder
     reads one start token over the encoder output, as in the seed tutorial's sentiment model.
 
-    Encoder pooling returns [`EncoderSequenceClassifierOutput`] (``hidden_states``, ``attentions`` and
-    ``last_hidden_state`` of the encoder). The decoder read-out returns ``Seq2SeqSequenceClassifierOutput``: the
-    decoder's and the encoder's states and attentions under their seq2seq names, ``encoder_last_hidden_state``
-    always.
-    """
+    Encoder pooling returns [`EncoderSequenceClassifierOutput`]; the decoder read-out returns
+    ``Seq2SeqSequenceClassifierOutput``, the decoder's and the encoder's outputs under their seq2seq names."""
 
     # The loss is a mean over the model's own batch; Trainer must not pass `num_items_in_batch` and must
     # divide by the accumulation steps itself (it would otherwise scale the loss by the world size).
@@ -1026,7 +938,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
             return_dict=True,
         )
         encoder_states = encoder_outputs.last_hidden_state  # (B, S, D)
-        token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, "attention_mask")
+        token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id)
         if token_is_real is None:
             token_is_real = torch.ones(encoder_states.shape[:2], dtype=torch.bool, device=encoder_states.device)
 
@@ -1066,45 +978,16 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
                 last_hidden_state=encoder_states,
             )
         else:
-            output = Seq2SeqSequenceClassifierOutput(
-                loss=loss,
-                logits=logits,
-                decoder_hidden_states=decoder_outputs.hidden_states,
-                decoder_attentions=decoder_outputs.attentions,
-                cross_attentions=decoder_outputs.cross_attentions,
-                encoder_last_hidden_state=encoder_states,
-                encoder_hidden_states=encoder_outputs.hidden_states,
-                encoder_attentions=encoder_outputs.attentions,
+            output = seq2seq_output(
+                Seq2SeqSequenceClassifierOutput, decoder_outputs, encoder_outputs, loss=loss, logits=logits
             )
         return output if return_dict else output.to_tuple()
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """HF's conventions: regression for one label, single-label for integer labels, else multi-label. Labels
-        of a shape or dtype that problem cannot take raise ``ValueError`` naming both, before the problem type
-        inferred from them is kept in the config."""
+        """Mean squared error (regression), cross-entropy (single-label) or binary cross-entropy (multi-label),
+        the problem told by the config or by the labels (``input_checks.classification_problem``)."""
         labels = labels.to(logits.device)
-        batch_size = logits.shape[0]
-        problem_type = self.config.problem_type
-        if problem_type is None:
-            if self.num_labels == 1:
-                problem_type = "regression"
-            elif labels.dtype in (torch.long, torch.int):
-                problem_type = "single_label_classification"
-            else:
-                problem_type = "multi_label_classification"
-        shape = tuple(labels.shape)
-        if problem_type == "single_label_classification":
-            if labels.is_floating_point() or shape not in ((batch_size,), (batch_size, 1)):
-                raise ValueError(
-                    f"single-label classification takes one integer class id per row, shape ({batch_size},); got "
-                    f"{labels.dtype} labels of shape {shape}. Multi-hot targets are float labels of shape "
-                    f"({batch_size}, {self.num_labels}) (or set problem_type='multi_label_classification')."
-                )
-        elif shape not in ((batch_size, self.num_labels),) + (((batch_size,),) if self.num_labels == 1 else ()):
-            raise ValueError(
-                f"{problem_type} takes labels of shape ({batch_size}, {self.num_labels}) for {self.num_labels} "
-                f"output(s) per row; got shape {shape}."
-            )
+        problem_type = classification_problem(labels, logits.shape[0], self.num_labels, self.config.problem_type)
         self.config.problem_type = problem_type
         if problem_type == "regression":
             return F.mse_loss(logits.squeeze(-1).float(), labels.squeeze(-1).float())
@@ -1128,8 +1011,7 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
     only at the predicted positions, (N, V) in the order of ``labels[labels != -100]``, which keeps the
     vocabulary-wide softmax to the few masked tokens; the loss is their mean cross-entropy. Without ``labels`` the
     logits cover every position, (B, S, V), as the fill-mask pipeline reads them. In training the loss is fused with
-    the projection (``config.fused_output_loss``) and ``logits`` is None.
-    """
+    the projection (``config.fused_output_loss``) and ``logits`` is None."""
 
     # The loss is a mean over this batch's predicted tokens; Trainer must not pass `num_items_in_batch`.
     accepts_loss_kwargs = False
@@ -1168,8 +1050,6 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         **kwargs,
     ) -> MaskedLMOutput | tuple:
         check_no_misspelt_arguments(TransformerForMaskedLM.forward, kwargs)
-        output_attentions = _default(output_attentions, self.config.output_attentions)
-        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
         return_dict = _default(return_dict, self.config.return_dict)
         encoder_outputs = self.model.encoder(
             input_ids=input_ids,
@@ -1204,25 +1084,6 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         if not labels.numel():
             return logits.sum() * 0.0  # a batch that masked nothing still has a (zero) gradient
         return F.cross_entropy(logits.float(), labels.to(logits.device))
-
-
-precompute_forward_signatures(
-    TransformerModel, TransformerForConditionalGeneration, TransformerForSequenceClassification, TransformerForMaskedLM
-)
-
-
-def remote_code_auto_map() -> dict[str, str]:
-    """``auto_map`` of a saved folder: Auto class -> ``module.Class`` in the configuration and modeling files that
-    ``save_pretrained`` copies beside the weights."""
-    module = __name__.rsplit(".", 1)[-1]
-    config_module = TransformerConfig.__module__.rsplit(".", 1)[-1]
-    return {
-        "AutoConfig": f"{config_module}.{TransformerConfig.__name__}",
-        "AutoModel": f"{module}.{TransformerModel.__name__}",
-        "AutoModelForSeq2SeqLM": f"{module}.{TransformerForConditionalGeneration.__name__}",
-        "AutoModelForSequenceClassification": f"{module}.{TransformerForSequenceClassification.__name__}",
-        "AutoModelForMaskedLM": f"{module}.{TransformerForMaskedLM.__name__}",
-    }
 
 
 __all__ = [

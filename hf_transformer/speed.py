@@ -6,10 +6,12 @@ here. This is the only module that touches private torch ops (``torch.ops.mkldnn
 
 - residual and attention dropout ....... :func:`inverted_dropout`, :class:`Dropout` (CPU: a cheaper mask)
 - multi-head attention ................. :func:`attend` (eager path with dropout on CPU; compiled short CPU
-                                         attention; else sdpa or the configured kernel)
+                                         attention; else sdpa or the configured kernel), and what a model
+                                         tells transformers of its kernels (:class:`AttentionKernels`)
 - output projection and training loss .. :func:`output_logits_and_loss` (the loss without the logits)
 - decoding on CPU ...................... :func:`packed_linear_weights` (oneDNN-packed weights for few rows)
 - graph capture ........................ :func:`capturing_graph` (host-side shortcuts off under compile/trace)
+- masks that hide nothing .............. :func:`all_true`, :func:`sees_every_key` (attention without a mask)
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 __all__ = [
     "capturing_graph",
+    "all_true",
+    "sees_every_key",
     "inverted_dropout",
     "Dropout",
     "attend",
+    "AttentionKernels",
     "output_logits_and_loss",
     "fused_linear_cross_entropy",
     "packed_linear_weights",
@@ -43,6 +48,24 @@ def capturing_graph() -> bool:
     the answer for the example input would be baked into the graph (an unpadded example would drop the padding
     mask for every later input)."""
     return torch.compiler.is_compiling() or torch.jit.is_tracing()
+
+
+def all_true(mask: torch.Tensor) -> bool:
+    """Whether nothing is masked, so that attention may run without the mask. Reading the answer waits for the
+    device; a captured graph, which cannot branch on data, keeps the mask (False)."""
+    return not capturing_graph() and bool(mask.all())
+
+
+def sees_every_key(query_length: int, past_length: int | torch.Tensor, key_length: int) -> bool:
+    """A decoding step over a growing cache, one new token after the P cached ones, sees all K = P+1 keys: its
+    causal mask hides nothing and need not be built. Not for a static cache (P a 0-d tensor, K every slot), nor
+    while tracing (a traced graph may be run with other lengths)."""
+    return (
+        query_length == 1
+        and not torch.is_tensor(past_length)
+        and key_length == past_length + 1
+        and not torch.jit.is_tracing()
+    )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -139,6 +162,22 @@ def attend(
         scaling=module.scaling,
         is_causal=module.is_causal and attention_mask is None,
     )
+
+
+class AttentionKernels:
+    """What transformers asks a model about its attention kernels, which :func:`attend` dispatches to: sdpa and
+    the kernels registered with transformers, not flash or flex attention."""
+
+    _supports_sdpa = True
+    _supports_flash_attn = False
+    _supports_flex_attn = False
+
+    @classmethod
+    def _can_set_attn_implementation(cls) -> bool:
+        # Attention reads `config._attn_implementation` at every call (:func:`attend`, through transformers'
+        # AttentionInterface), so `set_attn_implementation` may change it after loading. transformers guesses this
+        # from the model file's source, where the dispatch is not, and would refuse with a warning.
+        return True
 
 
 # ---------------------------------------------------------------------------------------------------

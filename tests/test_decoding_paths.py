@@ -8,10 +8,9 @@ import torch
 import torch.nn.functional as F
 from conftest import batch_with_padding, record_calls, tiny_config
 from generation_checks import SCORED, assert_generations_agree
-from transformers import GenerationMixin
+from transformers import DynamicCache, GenerationMixin
 
 from hf_transformer import TransformerForConditionalGeneration, generation, speed
-from hf_transformer import modeling_transformer as modeling
 from hf_transformer.speed import is_packing, packed_linear_weights, packed_weight
 
 
@@ -123,7 +122,7 @@ def test_beam_search_reordering_only_the_self_attention_cache_changes_nothing(mo
         max_new_tokens=10, num_beams=4, num_return_sequences=3, do_sample=False, output_scores=True,
         return_dict_in_generate=True, length_penalty=0.5,
     )  # fmt: skip
-    reordered = record_calls(monkeypatch, modeling.DynamicCache, "reorder_cache")
+    reordered = record_calls(monkeypatch, DynamicCache, "reorder_cache")
     fast = model.generate(source, **arguments)
     assert reordered and len({id(cache) for cache in reordered}) == 1  # the self-attention cache only
     reordered.clear()

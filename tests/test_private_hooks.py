@@ -14,6 +14,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerPreTrainedModel
 from hf_transformer.checkpoint import CheckedLoadingMixin
 from hf_transformer.generation import TransformerGenerationMixin
+from hf_transformer.speed import AttentionKernels
 
 # (owner, name, parameters the override is written for, where transformers calls it)
 HOOKS = [
@@ -67,8 +68,10 @@ def test_overridden_transformers_hook_still_exists(owner, name, parameters, call
 
 
 def test_overrides_are_defined_where_expected():
-    for name in ("_init_weights", "_can_set_attn_implementation"):
-        assert name in TransformerPreTrainedModel.__dict__, name
+    assert "_init_weights" in TransformerPreTrainedModel.__dict__
+    assert "_can_set_attn_implementation" in AttentionKernels.__dict__
+    mro = TransformerPreTrainedModel.__mro__
+    assert mro.index(AttentionKernels) < mro.index(PreTrainedModel)  # its answer, not transformers' guess
     for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "save_pretrained"):
         assert name in CheckedLoadingMixin.__dict__, name
     assert issubclass(TransformerPreTrainedModel, CheckedLoadingMixin)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import refuse_replacing
+from ..folders import refuse_replacing
 
 __all__ = ["to_onnx", "quantize_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
 
@@ -98,7 +98,7 @@ def _wrappers():
                 input_ids=input_ids,
                 encoder_hidden_states=caches[half],  # only its batch size is read: the cross cache is complete
                 encoder_attention_mask=encoder_attention_mask.bool(),
-                past_key_values=cache,
+                cache=cache,
                 use_cache=True,
             ).last_hidden_state
             present = [tensor for layer in self_cache.layers for tensor in (layer.keys, layer.values)]
@@ -228,7 +228,8 @@ def to_onnx(
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
     model_dir, output_dir = Path(model_dir), Path(output_dir)
-    from ..adapters import is_adapter_folder, merged_model_folder
+    from ..adapters import merged_model_folder
+    from ..folders import is_adapter_folder
 
     if is_adapter_folder(model_dir):  # LoRA adapters (peft): merged into their base model first
         with merged_model_folder(model_dir, output_dir) as merged:
