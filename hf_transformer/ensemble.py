@@ -30,7 +30,13 @@ from torch import nn
 from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from .generation import CACHE_NAME, TransformerGenerationMixin, given_cache, precompute_forward_signatures
+from .generation import (
+    TransformerGenerationMixin,
+    accepts_either_cache_name,
+    cache_of,
+    output_with_cache,
+    precompute_forward_signatures,
+)
 from .input_checks import check_labels_in_range
 from .modeling_transformer import TransformerForConditionalGeneration, TransformerPreTrainedModel
 
@@ -178,6 +184,7 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return self.members[0].prepare_decoder_input_ids_from_labels(labels)
 
+    @accepts_either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -185,11 +192,10 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
         decoder_input_ids: torch.LongTensor | None = None,
         decoder_attention_mask: torch.Tensor | None = None,
         encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
+        cache: EncoderDecoderCache | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         return_dict: bool | None = None,
-        cache: EncoderDecoderCache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput | tuple:
         """As :meth:`TransformerForConditionalGeneration.forward` for the arguments ``generate`` and
@@ -199,7 +205,6 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
         unsupported = [name for name in unsupported if name not in ("cache_position", "num_items_in_batch")]
         if unsupported:
             raise ValueError(f"an ensemble does not take {', '.join(unsupported)}")
-        past = given_cache(past_key_values, cache)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None:
@@ -212,7 +217,7 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
                 f"encoder_outputs have {encoder_states.shape[-1]} features; this ensemble's encoders give "
                 f"{sum(self.d_models)} ({' + '.join(map(str, self.d_models))})"
             )
-        member_caches = self._member_caches(past) if past is not None else [None] * len(self.members)
+        member_caches = self._member_caches(cache) if cache is not None else [None] * len(self.members)
 
         log_probs, returned_caches = [], []
         for member, states, member_cache in zip(
@@ -228,7 +233,7 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
                 return_dict=True,
             )
             log_probs.append(F.log_softmax(output.logits.float(), dim=-1))  # (B, T, V)
-            returned_caches.append(getattr(output, CACHE_NAME))
+            returned_caches.append(cache_of(output))
         # log of the mean probability, computed in log space: (B, T, V)
         logits = torch.logsumexp(torch.stack(log_probs), dim=0) - math.log(len(self.members))
 
@@ -247,8 +252,8 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
             # generate on; a forward without a cache gets one made of the members' new caches.
             first, *others = returned_caches
             ensemble_cache = first if isinstance(first, EnsembleCache) else EnsembleCache(first, others)
-        output = Seq2SeqLMOutput(
-            loss=loss, logits=logits, encoder_last_hidden_state=encoder_states, **{CACHE_NAME: ensemble_cache}
+        output = output_with_cache(
+            Seq2SeqLMOutput, ensemble_cache, loss=loss, logits=logits, encoder_last_hidden_state=encoder_states
         )
         return output if return_dict is not False else output.to_tuple()
 

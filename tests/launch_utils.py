@@ -36,6 +36,13 @@ def load_script(name: str):
     return _load(name, SCRIPTS / f"{name}.py")
 
 
+def tiny_config(**overrides):
+    """tests/conftest.py's ``tiny_config``, for the recipes' tests (recipes/*/tests): there ``conftest`` is the module
+    of the repository root's conftest.py, which pytest imports under that name too."""
+    module = sys.modules.get("library_conftest") or _load("library_conftest", REPO / "tests" / "conftest.py")
+    return module.tiny_config(**overrides)
+
+
 def _load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
@@ -72,19 +79,21 @@ def job_arrays(script: Path) -> dict[str, list[str]]:
 
 
 def script_calls(shell_text: str) -> list[tuple[str, str]]:
-    """``(name, the rest of the line)`` for each ``python scripts/<name>.py ...`` line of shell text (a job script, a
-    README's bash block), in order, continuation lines joined."""
+    """``(name, the rest of the line)`` for each ``python scripts/<name>.py ...`` or ``python -m <module> ...`` line of
+    shell text (a job script, a README's bash block), in order, continuation lines joined: a script is named by its
+    file's stem (``train_classifier``), a module by its dotted name (``recipes.multi30k.train``)."""
     lines = shell_text.replace("\\\n", " ").splitlines()
-    matches = (re.match(r"\s*python scripts/(\w+)\.py (.*)", line) for line in lines)
-    return [(match.group(1), match.group(2)) for match in matches if match]
+    matches = (re.match(r"\s*python (?:scripts/(\w+)\.py|-m ([\w.]+)) (.*)", line) for line in lines)
+    return [(match.group(1) or match.group(2), match.group(3)) for match in matches if match]
 
 
 def job_commands(
     script: Path, variables: dict[str, str], precision: list[str], arrays: dict[str, list[str]] | None = None
 ) -> dict[str, list[str]]:
-    """``scripts/<name>.py`` -> its arguments in a bash job script, with the script's shell variables (``$name``) and
-    arrays (``"${name[@]}"``) filled in, ``precision_args`` (recipes/common/precision_args.sh) and any array set
-    inside a branch (``arrays``) given, and output redirections and a trailing ``&`` left out."""
+    """A script's or module's name (``script_calls``) -> its arguments in a bash job script, with the script's shell
+    variables (``$name``) and arrays (``"${name[@]}"``) filled in, ``precision_args``
+    (recipes/common/precision_args.sh) and any array set inside a branch (``arrays``) given, and output redirections
+    and a trailing ``&`` left out."""
     arrays = job_arrays(script) | (arrays or {})
     arrays["precision_args"] = precision
     commands = {}
@@ -172,6 +181,18 @@ def write_multi30k(root: Path, rows: dict[str, int], seed: int = 0) -> None:
             german.append(" ".join(WORDS["de"][p] for p in positions))
         (folder / f"{split}.en").write_text("\n".join(english) + "\n", encoding="utf-8")
         (folder / f"{split}.de").write_text("\n".join(german) + "\n", encoding="utf-8")
+
+
+def pair_files(root: Path, splits: dict[str, str] | None = None) -> list[str]:
+    """The general translation script's arguments for the line files ``write_multi30k`` wrote under ``root``: each
+    split's English file and its German one (``splits``: the script's split -> the file stem; default Multi30k's)."""
+    splits = splits or {"train": "train", "validation": "val", "test": "test_2016_flickr"}
+    folder = root / "multi30k"
+    return [
+        word
+        for split, stem in splits.items()
+        for word in (f"--{split}_file", str(folder / f"{stem}.en"), str(folder / f"{stem}.de"))
+    ]
 
 
 def free_port() -> int:

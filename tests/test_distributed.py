@@ -17,6 +17,7 @@ from launch_utils import (
     SCRIPTS,
     accelerate_launch,
     logged_losses,
+    pair_files,
     process_reports,
     review_files,
     run,
@@ -111,7 +112,7 @@ def test_translation_two_processes_match_one(tmp_path):
 
     def args(output_dir, per_device_batch, *extra):
         return [
-            str(SCRIPTS / "train_translation.py"), "--output_dir", str(output_dir), "--data_dir", str(data_dir),
+            str(SCRIPTS / "train_translation.py"), "--output_dir", str(output_dir), *pair_files(data_dir),
             "--per_device_train_batch_size", str(per_device_batch), *TRANSLATION_MODEL, *COMMON, *extra,
         ]  # fmt: skip
 

@@ -1,13 +1,11 @@
-"""Ensembles of translation models decoding through generate (hf_transformer.ensemble), and the evaluation script
-that scores them (scripts/evaluate_translation.py)."""
+"""Ensembles of translation models decoding through generate (hf_transformer.ensemble). The Multi30k recipe's
+scoring of ensembles (python -m recipes.multi30k.evaluate) is tested with the recipe
+(recipes/multi30k/tests/test_multi30k_evaluate.py)."""
 
 import copy
-import json
 
 import pytest
 import torch
-from launch_utils import load_script
-from test_train_translation import TINY_MODEL, write_multi30k
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 from hf_transformer.ensemble import EnsembleCache, TransformerEnsemble
@@ -149,52 +147,3 @@ def test_a_static_cache_is_refused_with_a_clear_error():
     ensemble = TransformerEnsemble([random_model(0), random_model(1)])
     with pytest.raises(ValueError, match="dynamic caches"):
         generate(ensemble, num_beams=1, cache_implementation="static")
-
-
-def train_tiny(data_dir, output_dir, seed: int, *extra: str) -> dict:
-    return load_script("train_translation").main(
-        [
-            "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de",
-            *TINY_MODEL, "--num_train_epochs", "9", "--per_device_train_batch_size", "16", "--learning_rate", "3e-3",
-            "--warmup_steps", "40", "--eval_strategy", "no", "--num_beams", "3", "--length_penalty", "0.5", "1.0",
-            "--per_device_eval_batch_size", "16", "--train_sampling_strategy", "group_by_length", "--seed", str(seed),
-            *extra,
-        ]
-    )  # fmt: skip
-
-
-def test_evaluate_translation_rescores_a_run_and_ensembles_runs_of_one_tokenizer(tmp_path):
-    data_dir = tmp_path / "data"
-    write_multi30k(data_dir, sizes=(("train", 1200), ("val", 40), ("test_2016_flickr", 50)))
-    first = train_tiny(data_dir, tmp_path / "a", 2)
-    train_tiny(data_dir, tmp_path / "b", 3, "--tokenizer", str(tmp_path / "a"))
-    evaluate = load_script("evaluate_translation").main
-    common = ["--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de", "--num_beams", "3",
-              "--length_penalty", "0.5", "1.0", "--per_device_eval_batch_size", "16"]  # fmt: skip
-
-    # One folder: the training run's own scores, decoded the same way.
-    alone = evaluate(["--model_dirs", str(tmp_path / "a"), "--output_dir", str(tmp_path / "a-again"), *common])
-    for key in ("eval_bleu", "length_penalty", "test_bleu", "test_greedy_bleu"):
-        assert alone[key] == pytest.approx(first[key], abs=1e-6), key
-
-    both = evaluate(["--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--output_dir", str(tmp_path / "ab"),
-                     *common])  # fmt: skip
-    assert [member["folder"] for member in both["ensemble"]] == [str(tmp_path / "a"), str(tmp_path / "b")]
-    assert both["ensemble"][0]["bleu"] == first["bleu"]
-    assert first["test_bleu"] > 25  # each member translates the toy language, and so does the ensemble
-    assert both["bleu"] == both["test_bleu"] > 25 and both["test_samples"] == 50
-    saved = json.loads((tmp_path / "ab" / "results.json").read_text())
-    assert saved["test_bleu"] == both["test_bleu"] and saved["parameters"] == 2 * first["parameters"]
-    assert len((tmp_path / "ab" / "test_predictions.txt").read_text(encoding="utf-8").splitlines()) == 50
-
-
-def test_evaluate_translation_refuses_folders_with_different_tokenizers(tmp_path):
-    data_dir = tmp_path / "data"
-    write_multi30k(data_dir, sizes=(("train", 300), ("val", 10), ("test_2016_flickr", 10)))
-    train_tiny(data_dir, tmp_path / "a", 1, "--num_train_epochs", "1")
-    train_tiny(data_dir, tmp_path / "b", 1, "--num_train_epochs", "1", "--vocab_size", "100")
-    with pytest.raises(ValueError, match="must share one vocabulary"):
-        load_script("evaluate_translation").main(
-            ["--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--output_dir", str(tmp_path / "ab"),
-             "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de"]
-        )  # fmt: skip

@@ -1,5 +1,5 @@
 """FSDP 2 (accelerate's `fsdp_version: 2`) with two CPU processes over gloo on 127.0.0.1:
-configs/accelerate/fsdp-cpu.yaml driving scripts/train_translation.py.
+configs/accelerate/fsdp-cpu.yaml driving scripts/train_translation.py (on line-aligned text files).
 
 torch's `fully_shard` shards CPU tensors over gloo, but accelerate does not: `AcceleratorState` turns the
 FSDP settings into `DistributedType.FSDP` only for GPU-like process types (MULTI_GPU, MULTI_XPU, ...). With
@@ -43,6 +43,7 @@ from launch_utils import (
     accelerate_launch,
     isolated_python,
     logged_losses,
+    pair_files,
     run,
     script_env,
     write_multi30k,
@@ -187,7 +188,7 @@ def command(data_dir: Path, output_dir: Path, workarounds: list[str], *extra: st
     """`accelerate launch` with configs/accelerate/fsdp-cpu.yaml of train_translation.py through this launcher."""
     return accelerate_launch("--config_file", str(CONFIG)) + [
         __file__, *workarounds, str(SCRIPTS / "train_translation.py"), "--output_dir", str(output_dir),
-        "--data_dir", str(data_dir), *MODEL, *COMMON, *extra,
+        *pair_files(data_dir), *MODEL, *COMMON, *extra,
     ]  # fmt: skip
 
 

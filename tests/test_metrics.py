@@ -1,63 +1,52 @@
-"""The two BLEU conventions of hf_transformer.metrics: cased detokenised sacreBLEU, and lowercased Moses-tokenised
-BLEU against Multi30k's official `lc.norm.tok` references."""
+"""hf_transformer.metrics: sacreBLEU's BLEU and chrF, paired bootstrap resampling, and BLEU inside a Seq2SeqTrainer
+(each generated row scored against its own reference line, whatever order the Trainer returns rows in)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+import random
 
+import numpy as np
 import pytest
-from launch_utils import load_script, write_multi30k
+from transformers.trainer_utils import EvalPrediction
 
-from hf_transformer.data import load_multi30k_tok_references
-from hf_transformer.metrics import bleu, bleu_lc_tok, moses_lc_tok, paired_bootstrap
+from hf_transformer.metrics import (
+    BleuMetric,
+    ReferenceIndex,
+    bleu,
+    chrf,
+    generated_lengths,
+    paired_bootstrap,
+    require_scorers,
+    select_and_score,
+)
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+WORDS = ["a", "dog", "cat", "man", "woman", "runs", "sits", "on", "the", "grass", "red", "ball", "big", "small"]
 
 
-def test_moses_lc_tok_lowercases_normalises_tokenises_and_escapes():
-    assert moses_lc_tok(['A man says "Hi, there!"'], "en") == ["a man says &quot; hi , there ! &quot;"]
-    assert moses_lc_tok(["Der Hund's Ball."], "de") == ["der hund &apos; s ball ."]
-    # German quotes are normalised, and a period inside the closing quote moves out of it (Moses' rule for
-    # languages other than English), also at the end of a line.
-    assert moses_lc_tok(["Er sagt: „Komm.“"], "de") == ["er sagt : &quot; komm &quot; ."]
-    assert moses_lc_tok(['He says "come."'], "en") == ["he says &quot; come . &quot;"]
-
-
-def test_bleu_lc_tok_ignores_case_and_tokenisation_but_bleu_does_not():
+def test_bleu_is_sacrebleu_s_default_and_tokenize_none_scores_tokens_as_they_are():
     hypotheses = ["A Dog runs on the grass.", "Two MEN, sitting."]
-    tokenized = ["a dog runs on the grass .", "two men , sitting ."]
-    assert bleu_lc_tok(hypotheses, tokenized, "en") == pytest.approx(100.0)
-    assert bleu(hypotheses, ["a dog runs on the grass.", "two men, sitting."]) < 60
+    assert bleu(hypotheses, hypotheses) == pytest.approx(100.0)
+    assert bleu(hypotheses, ["a dog runs on the grass.", "two men, sitting."]) < 60  # cased
+    # Already tokenised text: 13a would split "grass." but tokenize="none" keeps it one token.
+    tokens, text = ["a dog runs on the grass ."], ["a dog runs on the grass."]
+    assert bleu(tokens, text) == pytest.approx(100.0)
+    assert bleu(tokens, text, tokenize="none") < 100.0
+    assert chrf(text, text) == pytest.approx(100.0) and chrf(["a cat sits"], text) < 50
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
-        bleu_lc_tok(hypotheses, tokenized[:1], "en")
+        bleu(hypotheses, hypotheses[:1])
 
 
-@pytest.mark.skipif(not (SHARED_DATA / "multi30k" / "tok").is_dir(), reason="the shared Multi30k corpus is absent")
-@pytest.mark.parametrize("split, stem", [("validation", "val"), ("test", "test_2016_flickr")])
-@pytest.mark.parametrize("lang", ["en", "de"])
-def test_raw_references_become_the_official_tokenised_ones(split, stem, lang):
-    raw = (SHARED_DATA / "multi30k" / f"{stem}.{lang}").read_text(encoding="utf-8").splitlines()
-    official = load_multi30k_tok_references(split, lang, SHARED_DATA, download=False)
-    assert len(official) == len(raw) >= 1000
-    assert moses_lc_tok(raw, lang) == official
-    assert bleu_lc_tok(raw, official, lang) == pytest.approx(100.0)
+def test_a_missing_scorer_is_named_with_its_install():
+    require_scorers()  # sacreBLEU is installed here
+    with pytest.raises(
+        ImportError, match="needs a_scorer_that_is_not_installed: pip install 'hf_transformer\\[train\\]'"
+    ):
+        require_scorers(("sacrebleu", "a_scorer_that_is_not_installed"))
 
 
-def test_tokenised_references_exist_for_validation_and_test_only(tmp_path):
-    with pytest.raises(ValueError, match="'validation' and 'test', not 'train'"):
-        load_multi30k_tok_references("train", "en", tmp_path, download=False)
-    with pytest.raises(FileNotFoundError, match="lc.norm.tok.de"):
-        load_multi30k_tok_references("test", "de", tmp_path, download=False)
-
-
-def test_tokenised_references_are_read_one_per_newline(tmp_path):
-    # A separator str.splitlines splits at (U+2028, U+0085) is text inside a sentence, as in the sentence files.
-    folder = tmp_path / "multi30k" / "tok"
-    folder.mkdir(parents=True)
-    (folder / "test_2016_flickr.lc.norm.tok.de").write_text("ein hund\u2028läuft .\nzwei\x85 männer .\n", "utf-8")
-    lines = load_multi30k_tok_references("test", "de", tmp_path, download=False)
-    assert lines == ["ein hund\u2028läuft .", "zwei\x85 männer ."]
+def _sentences(count: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 7))) for _ in range(count)]
 
 
 def _bootstrap_systems(references: list[str]) -> dict[str, list[str]]:
@@ -71,25 +60,19 @@ def _bootstrap_systems(references: list[str]) -> dict[str, list[str]]:
     }
 
 
-def test_paired_bootstrap_scores_as_bleu_and_tells_a_real_difference_from_chance(tmp_path):
-    write_multi30k(tmp_path, {"test_2016_flickr": 300})
-    references = (tmp_path / "multi30k" / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
+@pytest.mark.parametrize("tokenize", [None, "none"])
+def test_paired_bootstrap_scores_as_bleu_and_tells_a_real_difference_from_chance(tokenize):
+    references = _sentences(300)
     systems = _bootstrap_systems(references)
-    for lc_tok in (False, True):
-        if lc_tok:  # cased differently from the references: lc-tok BLEU does not see it
-            systems = {name: [line.upper() for line in lines] for name, lines in systems.items()}
-            records = paired_bootstrap(systems, moses_lc_tok(references, "en"), lc_tok_lang="en", samples=300)
-            expected = [bleu_lc_tok(lines, moses_lc_tok(references, "en"), "en") for lines in systems.values()]
-        else:
-            records = paired_bootstrap(systems, references, samples=300)
-            expected = [bleu(lines, references) for lines in systems.values()]
-        assert [record["name"] for record in records] == list(systems)
-        assert [record["score"] for record in records] == pytest.approx(expected)
-        assert records[1]["score"] == pytest.approx(100.0)
-        baseline, better, alike = records
-        assert baseline["p_value"] is None and baseline["ci"] > 0
-        assert baseline["mean"] == pytest.approx(baseline["score"], abs=baseline["ci"])
-        assert better["p_value"] < 0.01 and alike["p_value"] > 0.05
+    records = paired_bootstrap(systems, references, tokenize=tokenize, samples=300)
+    expected = [bleu(lines, references, tokenize=tokenize) for lines in systems.values()]
+    assert [record["name"] for record in records] == list(systems)
+    assert [record["score"] for record in records] == pytest.approx(expected)
+    assert records[1]["score"] == pytest.approx(100.0)
+    baseline, better, alike = records
+    assert baseline["p_value"] is None and baseline["ci"] > 0
+    assert baseline["mean"] == pytest.approx(baseline["score"], abs=baseline["ci"])
+    assert better["p_value"] < 0.01 and alike["p_value"] > 0.05
 
 
 def test_paired_bootstrap_refuses_what_it_cannot_compare():
@@ -101,26 +84,167 @@ def test_paired_bootstrap_refuses_what_it_cannot_compare():
         paired_bootstrap({"baseline": ["a"], "other": ["b"]}, ["a"], samples=0)
 
 
-def test_compare_translations_scores_output_files_both_ways(tmp_path):
-    script = load_script("compare_translations")
-    write_multi30k(tmp_path, {"test_2016_flickr": 200})
-    references = (tmp_path / "multi30k" / "test_2016_flickr.de").read_text(encoding="utf-8").splitlines()
-    (tmp_path / "multi30k" / "tok").mkdir()
-    tok = tmp_path / "multi30k" / "tok" / "test_2016_flickr.lc.norm.tok.de"
-    tok.write_text("\n".join(moses_lc_tok(references, "de")) + "\n", encoding="utf-8")
-    files = []
-    for name, lines in _bootstrap_systems(references).items():
-        files.append(tmp_path / f"{name.replace(' ', '-')}.de")
-        files[-1].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    output = tmp_path / "out" / "compare.json"
-    arguments = [*map(str, files), "--data_dir", str(tmp_path), "--target_lang", "de", "--samples", "200"]
-    figures = script.main([*arguments, "--output", str(output)])
-    assert json.loads(output.read_text()) == figures
-    for metric in ("bleu", "bleu_lc_tok"):
-        assert [record["name"] for record in figures[metric]] == list(map(str, files))
-        assert figures[metric][1]["score"] == pytest.approx(100.0) and figures[metric][1]["p_value"] < 0.01
-    # An output of another length is named; nothing is written.
-    files[1].write_text("\n".join(references[:-1]) + "\n", encoding="utf-8")
-    with pytest.raises(SystemExit, match=f"{files[1]}: 199 lines but 200 references"):
-        script.main([*arguments, "--output", str(tmp_path / "none.json")])
-    assert not (tmp_path / "none.json").exists()
+class _Tokenizer:
+    """Word-level stand-in: id = index in `words` + 7, ids 0-6 special (0 pad, 3 eos)."""
+
+    pad_token_id = 0
+    eos_token_id = 3
+
+    def __init__(self, words):
+        self.words = words
+
+    def batch_decode(self, rows, skip_special_tokens=True):
+        return [" ".join(self.words[i - 7] for i in row if i >= 7) for row in rows]
+
+
+def _padded(rows, width=8):
+    """Token rows padded with -100 to one width, as the Trainer hands predictions and labels to the metric."""
+    return np.array([row + [-100] * (width - len(row)) for row in rows])
+
+
+def test_bleu_metric_scores_against_the_right_references():
+    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    tokenizer = _Tokenizer(words)
+    references = ["a b c d", "e f g h", "b a d c", "h g f e"]
+    label_rows = [[words.index(w) + 7 for w in ref.split()] + [3] for ref in references]
+    index = ReferenceIndex(label_rows, references)
+    metric = BleuMetric(tokenizer, index)
+
+    generated = [[2, *row] for row in label_rows]  # a perfect model, with the start token in front
+    perfect = metric(EvalPrediction(predictions=_padded(generated), label_ids=_padded(label_rows)))
+    assert perfect["bleu"] == pytest.approx(100.0)
+
+    # Rows returned in reverse order (as length-grouped evaluation does) still score 100 and are put back.
+    reversed_rows = EvalPrediction(predictions=_padded(generated[::-1]), label_ids=_padded(label_rows[::-1]))
+    assert metric(reversed_rows)["bleu"] == pytest.approx(100.0)
+    assert metric.in_dataset_order() == references
+
+    # Scoring by position instead would pair each hypothesis with another sentence's reference.
+    import sacrebleu
+
+    assert sacrebleu.corpus_bleu(references[::-1], [references]).score < 50
+
+    # A prediction whose labels are not in the split is an error, not a silent misalignment.
+    with pytest.raises(ValueError, match="match no reference"):
+        metric(EvalPrediction(predictions=_padded([[2, 7, 3]]), label_ids=_padded([[7, 3]])))
+
+
+def test_generated_length_stops_at_the_first_end_of_sequence_token():
+    # Beam search fills finished rows with end-of-sequence tokens (3); the Trainer pads batches with -100.
+    rows = np.array([[2, 8, 9, 3, 3, 3], [2, 8, 9, 10, 11, 3], [2, 8, 3, -100, -100, -100], [2, 8, 9, 10, 11, 12]])
+    assert generated_lengths(rows, pad_token_id=0, eos_token_id=3).tolist() == [4, 6, 3, 6]
+    metric = BleuMetric(_Tokenizer(["a", "b", "c", "d", "e", "f"]))
+    scores = metric(EvalPrediction(predictions=rows, label_ids=rows[:, 1:]))
+    assert scores["gen_len"] == pytest.approx((4 + 6 + 3 + 6) / 4)
+
+
+def test_reference_index_takes_duplicate_rows_in_turn():
+    index = ReferenceIndex([[5, 3], [6, 3], [5, 3]], ["x", "y", "x "])
+    assert index.positions(np.array([[5, 3], [5, 3], [6, 3]]), pad_token_id=0) == [0, 2, 1]
+    # Beyond a key's rows, a row is a repeat (None): a multi-process evaluation pads its last batches with them.
+    assert index.positions(np.array([[6, 3], [5, 3], [6, 3], [5, 3], [5, 3]]), pad_token_id=0) == [1, 0, None, 2, None]
+
+
+def test_bleu_metric_scores_each_row_once_when_evaluation_repeats_rows():
+    # Two processes decode 3 + 3 rows of a 4-row split: the sampler repeats the first two rows (the longest, when
+    # grouped by length). A repeated bad hypothesis must not count twice, and the output keeps 4 lines.
+    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    references = ["a b c d e f", "e f g h", "b a d c", "h g f e"]
+    label_rows = [[words.index(w) + 7 for w in ref.split()] + [3] for ref in references]
+    metric = BleuMetric(_Tokenizer(words), ReferenceIndex(label_rows, references))
+    hypotheses = [[2, *[words.index(w) + 7 for w in text.split()], 3] for text in ["h h h h", *references[1:]]]
+    order = [0, 1, 2, 3, 0, 1]
+
+    once = metric(EvalPrediction(predictions=_padded(hypotheses), label_ids=_padded(label_rows)))
+    repeated = metric(
+        EvalPrediction(
+            predictions=_padded([hypotheses[i] for i in order]), label_ids=_padded([label_rows[i] for i in order])
+        )
+    )
+    assert repeated == pytest.approx(once)
+    assert metric.in_dataset_order() == ["h h h h", *references[1:]]
+
+
+def test_bleu_metric_adds_the_extra_scores_of_each_row_s_own_line():
+    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    references = ["a b c d", "e f g h", "b a d c"]
+    label_rows = [[words.index(w) + 7 for w in ref.split()] + [3] for ref in references]
+    seen = []
+
+    def row_numbers(hypotheses, positions):
+        seen.append((hypotheses, positions))
+        return {"rows": float(sum(positions))}
+
+    metric = BleuMetric(_Tokenizer(words), ReferenceIndex(label_rows, references), extra_scores=row_numbers)
+    order = [2, 0, 1]
+    generated = [[2, *label_rows[i]] for i in order]
+    scores = metric(EvalPrediction(predictions=_padded(generated), label_ids=_padded([label_rows[i] for i in order])))
+    assert list(scores) == ["bleu", "chrf", "rows", "gen_len"] and scores["rows"] == 3.0
+    assert seen == [([references[i] for i in order], order)]
+
+
+class _ScriptedTrainer:
+    """A stand-in Seq2SeqTrainer: validation BLEU by length penalty from ``validation``; each call recorded with the
+    split its compute_metrics scores."""
+
+    def __init__(self, validation: dict[float, float]):
+        from types import SimpleNamespace
+
+        self.validation = validation
+        self.model = SimpleNamespace(generation_config=SimpleNamespace(length_penalty=1.0))
+        self.calls = []
+
+    def evaluate(self, metric_key_prefix, num_beams, length_penalty=None):
+        self.calls.append((self.compute_metrics.split, metric_key_prefix, num_beams, length_penalty))
+        score = self.validation[length_penalty] if num_beams > 1 else 1.0
+        return {f"{metric_key_prefix}_bleu": score, f"{metric_key_prefix}_chrf": 100 - score}
+
+    def predict(self, dataset, metric_key_prefix, num_beams, length_penalty=None):
+        from types import SimpleNamespace
+
+        self.calls.append((self.compute_metrics.split, metric_key_prefix, num_beams, length_penalty))
+        self.compute_metrics.last_hypotheses = [f"{metric_key_prefix} second", f"{metric_key_prefix} first"]
+        self.compute_metrics.last_positions = [1, 0]
+        return SimpleNamespace(metrics={f"{metric_key_prefix}_bleu": 2.0 if num_beams > 1 else 1.5})
+
+
+def _split_metric(split: str) -> BleuMetric:
+    metric = BleuMetric(tokenizer=None)
+    metric.split = split
+    return metric
+
+
+@pytest.mark.parametrize("selected_on, chosen", [("bleu", 1.4), ("chrf", 0.6)])
+def test_select_and_score_chooses_the_length_penalty_on_validation_then_decodes_test_with_it(selected_on, chosen):
+    trainer = _ScriptedTrainer({0.6: 20.0, 1.0: 25.0, 1.4: 30.0})
+    results, hypotheses = select_and_score(
+        trainer,
+        ["test rows"],
+        _split_metric,
+        num_beams=5,
+        length_penalties=[0.6, 1.0, 1.4, 1.0],
+        selected_on=selected_on,
+    )
+    # Each penalty once on validation; test once with the choice and once greedily; validation once greedily.
+    assert trainer.calls == [
+        ("validation", "eval", 5, 0.6),
+        ("validation", "eval", 5, 1.0),
+        ("validation", "eval", 5, 1.4),
+        ("test", "test", 5, chosen),
+        ("validation", "eval_greedy", 1, None),
+        ("test", "test_greedy", 1, None),
+    ]
+    assert results["length_penalty"] == chosen == trainer.model.generation_config.length_penalty
+    assert results["selected_on"] == f"eval_{selected_on}"
+    by_penalty = results[f"eval_{selected_on}_by_length_penalty"]
+    assert list(by_penalty) == ["0.6", "1.0", "1.4"] and results[f"eval_{selected_on}"] == by_penalty[str(chosen)]
+    assert results["test_bleu"] == 2.0 and results["test_greedy_bleu"] == 1.5 and results["eval_greedy_bleu"] == 1.0
+    assert hypotheses == ["test first", "test second"]  # the beam search's, in the test set's order
+
+
+def test_select_and_score_without_a_test_set_scores_validation_alone():
+    trainer = _ScriptedTrainer({1.0: 25.0})
+    results, hypotheses = select_and_score(trainer, None, _split_metric, num_beams=3, length_penalties=[1.0])
+    assert hypotheses is None and not any(key.startswith("test") for key in results)
+    assert "eval_bleu_by_length_penalty" not in results and results["length_penalty"] == 1.0
+    assert [call[:2] for call in trainer.calls] == [("validation", "eval"), ("validation", "eval_greedy")]

@@ -15,7 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_utils import SCRIPTS, logged_losses, review_files, run, script_env, write_multi30k, write_reviews
+from launch_utils import (
+    SCRIPTS,
+    logged_losses,
+    pair_files,
+    review_files,
+    run,
+    script_env,
+    write_multi30k,
+    write_reviews,
+)
 from safetensors.torch import load_file
 
 SAVE_STEPS, MAX_STEPS = 5, 60
@@ -87,7 +96,7 @@ def test_classifier_resumes_after_sigkill(tmp_path):
 def translation_args(data_dir: Path, output_dir: Path) -> list[str]:
     return [
         str(SCRIPTS / "train_translation.py"),
-        "--output_dir", str(output_dir), "--data_dir", str(data_dir),
+        "--output_dir", str(output_dir), *pair_files(data_dir),
         "--vocab_size", "60", "--d_model", "64", "--num_layers", "2", "--num_heads", "4", "--intermediate_size", "128",
         "--max_source_length", "16", "--max_target_length", "16", "--dropout", "0.1", "--num_beams", "2",
         "--per_device_train_batch_size", "32", "--learning_rate", "3e-3", "--warmup_steps", "3",

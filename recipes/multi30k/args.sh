@@ -5,7 +5,7 @@ if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then
     . .venv/bin/activate
 fi
 
-usage="usage: bash scripts/$(basename "$0") SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR]  (en de, or de en)"
+usage="usage: bash recipes/multi30k/$(basename "$0") SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR]  (en de, or de en)"
 source_lang=${1:?$usage}
 target_lang=${2:?$usage}
 case "$source_lang-$target_lang" in

@@ -1,14 +1,15 @@
 """Whether one Multi30k translation output is better than another beyond chance: paired bootstrap resampling of
 BLEU (`hf_transformer.metrics.paired_bootstrap`, sacreBLEU's), both ways Multi30k is scored.
 
-    python scripts/compare_translations.py docs/results/m30k-en-de-linear-ens2-rerank.test.de \\
-        docs/results/m30k-en-de-linear-ens3-gpu-rerank.test.de --data_dir ../shared/data --target_lang de
+    python -m recipes.multi30k.compare recipes/multi30k/records/outputs/m30k-en-de-linear-ens2-rerank.test.de \\
+        recipes/multi30k/records/outputs/m30k-en-de-linear-ens3-gpu-rerank20-mbr.test.de --data_dir ../shared/data \\
+        --target_lang de
 
 The first output is the baseline; each other output gets its BLEU, the 95% confidence interval of its mean over
 the resamplings, and the p-value of its difference from the baseline, in cased detokenised BLEU (`bleu`) and on the
 lowercased Moses-tokenised references (`bleu_lc_tok`). A table goes to the terminal; `--output FILE` writes the
 figures as JSON. The outputs are one detokenised sentence per line in the split's order, as
-`test_predictions.txt` of every translation run (and docs/results/) holds them.
+`test_predictions.txt` of every translation run (and recipes/multi30k/records/outputs/) holds them.
 """
 
 from __future__ import annotations
@@ -18,14 +19,11 @@ import json
 import sys
 from pathlib import Path
 
-from hf_transformer.data import (
-    MULTI30K_FILES,
-    MULTI30K_SPLITS,
-    ensure_corpus_file,
-    load_multi30k_tok_references,
-    read_sentence_lines,
-)
+from hf_transformer.data import read_sentence_lines
 from hf_transformer.metrics import paired_bootstrap, require_scorers
+from recipes.common.corpus_files import ensure_corpus_file
+from recipes.multi30k.bleu import SCORERS, paired_bootstrap_lc_tok
+from recipes.multi30k.data import MULTI30K_FILES, MULTI30K_SPLITS, load_multi30k_tok_references
 
 SPLITS = ("test", "validation")
 
@@ -49,16 +47,16 @@ def compare(
         raise ValueError("give at least two outputs: the baseline, then the systems compared with it")
     if len(set(outputs)) != len(outputs):
         raise ValueError(f"an output is given twice: {outputs}")
-    require_scorers()
+    require_scorers(SCORERS)
     reference_file = MULTI30K_FILES[f"{MULTI30K_SPLITS[split]}.{target_lang}"]
     references = read_sentence_lines(ensure_corpus_file(reference_file, data_dir, download=False))
     systems = {output: read_sentence_lines(output) for output in outputs}
     return {
         "bleu": paired_bootstrap(systems, references, samples=samples),
-        "bleu_lc_tok": paired_bootstrap(
+        "bleu_lc_tok": paired_bootstrap_lc_tok(
             systems,
             load_multi30k_tok_references(split, target_lang, data_dir, download=False),
-            lc_tok_lang=target_lang,
+            target_lang,
             samples=samples,
         ),
     }
@@ -81,7 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     try:
         figures = compare(args.outputs, args.data_dir, args.target_lang, args.split, args.samples)
     except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"compare_translations.py: {error}")
+        sys.exit(f"recipes.multi30k.compare: {error}")
     print(table(figures))
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -2,15 +2,18 @@
 
 ``<data_dir>/multi30k/{train,val,test_2016_flickr}.{en,de}`` (raw text) and ``<data_dir>/multi30k/tok/`` (the
 official lowercased, normalised, Moses-tokenised references), found or fetched by recipes.common.corpus_files.
+``DataArguments`` are the recipe steps' command-line arguments for them (the folder, the direction, row limits).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from datasets import DatasetDict
 
-from hf_transformer.data import load_parallel_text, read_sentence_lines
+from hf_transformer.data import first_rows, load_parallel_text, read_sentence_lines
+from hf_transformer.training import SplitLimits
 from recipes.common.corpus_files import CorpusFile, ensure_corpus_file
 
 _MULTI30K_URL = (
@@ -102,3 +105,25 @@ def load_multi30k_tok_references(
         raise ValueError(f"Multi30k has 'en' and 'de', not {lang!r}")
     spec = MULTI30K_TOK_FILES[f"{MULTI30K_SPLITS[split]}.lc.norm.tok.{lang}"]
     return read_sentence_lines(ensure_corpus_file(spec, data_dir, download=download))
+
+
+@dataclass
+class DataArguments(SplitLimits):
+    """The recipe steps' data arguments (through ``HfArgumentParser``): where Multi30k is, and the direction."""
+
+    data_dir: str | None = field(
+        default=None, metadata={"help": "folder holding multi30k/ (else $HF_TRANSFORMER_DATA, else ./data)"}
+    )
+    source_lang: str = field(default="en", metadata={"help": "en or de"})
+    target_lang: str = field(default="de", metadata={"help": "de or en"})
+
+    def splits(self) -> DatasetDict:
+        """Multi30k's train, validation and test2016 pairs of this direction, each cut to its --max_*_samples."""
+        pairs = load_multi30k(self.data_dir, source_lang=self.source_lang, target_lang=self.target_lang)
+        return first_rows(pairs, self.split_limits())
+
+    def evaluation_splits(self) -> DatasetDict:
+        """Validation and test2016 only, for the steps that score a trained model."""
+        splits = self.splits()
+        splits.pop("train", None)
+        return splits

@@ -1,15 +1,15 @@
-"""Score saved Multi30k translation models, alone or as an ensemble, as train_translation.py scores its own:
+"""Score saved Multi30k translation models, alone or as an ensemble, as recipes.multi30k.train scores its own:
 beam search's length penalty chosen on validation, then test2016 decoded once with it (and once greedily), both
 BLEU forms (cased sacreBLEU, lowercased Moses-tokenised `bleu_lc_tok`).
 
-    python scripts/evaluate_translation.py --model_dirs runs/m30k-en-de-v7 runs/m30k-en-de-v7s43 \
+    python -m recipes.multi30k.evaluate --model_dirs runs/m30k-en-de-v7 runs/m30k-en-de-v7s43 \
         --output_dir runs/m30k-en-de-ens2 --data_dir ../shared/data --source_lang en --target_lang de \
         --num_beams 5 --length_penalty 1.0 1.4 1.8
 
 With several `--model_dirs` the models decode as one ensemble (hf_transformer.ensemble: the log of the members'
-mean next-token probability); they must share one tokenizer (train them with `train_translation.py --tokenizer
-FOLDER`). The output folder gets `results.json` (the members' own test figures beside the ensemble's) and
-`test_predictions.txt`; `scripts/collect_results.py` reads it like a training run's folder.
+mean next-token probability); they must share one tokenizer (train them with `python -m recipes.multi30k.train
+--tokenizer FOLDER`). The output folder gets `results.json` (the members' own test figures beside the ensemble's)
+and `test_predictions.txt`; `python -m recipes.common.collect_results` reads it like a training run's folder.
 """
 
 from __future__ import annotations
@@ -29,11 +29,13 @@ import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.ensemble import TransformerEnsemble
 from hf_transformer.metrics import require_scorers
+from recipes.multi30k.bleu import SCORERS
+from recipes.multi30k.data import DataArguments
+from recipes.multi30k.scoring import headline, lowercases, score, split_metrics, task_fields
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_translation import DataArguments, lowercases, select_and_score, split_metrics  # noqa: E402
+logger = logging.getLogger("recipes.multi30k.evaluate")
 
-logger = logging.getLogger("evaluate_translation")
+PROGRAM = "recipes.multi30k.evaluate"  # how results.json names the program
 
 
 @dataclass
@@ -49,36 +51,36 @@ class EvaluationArguments:
     bf16: bool = field(
         default=False,
         metadata={
-            "help": "decode under bfloat16 autocast, as train_translation.py scores a run trained with --bf16 true "
+            "help": "decode under bfloat16 autocast, as recipes.multi30k.train scores a run trained with --bf16 true "
             "(its Trainer evaluates under the training precision)"
         },
     )
     use_cpu: bool = field(default=False, metadata={"help": "decode on the CPU even where a GPU is present"})
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((EvaluationArguments, DataArguments))
-    args, data_args = parser.parse_args_into_dataclasses(args=argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    require_scorers()
-    started = time.time()
-    source, target = data_args.source_lang, data_args.target_lang
-
-    model, tokenizer = TransformerEnsemble.from_folders(args.model_dirs)
+def load_models(model_dirs: list[str]):
+    """The model of one folder, exactly as trained, or the ensemble of several; and their shared tokenizer."""
+    model, tokenizer = TransformerEnsemble.from_folders(model_dirs)
     if len(model.members) == 1:
-        model = model.members[0]  # one folder: the model itself, exactly as trained
-    config = model.config
-    splits = data_args.evaluation_splits()
-    tokenized = tokenize_translation(
+        model = model.members[0]
+    return model, tokenizer
+
+
+def tokenize(splits, tokenizer, config, data_args: DataArguments):
+    return tokenize_translation(
         splits,
         tokenizer,
-        source_lang=source,
-        target_lang=target,
+        source_lang=data_args.source_lang,
+        target_lang=data_args.target_lang,
         max_source_length=config.max_position_embeddings,
         max_target_length=config.decoder_max_position_embeddings or config.max_position_embeddings,
     )
-    metric, has_lc_tok_validation = split_metrics(splits, tokenized, tokenizer, data_args)
 
+
+def evaluate(model, tokenizer, splits, tokenized, args: EvaluationArguments, data_args: DataArguments):
+    """recipes.multi30k.scoring.score with a Trainer that decodes as the training step's does: the scores and the
+    beam search's test hypotheses."""
+    metric, has_lc_tok_validation = split_metrics(splits, tokenized, tokenizer, data_args)
     with tempfile.TemporaryDirectory() as scratch:
         trainer = Seq2SeqTrainer(
             model=model,
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
                 output_dir=scratch,
                 per_device_eval_batch_size=args.per_device_eval_batch_size,
                 predict_with_generate=True,
-                # The training script's evaluation: batches of similar length, in the training precision.
+                # The training step's evaluation: batches of similar length, in the training precision.
                 train_sampling_strategy="group_by_length",
                 bf16=args.bf16,
                 use_cpu=args.use_cpu or not torch.cuda.is_available(),
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> dict:
             data_collator=seq2seq_collator(tokenizer, model),
             processing_class=tokenizer,
         )
-        scores, test_hypotheses = select_and_score(
+        return score(
             trainer,
             tokenized["test"],
             metric,
@@ -107,33 +109,48 @@ def main(argv: list[str] | None = None) -> dict:
             has_lc_tok_validation=has_lc_tok_validation,
         )
 
-    members = []
-    for folder in args.model_dirs:
-        found = Path(folder) / "results.json"
-        own = json.loads(found.read_text()) if found.is_file() else {}
+
+def members(model_dirs: list[str]) -> list[dict]:
+    """Each folder's own figures, from its results.json (where it has one)."""
+    found = []
+    for folder in model_dirs:
+        path = Path(folder) / "results.json"
+        own = json.loads(path.read_text()) if path.is_file() else {}
         kept = ("bleu", "bleu_lc_tok", "eval_bleu", "eval_bleu_lc_tok", "wall_seconds", "world_size", "command")
-        members.append({"folder": folder, **{k: own[k] for k in kept if k in own}})
+        found.append({"folder": folder, **{k: own[k] for k in kept if k in own}})
+    return found
+
+
+def save(output_dir: str, results: dict, test_hypotheses: list[str]) -> Path:
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
+    (folder / "test_predictions.txt").write_text("\n".join(test_hypotheses) + "\n", encoding="utf-8")
+    return folder
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, data_args = HfArgumentParser((EvaluationArguments, DataArguments)).parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    require_scorers(SCORERS)
+    started = time.time()
+    model, tokenizer = load_models(args.model_dirs)
+    splits = data_args.evaluation_splits()
+    tokenized = tokenize(splits, tokenizer, model.config, data_args)
+    scores, test_hypotheses = evaluate(model, tokenizer, splits, tokenized, args, data_args)
     results = {
-        "task": f"translation_{source}_to_{target}",
-        "dataset": "multi30k",
-        "split": "test2016",
-        "source_lang": source,
-        "target_lang": target,
-        "ensemble": members,
+        **task_fields(data_args),
+        "ensemble": members(args.model_dirs),
         **scores,
-        "bleu": scores["test_bleu"],
-        **({"bleu_lc_tok": scores["test_bleu_lc_tok"]} if "test_bleu_lc_tok" in scores else {}),
+        **headline(scores),
         "num_beams": args.num_beams,
         "eval_samples": len(tokenized["validation"]),
         "test_samples": len(tokenized["test"]),
         "parameters": sum(member.num_parameters() for member in getattr(model, "members", [model])),
         "wall_seconds": round(time.time() - started, 1),
-        "command": " ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join([PROGRAM, *(argv if argv is not None else sys.argv[1:])]),
     }
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
-    (output_dir / "test_predictions.txt").write_text("\n".join(test_hypotheses) + "\n", encoding="utf-8")
+    output_dir = save(args.output_dir, results, test_hypotheses)
     logger.info(
         "test2016 BLEU %.2f, lc-tok %s (beam %d, length penalty %s); %s",
         results["test_bleu"],

@@ -1,25 +1,25 @@
-"""Noisy-channel reranking of Multi30k translations (hf_transformer.reranking): beam search's n-best lists from the
-forward model(s), each candidate rescored with a model of the reverse direction, the channel weight and the length
-exponent chosen on validation, test2016 scored once with them.
+"""Noisy-channel reranking of Multi30k translations (recipes.multi30k.reranking): beam search's n-best lists from
+the forward model(s), each candidate rescored with a model of the reverse direction, the channel weight and the
+length exponent chosen on validation, test2016 scored once with them.
 
-    python scripts/rerank_translation.py --model_dirs runs/m30k-de-en --channel_model_dirs runs/m30k-en-de \
+    python -m recipes.multi30k.rerank --model_dirs runs/m30k-de-en --channel_model_dirs runs/m30k-en-de \
         --output_dir runs/m30k-de-en-rerank --data_dir ../shared/data --source_lang de --target_lang en \
         --num_candidates 5
 
 Several `--model_dirs` (or `--channel_model_dirs`) score as their ensemble (they must share one tokenizer); the
-forward and the channel models need not share one. An ensemble's folder as scripts/train_multi30k_ensemble.sh (or
-scripts/evaluate_translation.py) leaves it stands for its members, and beam search takes the length penalty its
-scoring chose on validation:
+forward and the channel models need not share one. An ensemble's folder as recipes/multi30k/train_ensemble.sh (or
+`python -m recipes.multi30k.evaluate`) leaves it stands for its members, and beam search takes the length penalty
+its scoring chose on validation:
 
-    python scripts/rerank_translation.py --model_dirs runs/m30k-de-en-ensemble \
+    python -m recipes.multi30k.rerank --model_dirs runs/m30k-de-en-ensemble \
         --channel_model_dirs runs/m30k-en-de-ensemble --output_dir runs/m30k-de-en-ensemble-reranked \
         --data_dir ../shared/data --source_lang de --target_lang en
 
 The output folder gets `candidates.json` (each split's n-best lists and both scores: `--candidates_from` that
 folder chooses again, with other grids, without decoding), `results.json` (the reranked figures as `bleu` /
 `bleu_lc_tok`, beside those of the n-best's first candidates, which are beam search's own output, and every grid
-setting's validation score) and `test_predictions.txt`; `scripts/collect_results.py` reads it like a training run's
-folder.
+setting's validation score) and `test_predictions.txt`; `python -m recipes.common.collect_results` reads it like a
+training run's folder.
 """
 
 from __future__ import annotations
@@ -35,8 +35,10 @@ from transformers import HfArgumentParser
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import Predictor
-from hf_transformer.metrics import bleu, bleu_lc_tok, require_scorers
-from hf_transformer.reranking import (
+from hf_transformer.metrics import bleu, require_scorers
+from recipes.multi30k.bleu import SCORERS, bleu_lc_tok
+from recipes.multi30k.data import DataArguments
+from recipes.multi30k.reranking import (
     SequenceScores,
     candidates,
     choose_weights,
@@ -44,11 +46,11 @@ from hf_transformer.reranking import (
     rerank,
     sequence_log_probs,
 )
+from recipes.multi30k.scoring import headline, lc_tok_references, lowercases, task_fields
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from train_translation import DataArguments, lc_tok_references, lowercases  # noqa: E402
+logger = logging.getLogger("recipes.multi30k.rerank")
 
-logger = logging.getLogger("rerank_translation")
+PROGRAM = "recipes.multi30k.rerank"  # how results.json names the program
 
 
 @dataclass
@@ -95,8 +97,8 @@ class RerankArguments:
 
 def model_folders(folders: list[str]) -> tuple[list[str], float | None]:
     """The model folders ``folders`` name, and the length penalty an ensemble's scoring chose on validation (None if
-    none is named): a folder scripts/evaluate_translation.py wrote (results.json listing the ``ensemble``, no
-    config.json; scripts/train_multi30k_ensemble.sh's output) stands for its members, each found where it was scored
+    none is named): a folder recipes.multi30k.evaluate wrote (results.json listing the ``ensemble``, no
+    config.json; recipes/multi30k/train_ensemble.sh's output) stands for its members, each found where it was scored
     or, moved since, inside that folder (where the ensemble job trains them)."""
     members, length_penalty = [], None
     for folder in folders:
@@ -169,110 +171,90 @@ def load(folders: list[str], batch_size: int, device: str) -> Predictor:
     return Predictor.from_pretrained(folders[0] if len(folders) == 1 else folders, batch_size=batch_size, device=device)
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = HfArgumentParser((RerankArguments, DataArguments))
-    args, data_args = parser.parse_args_into_dataclasses(args=argv)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    require_scorers()
-    started = time.time()
-    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+class Scorer:
+    """BLEU (and lc-tok BLEU, where the data folder has the official tokenised references) of a split's outputs."""
 
-    forward_dirs, ensemble_length_penalty = model_folders(args.model_dirs)
-    channel_dirs, _ = model_folders(args.channel_model_dirs)
-    forward = load(forward_dirs, args.batch_size, args.device)
-    channel = load(channel_dirs, args.batch_size, args.device)
-    splits = data_args.evaluation_splits()
-    tokenized_references = lc_tok_references(splits, data_args)
-    selection = "bleu_lc_tok" if lowercases(forward.tokenizer) and "validation" in tokenized_references else "bleu"
-    length_penalty = args.length_penalty
-    if length_penalty is None:
-        length_penalty = ensemble_length_penalty
-    if length_penalty is None:
-        length_penalty = forward.generation_config.length_penalty
+    def __init__(self, splits, data_args: DataArguments):
+        self.target_lang = data_args.target_lang
+        self.references = {
+            split: [pair[self.target_lang] for pair in splits[split]["translation"]] for split in ("validation", "test")
+        }
+        self.tokenized_references = lc_tok_references(splits, data_args)
 
-    def scores(split: str, hypotheses: list[str]) -> dict[str, float]:
-        references = [pair[target_lang] for pair in splits[split]["translation"]]
-        found = {"bleu": bleu(hypotheses, references)}
-        if split in tokenized_references:
-            found["bleu_lc_tok"] = bleu_lc_tok(hypotheses, tokenized_references[split], target_lang)
+    def __call__(self, split: str, hypotheses: list[str]) -> dict[str, float]:
+        found = {"bleu": bleu(hypotheses, self.references[split])}
+        if split in self.tokenized_references:
+            found["bleu_lc_tok"] = bleu_lc_tok(hypotheses, self.tokenized_references[split], self.target_lang)
         return found
 
-    output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    decoding = {
-        "models": forward_dirs,
-        "channel_models": channel_dirs,
-        "num_candidates": args.num_candidates,
-        "length_penalty": length_penalty,
-    }
-    sources = {split: [pair[source_lang] for pair in splits[split]["translation"]] for split in ("validation", "test")}
+
+def decode_and_score(
+    args: RerankArguments, forward: Predictor, channel: Predictor, decoding: dict, sources, output_dir
+):
+    """Each split's n-best lists with their forward and channel scores: decoded (and kept in candidates.json), or
+    read from --candidates_from."""
     if args.candidates_from is not None:
         scored = load_candidates(Path(args.candidates_from) / CANDIDATES_FILE, decoding, sources)
         logger.info("n-best lists and scores read from %s", args.candidates_from)
-    else:
-        scored = {}
-        for split, split_sources in sources.items():
-            logger.info("%s: %d-best lists of %d sentences", split, args.num_candidates, len(split_sources))
-            nbest = candidates(
-                forward, split_sources, args.num_candidates, length_penalty=length_penalty, progress=True
-            )
-            pairs = [(source, candidate) for source, row in zip(split_sources, nbest) for candidate in row]
-            xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
-            logger.info("%s: scoring %d candidates both ways", split, len(pairs))
-            scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
-        save_candidates(output_dir / CANDIDATES_FILE, decoding, sources, scored)
+        return scored
+    scored = {}
+    for split, split_sources in sources.items():
+        logger.info("%s: %d-best lists of %d sentences", split, args.num_candidates, len(split_sources))
+        nbest = candidates(
+            forward, split_sources, args.num_candidates, length_penalty=decoding["length_penalty"], progress=True
+        )
+        pairs = [(source, candidate) for source, row in zip(split_sources, nbest) for candidate in row]
+        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
+        logger.info("%s: scoring %d candidates both ways", split, len(pairs))
+        scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
+    save_candidates(output_dir / CANDIDATES_FILE, decoding, sources, scored)
+    return scored
 
-    def pairwise_bleu(split: str) -> list:
-        logger.info("%s: sentence BLEU of every pair of candidates (MBR)", split)
-        return mbr_utilities(scored[split][0])
 
-    # The validation lists' utilities serve the choice; test's are computed only if MBR is chosen.
-    utilities = {"validation": pairwise_bleu("validation")} if args.mbr_scales else {}
+def pairwise_bleu(scored: dict, split: str) -> list:
+    logger.info("%s: sentence BLEU of every pair of candidates (MBR)", split)
+    return mbr_utilities(scored[split][0])
+
+
+def choose(args: RerankArguments, scored: dict, scorer: Scorer, selection: str, utilities: dict) -> tuple[dict, dict]:
+    """The reranking setting with the best validation ``selection`` score from the grid, and every setting's score.
+    The validation lists' pairwise BLEU (MBR in the grid) is computed here, into ``utilities``."""
+    if args.mbr_scales:
+        utilities["validation"] = pairwise_bleu(scored, "validation")
     nbest, forward_scores, channel_scores = scored["validation"]
     chosen, grid = choose_weights(
         nbest,
         forward_scores,
         channel_scores,
-        lambda hypotheses: scores("validation", hypotheses)[selection],
+        lambda hypotheses: scorer("validation", hypotheses)[selection],
         channel_weights=args.channel_weights,
         length_exponents=args.length_exponents,
         mbr_scales=args.mbr_scales,
         utilities=utilities.get("validation"),
     )
     logger.info("validation %s by channel weight / length exponent: %s; chosen %s", selection, grid, chosen)
-    results: dict = {
-        "task": f"translation_{source_lang}_to_{target_lang}",
-        "dataset": "multi30k",
-        "split": "test2016",
-        "source_lang": source_lang,
-        "target_lang": target_lang,
-        **decoding,
-        **chosen,
-        "selected_on": f"eval_{selection}",
-        f"eval_{selection}_by_setting": grid,
-    }
-    outputs = {}
+    return chosen, grid
+
+
+def rerank_splits(scored: dict, chosen: dict, scorer: Scorer, utilities: dict) -> tuple[dict, dict[str, list[str]]]:
+    """Both splits reranked with the chosen setting: their scores beside beam search's own best (``eval_*``,
+    ``test_*``, ``*_beam_*``), and the reranked outputs. Test's pairwise BLEU is computed only if MBR was chosen."""
+    results, outputs = {}, {}
     for split, prefix in (("validation", "eval"), ("test", "test")):
         nbest, forward_scores, channel_scores = scored[split]
         if chosen["mbr_scale"] is not None and split not in utilities:
-            utilities[split] = pairwise_bleu(split)
+            utilities[split] = pairwise_bleu(scored, split)
         outputs[split] = rerank(nbest, forward_scores, channel_scores, **chosen, utilities=utilities.get(split))
-        results |= {f"{prefix}_{name}": value for name, value in scores(split, outputs[split]).items()}
+        results |= {f"{prefix}_{name}": value for name, value in scorer(split, outputs[split]).items()}
         beam = [row[0] for row in nbest]  # beam search's own best
-        results |= {f"{prefix}_beam_{name}": value for name, value in scores(split, beam).items()}
+        results |= {f"{prefix}_beam_{name}": value for name, value in scorer(split, beam).items()}
         results[f"{prefix}_candidates_per_sentence"] = round(sum(map(len, nbest)) / len(nbest), 2)
-    results["bleu"] = results["test_bleu"]
-    if "test_bleu_lc_tok" in results:
-        results["bleu_lc_tok"] = results["test_bleu_lc_tok"]
-    results |= {
-        "parameters": sum(predictor.model.num_parameters() for predictor in (forward, channel)),
-        "eval_samples": len(splits["validation"]),
-        "test_samples": len(splits["test"]),
-        "wall_seconds": round(time.time() - started, 1),
-        "command": " ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
-    }
+    return results, outputs
+
+
+def save(output_dir: Path, results: dict, test_outputs: list[str]) -> None:
     (output_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
-    (output_dir / "test_predictions.txt").write_text("\n".join(outputs["test"]) + "\n", encoding="utf-8")
+    (output_dir / "test_predictions.txt").write_text("\n".join(test_outputs) + "\n", encoding="utf-8")
     logger.info(
         "test2016 reranked: BLEU %.2f, lc-tok %s (beam search alone %.2f, %s); %s",
         results["test_bleu"],
@@ -281,6 +263,57 @@ def main(argv: list[str] | None = None) -> dict:
         f"{results['test_beam_bleu_lc_tok']:.2f}" if "test_beam_bleu_lc_tok" in results else "-",
         output_dir / "results.json",
     )
+
+
+def load_models(args: RerankArguments) -> tuple[Predictor, Predictor, dict]:
+    """The forward and the channel model (each a folder or an ensemble), and the decoding settings: the folders, the
+    n-best size and beam search's length penalty (as given, else the forward ensemble's choice, else the model's)."""
+    forward_dirs, ensemble_length_penalty = model_folders(args.model_dirs)
+    channel_dirs, _ = model_folders(args.channel_model_dirs)
+    forward = load(forward_dirs, args.batch_size, args.device)
+    channel = load(channel_dirs, args.batch_size, args.device)
+    length_penalty = args.length_penalty
+    if length_penalty is None:
+        length_penalty = ensemble_length_penalty
+    if length_penalty is None:
+        length_penalty = forward.generation_config.length_penalty
+    decoding = {
+        "models": forward_dirs,
+        "channel_models": channel_dirs,
+        "num_candidates": args.num_candidates,
+        "length_penalty": length_penalty,
+    }
+    return forward, channel, decoding
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args, data_args = HfArgumentParser((RerankArguments, DataArguments)).parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    require_scorers(SCORERS)
+    started = time.time()
+    forward, channel, decoding = load_models(args)
+    splits = data_args.evaluation_splits()
+    scorer = Scorer(splits, data_args)
+    has_lc_tok_validation = "validation" in scorer.tokenized_references
+    selection = "bleu_lc_tok" if lowercases(forward.tokenizer) and has_lc_tok_validation else "bleu"
+    output_dir = Path(args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    source_lang = data_args.source_lang
+    sources = {split: [pair[source_lang] for pair in splits[split]["translation"]] for split in ("validation", "test")}
+    scored = decode_and_score(args, forward, channel, decoding, sources, output_dir)
+    utilities: dict = {}  # each split's pairwise BLEU of candidates, where MBR needs it
+    chosen, grid = choose(args, scored, scorer, selection, utilities)
+    scores, outputs = rerank_splits(scored, chosen, scorer, utilities)
+    results = task_fields(data_args) | decoding | chosen
+    results |= {"selected_on": f"eval_{selection}", f"eval_{selection}_by_setting": grid, **scores, **headline(scores)}
+    results |= {
+        "parameters": sum(predictor.model.num_parameters() for predictor in (forward, channel)),
+        "eval_samples": len(splits["validation"]),
+        "test_samples": len(splits["test"]),
+        "wall_seconds": round(time.time() - started, 1),
+        "command": " ".join([PROGRAM, *(argv if argv is not None else sys.argv[1:])]),
+    }
+    save(output_dir, results, outputs["test"])
     return results
 
 

@@ -35,8 +35,8 @@ over one that is likely but alone.
     utilities = mbr_utilities(nbest)                       # sentence BLEU of every pair, once per split
     best = rerank(nbest, forward_scores, channel_scores, channel_weight=0.2, mbr_scale=0.5, utilities=utilities)
 
-``scripts/rerank_translation.py`` runs the whole of it on Multi30k: the weights chosen on validation, test scored
-once.
+``python -m recipes.multi30k.rerank`` runs the whole of it on Multi30k: the weights chosen on validation, test
+scored once.
 """
 
 from __future__ import annotations

@@ -3,22 +3,22 @@
 #   per direction, train the 8k Unigram tokenizer and a d_model-128 4+4-layer Transformer from scratch on the 29,000
 #   training pairs (En->De and De->En side by side) -> average the last epochs' weights -> beam 5 with the length
 #   penalty chosen on validation, test2016 scored -> then each direction's 5-best lists rescored with the other
-#   direction's model (scripts/rerank_translation.py: channel weight and length exponent chosen on validation,
+#   direction's model (recipes.multi30k.rerank: channel weight and length exponent chosen on validation,
 #   test2016 scored once, cased sacreBLEU and lowercased Moses-tokenised BLEU).
 #
-#   bash scripts/train_multi30k_reranked.sh [DATA_DIR] [OUTPUT_DIR]
+#   bash recipes/multi30k/train_reranked.sh [DATA_DIR] [OUTPUT_DIR]
 #
 # DATA_DIR holds multi30k/ (default: $HF_TRANSFORMER_DATA, else ./data); OUTPUT_DIR (default runs/m30k-reranked) gets
 # en-de/ and de-en/ (model folders with their own beam-search scores), en-de-reranked/ and de-en-reranked/ (results.json
 # and test_predictions.txt of the reranked output) and a log per step. Needs the package with its `train` extra;
 # .venv is used unless another environment is active. Float32 throughout: on a CPU this small model gains nothing
-# from bfloat16 (docs/results.md), and the GPU runs reported were float32.
-# On a GPU: the anchor's recipe in full, 110 epochs of 512 sentences (docs/results.md, m30k-*-anchor-gpu: on one H200
+# from bfloat16 (recipes/multi30k/records/notes.md), and the GPU runs reported were float32.
+# On a GPU: the anchor's recipe in full, 110 epochs of 512 sentences (m30k-*-anchor-gpu in the records: on one H200
 # En->De's training took 342 s beside De->En's, which had reached epoch 101 when stopped at 385 s), then the
 # reranking. On a CPU: 16 epochs of 128 sentences, one thread per direction; on two cores of an AVX2-only AMD EPYC the
 # whole job took 85 minutes (m30k-*-reranked-job: training 70, scoring 7-10, reranking about 4).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 if [ -z "${VIRTUAL_ENV:-}" ] && [ -x .venv/bin/python ]; then
     . .venv/bin/activate
 fi
@@ -70,7 +70,7 @@ both_directions() {
 }
 
 train() {
-    python scripts/train_translation.py \
+    python -m recipes.multi30k.train \
         --output_dir "$output_dir/$source_lang-$target_lang" --data_dir "$data_dir" \
         --source_lang "$source_lang" --target_lang "$target_lang" "${model_args[@]}" "${schedule[@]}" \
         --train_sampling_strategy group_by_length --save_strategy epoch --save_only_model true \
@@ -80,7 +80,7 @@ train() {
 # The reverse direction's model as the channel p(source | candidate); 5-best lists, the weights chosen on validation
 # from the script's grid.
 rerank() {
-    python scripts/rerank_translation.py \
+    python -m recipes.multi30k.rerank \
         --model_dirs "$output_dir/$source_lang-$target_lang" --channel_model_dirs "$output_dir/$target_lang-$source_lang" \
         --output_dir "$output_dir/$source_lang-$target_lang-reranked" --data_dir "$data_dir" \
         --source_lang "$source_lang" --target_lang "$target_lang" --num_candidates 5 --device "$device"

@@ -1,4 +1,4 @@
-"""scripts/evaluate_exports.py on a tiny saved translator and generated Multi30k-format files."""
+"""python -m recipes.multi30k.evaluate_exports on a tiny saved translator and generated Multi30k-format files."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
-from launch_utils import WORDS, load_script, write_multi30k
+from launch_utils import WORDS, tiny_config, write_multi30k
 
 from hf_transformer import TransformerForConditionalGeneration
+from recipes.multi30k import evaluate_exports
 
 pytest.importorskip("ctranslate2")
 pytest.importorskip("onnxruntime")
@@ -32,7 +32,7 @@ def test_engines_match_generate_and_report_bleu_and_sizes(tmp_path):
     tokenizer.save_pretrained(folder)
 
     output = tmp_path / "report" / "deployment.json"
-    report = load_script("evaluate_exports").main(
+    report = evaluate_exports.main(
         [str(folder), "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de",
          "--batch_size", "5", "--output", str(output)]
     )  # fmt: skip

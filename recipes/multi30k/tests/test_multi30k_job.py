@@ -1,8 +1,8 @@
-"""The Multi30k job scripts (train_multi30k.sh, train_multi30k_ensemble.sh, train_multi30k_reranked.sh): the commands
-they run parse with the scripts' own arguments and are the runs docs/results.md reports; they refuse a direction
-they have no data for, and stop when a step fails.
+"""The Multi30k job scripts (recipes/multi30k/train.sh, train_ensemble.sh, train_reranked.sh): the commands they run
+parse with the recipe steps' own arguments and are the runs the records (recipes/multi30k/records/results.json)
+report; they refuse a direction they have no data for, and stop when a step fails.
 
-The recipes themselves train for over an hour on the real corpus; the scripts are tested end to end on generated
+The recipes themselves train for over an hour on the real corpus; the steps are tested end to end on generated
 data in their own tests. These tests catch a job going out of step with them.
 """
 
@@ -16,33 +16,45 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_utils import job_arrays, job_commands, load_script, precision_choices, precision_probe, script_calls
+from launch_utils import job_arrays, job_commands, precision_choices, precision_probe, script_calls
 from transformers import HfArgumentParser
 
-REPO = Path(__file__).resolve().parents[1]
-JOB = REPO / "scripts" / "train_multi30k.sh"
-# The runs docs/results.md reports for the recipe, one per direction.
+from recipes.multi30k import evaluate, rerank, tokenizer, train
+
+RECIPE = Path(__file__).resolve().parents[1]
+REPO = RECIPE.parents[1]
+JOB = RECIPE / "train.sh"
+RECORDS = RECIPE / "records" / "results.json"
+# The recipe's steps, as the jobs run them (python -m recipes.multi30k.<step>).
+TRAIN, EVALUATE, RERANK = "recipes.multi30k.train", "recipes.multi30k.evaluate", "recipes.multi30k.rerank"
+TOKENIZER = "recipes.multi30k.tokenizer"
+# The programs the records' commands name for a step: its module, or the script it was before it moved here.
+PROGRAMS = {
+    TRAIN: ("-m recipes.multi30k.train", "scripts/train_translation.py"),
+    EVALUATE: ("-m recipes.multi30k.evaluate", "scripts/evaluate_translation.py"),
+    RERANK: ("-m recipes.multi30k.rerank", "scripts/rerank_translation.py"),
+}
+# The runs the records report for the recipe, one per direction.
 REPORTED = {("en", "de"): "m30k-en-de-linear", ("de", "en"): "m30k-de-en-linear"}
 
 
-@functools.cache
-def _parser() -> HfArgumentParser:
-    script = load_script("train_translation")
-    return HfArgumentParser((script.ModelArguments, script.DataArguments, script.TranslationTrainingArguments))
-
-
 def _parse(arguments: list[str]):
-    return _parser().parse_args_into_dataclasses(args=arguments)
+    return train.argument_parser().parse_args_into_dataclasses(args=arguments)
 
 
-def _reported_call(run: str, script: str) -> list[str]:
-    """The arguments of ``scripts/<script>.py`` in the command docs/results.md reports for ``run``: a reported command
-    may chain earlier steps before the run's own (the last call of that script), or start with ``timeout``."""
-    records = json.loads((REPO / "docs" / "results.json").read_text())
-    command = next(r["command"] for r in records if r["run"] == run)
-    call = [part for part in re.split(r";|&&", command) if f"scripts/{script}.py" in part][-1]
+@functools.cache
+def _records() -> list[dict]:
+    return json.loads(RECORDS.read_text())
+
+
+def _reported_call(run: str, step: str) -> list[str]:
+    """The arguments of ``step`` (a module, ``TRAIN`` ...) in the command the records report for ``run``: a reported
+    command may chain earlier steps before the run's own (the last call of that step), or start with ``timeout``."""
+    command = next(r["command"] for r in _records() if r["run"] == run)
+    calls = [(part, program) for part in re.split(r";|&&", command) for program in PROGRAMS[step] if program in part]
+    call, program = calls[-1]
     words = shlex.split(call)
-    return words[words.index(f"scripts/{script}.py") + 1 :]
+    return words[words.index(program.split()[-1]) + 1 :]
 
 
 def _assert_same_settings(job_parts, reported_parts, ignored: set[str]) -> None:
@@ -54,8 +66,8 @@ def _assert_same_settings(job_parts, reported_parts, ignored: set[str]) -> None:
 
 
 def _reported_precision(reported_parts) -> list[str]:
-    """The precision arguments scripts/precision_args.sh gives a job on a CPU, as the reported run was trained: a job's
-    precision is the machine's choice, so it is given the reported run's and all else must agree."""
+    """The precision arguments recipes/common/precision_args.sh gives a job on a CPU, as the reported run was trained:
+    a job's precision is the machine's choice, so it is given the reported run's and all else must agree."""
     return ["--bf16", "true", "--use_cpu", "true"] if reported_parts[2].bf16 else []
 
 
@@ -63,8 +75,8 @@ def _reported_precision(reported_parts) -> list[str]:
 def test_multi30k_job_parses_as_the_recipe(precision):
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en"}
     commands = job_commands(JOB, variables, precision)
-    assert list(commands) == ["train_translation"]
-    model, data, training = _parse(commands["train_translation"])
+    assert list(commands) == [TRAIN]
+    model, data, training = _parse(commands[TRAIN])
 
     assert (data.data_dir, data.source_lang, data.target_lang, training.output_dir) == ("DATA", "de", "en", "OUT")
     assert training.bf16 == ("--bf16" in precision)
@@ -77,13 +89,13 @@ def test_multi30k_job_parses_as_the_recipe(precision):
     assert (model.d_model, model.num_layers, model.vocab_size) == (256, 3, 8000)
 
 
-@pytest.mark.parametrize("job", [JOB, REPO / "scripts" / "train_multi30k_ensemble.sh"], ids=lambda path: path.stem)
+@pytest.mark.parametrize("job", [JOB, RECIPE / "train_ensemble.sh"], ids=lambda path: path.stem)
 def test_multi30k_jobs_time_the_precision_of_the_model_they_train(job):
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en", "seed": "42"}
     # The ensemble's seed members are the model timed (its small member trains in float32 whatever the probe says).
     arrays = job_arrays(job)
     member = {"recipe": arrays["seed_recipe"], "member_precision": []} if "seed_recipe" in arrays else {}
-    model, _, training = _parse(job_commands(job, {**variables, "1": "42"}, [], arrays=member)["train_translation"])
+    model, _, training = _parse(job_commands(job, {**variables, "1": "42"}, [], arrays=member)[TRAIN])
     probe = precision_probe(job)
     assert probe.task == "seq2seq"
     assert (probe.d_model, probe.num_layers, probe.num_heads) == (model.d_model, model.num_layers, model.num_heads)
@@ -92,18 +104,18 @@ def test_multi30k_jobs_time_the_precision_of_the_model_they_train(job):
     # Timed at the thread count the training gets: the ensemble's members train at one thread each.
     text = job.read_text()
     if "export OMP_NUM_THREADS=1" in text:
-        assert text.index("export OMP_NUM_THREADS=1") < text.index(". scripts/precision_args.sh")
+        assert text.index("export OMP_NUM_THREADS=1") < text.index(". recipes/common/precision_args.sh")
 
 
 @pytest.mark.parametrize("direction", list(REPORTED))
 def test_multi30k_job_is_the_reported_recipe(direction):
-    # The settings that make the recipe are those of the run docs/results.md reports for it (the reported command
+    # The settings that make the recipe are those of the run the records report for it (the reported command
     # saved and evaluated every N steps where the job says every epoch: the same checkpoints at batch 64).
     source, target = direction
-    reported = _parse(_reported_call(REPORTED[direction], "train_translation"))
+    reported = _parse(_reported_call(REPORTED[direction], TRAIN))
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
     precision = _reported_precision(reported)
-    job = _parse(job_commands(JOB, variables, precision)["train_translation"])
+    job = _parse(job_commands(JOB, variables, precision)[TRAIN])
     assert job[0] == reported[0]  # tokenizer, model sizes, dropouts, beams, length penalties
     assert (job[1].source_lang, job[1].target_lang) == (reported[1].source_lang, reported[1].target_lang)
     for name in (
@@ -125,12 +137,12 @@ def test_multi30k_job_is_the_reported_recipe(direction):
 def test_multi30k_job_refuses_other_directions(languages, tmp_path):
     result = subprocess.run(["bash", str(JOB), *languages, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
-    assert "usage: bash scripts/train_multi30k.sh" in result.stderr
+    assert "usage: bash recipes/multi30k/train.sh" in result.stderr
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
-ENSEMBLE_JOB = REPO / "scripts" / "train_multi30k_ensemble.sh"
-# The runs docs/results.md reports for the ensemble job's members (seeds 42 and 43) and for the ensemble itself.
+ENSEMBLE_JOB = RECIPE / "train_ensemble.sh"
+# The runs the records report for the ensemble job's members (seeds 42 and 43) and for the ensemble itself.
 REPORTED_ENSEMBLE = {
     ("en", "de"): (("m30k-en-de-linear", "m30k-en-de-linear-s43"), "m30k-en-de-linear-ens2"),
     ("de", "en"): (("m30k-de-en-linear", "m30k-de-en-linear-s43"), "m30k-de-en-linear-ens2"),
@@ -148,13 +160,13 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
     seed_recipe = job_arrays(ENSEMBLE_JOB)["seed_recipe"]
     for seed, reported_run in zip((42, 43), member_runs):
-        reported = _parse(_reported_call(reported_run, "train_translation"))
+        reported = _parse(_reported_call(reported_run, TRAIN))
         precision = _reported_precision(reported)
         member_variables = {**variables, "seed": str(seed), "1": str(seed)}
         arrays = {"recipe": seed_recipe, "member_precision": precision}
         job = job_commands(ENSEMBLE_JOB, member_variables, precision, arrays=arrays)
-        assert list(job) == ["train_translation", "evaluate_translation"]
-        member = _parse(job["train_translation"])
+        assert list(job) == [TOKENIZER, TRAIN, EVALUATE]
+        member = _parse(job[TRAIN])
         assert member[1].source_lang == reported[1].source_lang == source
         assert member[0].tokenizer == "OUT/tokenizer" and member[2].output_dir == f"OUT/member-{seed}"
         # Every other setting is the reported run's: the model, the schedule, seed, precision.
@@ -165,14 +177,14 @@ def test_ensemble_job_trains_the_reported_members_and_scores_them_together(direc
     arrays = {"member_dirs": ["OUT/member-42", "OUT/member-43"], "recipe": seed_recipe, "member_precision": precision}
     job = job_commands(ENSEMBLE_JOB, {**variables, "seed": "42", "1": "42"}, precision, arrays=arrays)
     scoring = HfArgumentParser(_evaluation_parts())
-    job_scoring = scoring.parse_args_into_dataclasses(args=job["evaluate_translation"])
-    reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, "evaluate_translation"))
+    job_scoring = scoring.parse_args_into_dataclasses(args=job[EVALUATE])
+    reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, EVALUATE))
     assert len(reported_scoring[0].model_dirs) == 2
     for name in ("num_beams", "length_penalty", "bf16", "per_device_eval_batch_size"):
         assert getattr(job_scoring[0], name) == getattr(reported_scoring[0], name), name
 
 
-# The runs docs/results.md reports for SMALL_MEMBER=1's member (trained on a GPU, beside the other direction's) and for
+# The runs the records report for SMALL_MEMBER=1's member (trained on a GPU, beside the other direction's) and for
 # the ensembles of three seeds and that member.
 REPORTED_SMALL_MEMBER = {
     ("en", "de"): ("m30k-en-de-anchor-gpu-shared", "m30k-en-de-linear-ens3-gpu"),
@@ -187,8 +199,8 @@ def test_ensemble_job_trains_the_reported_small_member(direction):
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": source, "target_lang": target}
     arrays = {"recipe": job_arrays(ENSEMBLE_JOB)["small_recipe"], "member_precision": []}
     job = job_commands(ENSEMBLE_JOB, {**variables, "seed": "42", "1": "small"}, ["--bf16", "true"], arrays=arrays)
-    member = _parse(job["train_translation"])
-    reported = _parse(_reported_call(member_run, "train_translation"))
+    member = _parse(job[TRAIN])
+    reported = _parse(_reported_call(member_run, TRAIN))
     assert member[0].tokenizer == "OUT/tokenizer" and member[2].output_dir == "OUT/member-small"
     assert (member[1].source_lang, member[1].target_lang) == direction
     # float32 whatever the seeds' precision, as the reported member trained.
@@ -201,7 +213,7 @@ def test_ensemble_job_trains_the_reported_small_member(direction):
     _assert_same_settings(member, reported, PER_MEMBER | {"num_train_epochs"})
     # The reported ensemble is the three seeds' members and this one.
     scoring = HfArgumentParser(_evaluation_parts())
-    reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, "evaluate_translation"))
+    reported_scoring = scoring.parse_args_into_dataclasses(args=_reported_call(ensemble_run, EVALUATE))
     assert [Path(folder).name for folder in reported_scoring[0].model_dirs] == [
         f"m30k-{source}-{target}-linear",
         f"m30k-{source}-{target}-linear-s43",
@@ -211,28 +223,25 @@ def test_ensemble_job_trains_the_reported_small_member(direction):
 
 
 def _evaluation_parts():
-    script = load_script("evaluate_translation")
-    return (script.EvaluationArguments, script.DataArguments)
+    return (evaluate.EvaluationArguments, evaluate.DataArguments)
 
 
 def _run_ensemble_job(
     tmp_path: Path, seeds: str | None, small_member: bool = False
 ) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The ensemble job with stand-ins for python and the tokenizer CLI on PATH that log each call's start and end
-    (the precision check answers "gpu"; a training lasts a moment; the seed FAIL fails): the job's result and the
-    log's lines."""
+    """The ensemble job with a stand-in for python on PATH that logs each call's start and end (the precision check
+    answers "gpu"; a training lasts a moment; the seed FAIL fails): the job's result and the log's lines."""
     log = tmp_path / "calls.log"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "python").write_text(
         "#!/bin/sh\n"
-        'case "$*" in *"-m hf_transformer.precision"*) echo gpu; exit 0;; esac\n'
+        'case "$*" in *"-m recipes.common.precision"*) echo gpu; exit 0;; esac\n'
         f'echo "start $*" >> "{log}"\n'
         "sleep 0.5\n"
         f'echo "end $*" >> "{log}"\n'
         'case "$*" in *"--seed FAIL"*) exit 3;; esac\n'
     )
-    (bin_dir / "hf-transformer-tokenizer").write_text("#!/bin/sh\nexit 0\n")
     for stand_in in bin_dir.iterdir():
         stand_in.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VIRTUAL_ENV": str(tmp_path)}
@@ -266,7 +275,9 @@ def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, s
     assert result.returncode == 0, result.stderr
     expected_seeds = (seeds or "42 43").split()
     expected_members = ["small", *expected_seeds] if small_member else expected_seeds
-    trainings = [call for call in calls if "scripts/train_translation.py" in call]
+    trainings = [call for call in calls if f"-m {TRAIN} " in call]
+    # The shared tokenizer first, before any member.
+    assert calls[0].startswith(f"start -m {TOKENIZER} ") and calls[1].startswith(f"end -m {TOKENIZER} ")
     assert sorted(_member_of(call) for call in trainings if call.startswith("start")) == sorted(expected_members)
     for call in trainings:
         member = _member_of(call)
@@ -281,7 +292,7 @@ def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, s
         running += 1 if call.startswith("start") else -1
         most = max(most, running)
     assert most <= len(os.sched_getaffinity(0))
-    (scoring,) = [call for call in calls if call.startswith("start scripts/evaluate_translation.py")]
+    (scoring,) = [call for call in calls if call.startswith(f"start -m {EVALUATE} ")]
     assert calls.index(scoring) > max(calls.index(call) for call in trainings)
     members = " ".join(f"{tmp_path}/out/member-{member}" for member in expected_members)
     assert f"--model_dirs {members} --output_dir {tmp_path}/out " in scoring
@@ -304,7 +315,7 @@ def test_ensemble_job_refuses_a_small_member_setting_it_does_not_know(tmp_path):
 def test_ensemble_job_stops_before_scoring_when_a_member_fails(tmp_path):
     result, calls = _run_ensemble_job(tmp_path, "42 FAIL")
     assert result.returncode == 3
-    assert not any("evaluate_translation.py" in call for call in calls)
+    assert not any(EVALUATE in call for call in calls)
 
 
 @pytest.mark.parametrize("languages", [["en", "fr"], ["de"]])
@@ -313,12 +324,12 @@ def test_ensemble_job_refuses_other_directions(languages, tmp_path):
         ["bash", str(ENSEMBLE_JOB), *languages, str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert result.returncode != 0
-    assert "usage: bash scripts/train_multi30k_ensemble.sh" in result.stderr
+    assert "usage: bash recipes/multi30k/train_ensemble.sh" in result.stderr
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
-RERANKED_JOB = REPO / "scripts" / "train_multi30k_reranked.sh"
-# The runs docs/results.md reports for the reranked job's schedules: each direction's training, on a GPU (the anchor's
+RERANKED_JOB = RECIPE / "train_reranked.sh"
+# The runs the records report for the reranked job's schedules: each direction's training, on a GPU (the anchor's
 # recipe in full) and on a CPU (16 epochs), and the CPU models reranked with each other.
 REPORTED_PAIR = {
     "gpu_schedule": {("en", "de"): "m30k-en-de-anchor-gpu", ("de", "en"): "m30k-de-en-anchor-gpu"},
@@ -339,8 +350,8 @@ def _reranked_job(source: str, target: str, schedule: str) -> dict[str, list[str
 @pytest.mark.parametrize("direction", [("en", "de"), ("de", "en")])
 def test_reranked_job_trains_the_reported_runs(schedule, direction):
     source, target = direction
-    job = _parse(_reranked_job(source, target, schedule)["train_translation"])
-    reported = _parse(_reported_call(REPORTED_PAIR[schedule][direction], "train_translation"))
+    job = _parse(_reranked_job(source, target, schedule)[TRAIN])
+    reported = _parse(_reported_call(REPORTED_PAIR[schedule][direction], TRAIN))
     assert job[2].output_dir == f"OUT/{source}-{target}" and job[1].data_dir == "DATA"
     assert (job[1].source_lang, job[1].target_lang) == direction
     # Every other setting is the reported run's: the anchor's model, the schedule, float32, the seed.
@@ -351,12 +362,9 @@ def test_reranked_job_trains_the_reported_runs(schedule, direction):
 @pytest.mark.parametrize("direction", list(REPORTED_RERANKING))
 def test_reranked_job_reranks_each_direction_with_the_other(direction):
     source, target = direction
-    script = load_script("rerank_translation")
-    parser = HfArgumentParser((script.RerankArguments, script.DataArguments))
-    job = parser.parse_args_into_dataclasses(args=_reranked_job(source, target, "cpu_schedule")["rerank_translation"])
-    reported = parser.parse_args_into_dataclasses(
-        args=_reported_call(REPORTED_RERANKING[direction], "rerank_translation")
-    )
+    parser = HfArgumentParser((rerank.RerankArguments, rerank.DataArguments))
+    job = parser.parse_args_into_dataclasses(args=_reranked_job(source, target, "cpu_schedule")[RERANK])
+    reported = parser.parse_args_into_dataclasses(args=_reported_call(REPORTED_RERANKING[direction], RERANK))
     assert job[0].model_dirs == [f"OUT/{source}-{target}"]
     assert job[0].channel_model_dirs == [f"OUT/{target}-{source}"]  # the other direction's model
     assert job[0].output_dir == f"OUT/{source}-{target}-reranked" and job[0].device == "D"
@@ -379,27 +387,26 @@ def test_reranked_job_stops_when_a_direction_fails(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["train-de-en.log", "train-en-de.log"]
 
 
-# The reported rerankings of each direction's ensemble by the other's, as the README's commands run them: the ensemble
-# job's three seeds with the small member, 20-best (En->De) or 10-best lists, MBR in the grid (chosen from the kept
-# lists of a run that decoded them: --candidates_from, which the README's command does itself).
+# The reported rerankings of each direction's ensemble by the other's, as the recipe README's commands run them: the
+# ensemble job's three seeds with the small member, 20-best (En->De) or 10-best lists, MBR in the grid (chosen from the
+# kept lists of a run that decoded them: --candidates_from, which the README's command does itself).
 REPORTED_ENSEMBLE_RERANKING = {
     ("en", "de"): ("m30k-en-de-linear-ens3-gpu-rerank20-mbr",),
     ("de", "en"): ("m30k-de-en-linear-ens3-gpu-rerank10-mbr",),
 }
 
 
-def _readme_calls(script: str) -> list[list[str]]:
-    """The arguments of every ``python scripts/<script>.py`` command in the README's bash blocks."""
-    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    return [shlex.split(rest, comments=True) for name, rest in script_calls("\n".join(blocks)) if name == script]
+def _readme_calls(step: str) -> list[list[str]]:
+    """The arguments of every ``python -m <step>`` command in the bash blocks of the recipe's README."""
+    blocks = re.findall(r"```bash\n(.*?)```", (RECIPE / "README.md").read_text(), re.S)
+    return [shlex.split(rest, comments=True) for name, rest in script_calls("\n".join(blocks)) if name == step]
 
 
 @pytest.mark.parametrize("direction", list(REPORTED_ENSEMBLE_RERANKING))
 def test_readme_reranks_the_ensemble_jobs_folders_as_the_reported_runs(direction):
     source, target = direction
-    script = load_script("rerank_translation")
-    parser = HfArgumentParser((script.RerankArguments, script.DataArguments))
-    calls = [parser.parse_args_into_dataclasses(args=call) for call in _readme_calls("rerank_translation")]
+    parser = HfArgumentParser((rerank.RerankArguments, rerank.DataArguments))
+    calls = [parser.parse_args_into_dataclasses(args=call) for call in _readme_calls(RERANK)]
     (readme,) = [call for call in calls if (call[1].source_lang, call[1].target_lang) == direction]
     # The ensemble job's folders (its default OUTPUT_DIR), the channel the other direction's.
     default = re.search(r"output_dir=\$\{4:-(\S+)\}", ENSEMBLE_JOB.read_text()).group(1)
@@ -409,13 +416,34 @@ def test_readme_reranks_the_ensemble_jobs_folders_as_the_reported_runs(direction
     # Beam search takes the ensemble's own length penalty; all else equal.
     assert readme[0].length_penalty is None and readme[0].candidates_from is None
     for run in REPORTED_ENSEMBLE_RERANKING[direction]:
-        reported = parser.parse_args_into_dataclasses(args=_reported_call(run, "rerank_translation"))
+        reported = parser.parse_args_into_dataclasses(args=_reported_call(run, RERANK))
         ignored = {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "candidates_from"}
         _assert_same_settings(readme, reported, ignored)
         decoded = Path(reported[0].candidates_from).name  # the run whose lists were chosen from, decoded alike
-        decoding = parser.parse_args_into_dataclasses(args=_reported_call(decoded, "rerank_translation"))
+        decoding = parser.parse_args_into_dataclasses(args=_reported_call(decoded, RERANK))
         assert decoding[0].num_candidates == readme[0].num_candidates and decoding[0].length_penalty is None
         assert (decoding[0].model_dirs, decoding[0].channel_model_dirs) == (
             reported[0].model_dirs,
             reported[0].channel_model_dirs,
         )
+
+
+def test_ensemble_job_trains_the_tokenizer_the_members_were_given(tmp_path):
+    # The shared tokenizer of the reported members: Unigram, 8,000 pieces, model_max_length 128, cased, from each
+    # training pair's English sentence then its German one (as `hf-transformer-tokenizer train --corpus multi30k`
+    # trained it before the corpus left the library).
+    variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en", "seed": "42"}
+    arrays = {"recipe": job_arrays(ENSEMBLE_JOB)["seed_recipe"], "member_precision": []}
+    job = job_commands(ENSEMBLE_JOB, {**variables, "1": "42"}, [], arrays=arrays)
+    args = tokenizer.argument_parser().parse_args(job[TOKENIZER])
+    assert (args.data_dir, args.output) == ("DATA", "OUT/tokenizer")
+    assert (args.model, args.vocab_size, args.model_max_length, args.lowercase) == ("unigram", 8000, 128, False)
+    assert _parse(job[TRAIN])[0].tokenizer == args.output
+
+    from launch_utils import write_multi30k
+
+    write_multi30k(tmp_path, {"train": 3, "val": 1, "test_2016_flickr": 1})
+    english = (tmp_path / "multi30k" / "train.en").read_text(encoding="utf-8").splitlines()
+    german = (tmp_path / "multi30k" / "train.de").read_text(encoding="utf-8").splitlines()
+    texts = tokenizer.training_texts(str(tmp_path))
+    assert texts == [english[0], german[0], english[1], german[1], english[2], german[2]]

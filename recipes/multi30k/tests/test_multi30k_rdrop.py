@@ -6,12 +6,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
-from launch_utils import load_script
+from launch_utils import tiny_config
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from hf_transformer import TransformerForConditionalGeneration
-from hf_transformer.rdrop import RDropSeq2SeqTrainer, rdrop_loss
+from recipes.multi30k import train as train_step
+from recipes.multi30k.rdrop import RDropSeq2SeqTrainer, rdrop_loss
 
 
 def _logits_and_labels(batch=3, length=5, vocab=11):
@@ -122,11 +122,11 @@ def test_with_dropout_the_two_passes_differ_and_only_training_runs_them(tmp_path
     torch.testing.assert_close(evaluated, model(**_batch()).loss)
 
 
-def test_the_translation_script_trains_with_rdrop(tmp_path):
-    from test_train_translation import TINY_MODEL, write_multi30k
+def test_the_training_step_trains_with_rdrop(tmp_path):
+    from test_multi30k_train import TINY_MODEL, write_multi30k
 
     write_multi30k(tmp_path / "data", sizes=(("train", 200), ("val", 8), ("test_2016_flickr", 8)))
-    results = load_script("train_translation").main(
+    results = train_step.main(
         [
             "--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *TINY_MODEL,
             "--max_steps", "4", "--per_device_train_batch_size", "16", "--eval_strategy", "no",

@@ -1,5 +1,5 @@
-"""Noisy-channel reranking (hf_transformer.reranking) and the script that runs it on Multi30k
-(scripts/rerank_translation.py)."""
+"""Noisy-channel reranking (recipes.multi30k.reranking) and the step that runs it on Multi30k
+(python -m recipes.multi30k.rerank)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import json
 
 import pytest
 import torch
-from conftest import tiny_config
-from launch_utils import load_script
-from test_inference import SENTENCES
-from test_train_translation import TINY_MODEL, write_multi30k
+from launch_utils import tiny_config
+from test_multi30k_train import TINY_MODEL, write_multi30k
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
 from hf_transformer.metrics import bleu
-from hf_transformer.reranking import (
+from recipes.multi30k import rerank as rerank_step
+from recipes.multi30k import train as train_step
+from recipes.multi30k.reranking import (
     SequenceScores,
     candidates,
     choose_weights,
@@ -22,6 +22,9 @@ from hf_transformer.reranking import (
     rerank,
     sequence_log_probs,
 )
+
+WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
+SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +170,7 @@ def test_mbr_prefers_the_candidate_the_others_agree_with():
 
 
 def _ensemble_folder(path, members: list[str], length_penalty: float):
-    """A folder as scripts/evaluate_translation.py leaves an ensemble's scores: results.json, no model."""
+    """A folder as recipes.multi30k.evaluate leaves an ensemble's scores: results.json, no model."""
     path.mkdir(parents=True, exist_ok=True)
     scored = {"ensemble": [{"folder": member, "bleu": 30.0} for member in members], "length_penalty": length_penalty}
     (path / "results.json").write_text(json.dumps(scored))
@@ -175,7 +178,7 @@ def _ensemble_folder(path, members: list[str], length_penalty: float):
 
 
 def test_an_ensemble_folder_stands_for_its_members_and_its_length_penalty(tmp_path):
-    model_folders = load_script("rerank_translation").model_folders
+    model_folders = rerank_step.model_folders
     for name in ("model", "ensemble/member-43"):
         (tmp_path / name).mkdir(parents=True)
         (tmp_path / name / "config.json").write_text("{}")
@@ -193,7 +196,7 @@ def test_an_ensemble_folder_stands_for_its_members_and_its_length_penalty(tmp_pa
 
 
 def train_tiny(data_dir, output_dir, source: str, target: str, seed: int) -> dict:
-    return load_script("train_translation").main(
+    return train_step.main(
         [
             "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--source_lang", source,
             "--target_lang", target, *TINY_MODEL, "--num_train_epochs", "6", "--per_device_train_batch_size", "16",
@@ -203,12 +206,12 @@ def train_tiny(data_dir, output_dir, source: str, target: str, seed: int) -> dic
     )  # fmt: skip
 
 
-def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch):
+def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch):
     data_dir = tmp_path / "data"
     written = write_multi30k(data_dir, sizes=(("train", 1000), ("val", 30), ("test_2016_flickr", 40)))
     train_tiny(data_dir, tmp_path / "en-de", "en", "de", 2)
     train_tiny(data_dir, tmp_path / "de-en", "de", "en", 3)
-    results = load_script("rerank_translation").main(
+    results = rerank_step.main(
         [
             "--model_dirs", str(tmp_path / "en-de"), "--channel_model_dirs", str(tmp_path / "de-en"),
             "--output_dir", str(tmp_path / "reranked"), "--data_dir", str(data_dir), "--source_lang", "en",
@@ -233,10 +236,8 @@ def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path,
 
     # The n-best lists and their scores are kept: choosing again from them, MBR included, decodes nothing, and the
     # settings both runs share score as before.
-    rerank_script = load_script("rerank_translation")
-
     def choose_again(*options: str) -> dict:
-        return rerank_script.main(
+        return rerank_step.main(
             [
                 "--model_dirs", str(tmp_path / "en-de"), "--channel_model_dirs", str(tmp_path / "de-en"),
                 "--output_dir", str(tmp_path / "again"), "--data_dir", str(data_dir), "--source_lang", "en",
@@ -248,7 +249,7 @@ def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path,
     def no_decoding(*args, **kwargs):
         raise AssertionError("decoded again")
 
-    monkeypatch.setattr(rerank_script, "candidates", no_decoding)
+    monkeypatch.setattr(rerank_step, "candidates", no_decoding)
     again = choose_again("--num_candidates", "3", "--mbr_scales", "0.5", "1")
     with pytest.raises(ValueError, match="num_candidates 3 there, 4 here"):
         choose_again("--num_candidates", "4")
@@ -265,11 +266,13 @@ def test_rerank_translation_chooses_on_validation_and_scores_test_once(tmp_path,
     if again["mbr_scale"] is not None:
         assert again["length_exponent"] is None
 
+    monkeypatch.undo()  # decoding again from here
+
     # Ensembles' folders (of one member each here) stand for their members; beam search takes the length penalty
     # the forward ensemble's scoring chose.
     forward = _ensemble_folder(tmp_path / "en-de-ensemble", [str(tmp_path / "en-de")], 1.6)
     channel = _ensemble_folder(tmp_path / "de-en-ensemble", [str(tmp_path / "de-en")], 0.6)
-    from_ensembles = load_script("rerank_translation").main(
+    from_ensembles = rerank_step.main(
         [
             "--model_dirs", str(forward), "--channel_model_dirs", str(channel),
             "--output_dir", str(tmp_path / "reranked-ensembles"), "--data_dir", str(data_dir), "--source_lang", "en",

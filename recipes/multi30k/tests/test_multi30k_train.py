@@ -1,4 +1,5 @@
-"""The Multi30k translation script, end to end on a generated toy language pair in the Multi30k file layout."""
+"""The Multi30k recipe's training step (python -m recipes.multi30k.train), end to end on a generated toy language pair
+in the Multi30k file layout."""
 
 import json
 import random
@@ -7,12 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from launch_utils import load_script
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-from transformers.trainer_utils import EvalPrediction
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "train_translation.py"
-SHARED_MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
+from recipes.multi30k import train as script
+
+SHARED_MULTI30K = Path(__file__).resolve().parents[4] / "shared" / "data" / "multi30k"
 
 # A toy "German": every English word has one fixed translation, word order is kept.
 LEXICON = {
@@ -76,7 +76,7 @@ def test_train_translation_end_to_end(tmp_path):
         if stem == "test_2016_flickr":
             lines = [" ".join(line.split()[::-1]) for line in lines]
         (tok / f"{stem}.lc.norm.tok.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    results = load_script("train_translation").main(
+    results = script.main(
         [
             "--output_dir", str(output_dir), "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de",
             *TINY_MODEL,
@@ -101,7 +101,7 @@ def test_train_translation_end_to_end(tmp_path):
     assert results["task"] == "translation_en_to_de" and results["split"] == "test2016"
     assert results["test_samples"] == 80 and results["eval_samples"] == 60
     assert results["parameters"] > 0 and results["wall_seconds"] > 0
-    assert "train_translation.py" in results["command"]
+    assert results["command"].startswith("recipes.multi30k.train --output_dir")
 
     saved = json.loads((output_dir / "results.json").read_text())
     assert saved["test_bleu"] == results["test_bleu"]
@@ -129,96 +129,8 @@ def test_train_translation_end_to_end(tmp_path):
     assert [text.strip() for text in tokenizer.batch_decode(output, skip_special_tokens=True)] == predictions[:4]
 
 
-class _Tokenizer:
-    """Word-level stand-in: id = index in `words` + 7, ids 0-6 special (0 pad, 3 eos)."""
-
-    pad_token_id = 0
-    eos_token_id = 3
-
-    def __init__(self, words):
-        self.words = words
-
-    def batch_decode(self, rows, skip_special_tokens=True):
-        return [" ".join(self.words[i - 7] for i in row if i >= 7) for row in rows]
-
-
-def _padded(rows, width=8):
-    """Token rows padded with -100 to one width, as the Trainer hands predictions and labels to the metric."""
-    return np.array([row + [-100] * (width - len(row)) for row in rows])
-
-
-def test_bleu_metric_scores_against_the_right_references():
-    module = load_script("train_translation")
-    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
-    tokenizer = _Tokenizer(words)
-    references = ["a b c d", "e f g h", "b a d c", "h g f e"]
-    label_rows = [[words.index(w) + 7 for w in ref.split()] + [3] for ref in references]
-    index = module.ReferenceIndex(label_rows, references)
-    metric = module.BleuMetric(tokenizer, index)
-
-    generated = [[2, *row] for row in label_rows]  # a perfect model, with the start token in front
-    perfect = metric(EvalPrediction(predictions=_padded(generated), label_ids=_padded(label_rows)))
-    assert perfect["bleu"] == pytest.approx(100.0)
-
-    # Rows returned in reverse order (as length-grouped evaluation does) still score 100 and are put back.
-    reversed_rows = EvalPrediction(predictions=_padded(generated[::-1]), label_ids=_padded(label_rows[::-1]))
-    assert metric(reversed_rows)["bleu"] == pytest.approx(100.0)
-    assert metric.in_dataset_order() == references
-
-    # Scoring by position instead would pair each hypothesis with another sentence's reference.
-    import sacrebleu
-
-    assert sacrebleu.corpus_bleu(references[::-1], [references]).score < 50
-
-    # A prediction whose labels are not in the split is an error, not a silent misalignment.
-    with pytest.raises(ValueError, match="match no reference"):
-        metric(EvalPrediction(predictions=_padded([[2, 7, 3]]), label_ids=_padded([[7, 3]])))
-
-
-def test_generated_length_stops_at_the_first_end_of_sequence_token():
-    module = load_script("train_translation")
-    # Beam search fills finished rows with end-of-sequence tokens (3); the Trainer pads batches with -100.
-    rows = np.array([[2, 8, 9, 3, 3, 3], [2, 8, 9, 10, 11, 3], [2, 8, 3, -100, -100, -100], [2, 8, 9, 10, 11, 12]])
-    assert module.generated_lengths(rows, pad_token_id=0, eos_token_id=3).tolist() == [4, 6, 3, 6]
-    metric = module.BleuMetric(_Tokenizer(["a", "b", "c", "d", "e", "f"]))
-    scores = metric(EvalPrediction(predictions=rows, label_ids=rows[:, 1:]))
-    assert scores["gen_len"] == pytest.approx((4 + 6 + 3 + 6) / 4)
-
-
-def test_reference_index_takes_duplicate_rows_in_turn():
-    module = load_script("train_translation")
-    index = module.ReferenceIndex([[5, 3], [6, 3], [5, 3]], ["x", "y", "x "])
-    assert index.positions(np.array([[5, 3], [5, 3], [6, 3]]), pad_token_id=0) == [0, 2, 1]
-    # Beyond a key's rows, a row is a repeat (None): a multi-process evaluation pads its last batches with them.
-    assert index.positions(np.array([[6, 3], [5, 3], [6, 3], [5, 3], [5, 3]]), pad_token_id=0) == [1, 0, None, 2, None]
-
-
-def test_bleu_metric_scores_each_row_once_when_evaluation_repeats_rows():
-    # Two processes decode 3 + 3 rows of a 4-row split: the sampler repeats the first two rows (the longest, when
-    # grouped by length). A repeated bad hypothesis must not count twice, and the output keeps 4 lines.
-    module = load_script("train_translation")
-    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
-    references = ["a b c d e f", "e f g h", "b a d c", "h g f e"]
-    label_rows = [[words.index(w) + 7 for w in ref.split()] + [3] for ref in references]
-    metric = module.BleuMetric(_Tokenizer(words), module.ReferenceIndex(label_rows, references))
-    hypotheses = [[2, *[words.index(w) + 7 for w in text.split()], 3] for text in ["h h h h", *references[1:]]]
-    order = [0, 1, 2, 3, 0, 1]
-
-    once = metric(EvalPrediction(predictions=_padded(hypotheses), label_ids=_padded(label_rows)))
-    repeated = metric(
-        EvalPrediction(
-            predictions=_padded([hypotheses[i] for i in order]), label_ids=_padded([label_rows[i] for i in order])
-        )
-    )
-    assert repeated == pytest.approx(once)
-    assert metric.in_dataset_order() == ["h h h h", *references[1:]]
-
-
 def test_paper_recipe_defaults():
-    module = load_script("train_translation")
-    from transformers import HfArgumentParser
-
-    parser = HfArgumentParser((module.ModelArguments, module.DataArguments, module.TranslationTrainingArguments))
+    parser = script.argument_parser()
     model_args, data_args, args = parser.parse_args_into_dataclasses(args=["--output_dir", "unused", "--use_cpu"])
     assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)
     assert args.lr_scheduler_type == "inverse_sqrt" and args.warmup_steps > 0
@@ -226,23 +138,23 @@ def test_paper_recipe_defaults():
     assert model_args.share_embeddings and model_args.tie_word_embeddings and model_args.scale_embedding
     assert (data_args.source_lang, data_args.target_lang) == ("en", "de")
 
-    class Tokenizer:  # what build_config reads of a tokenizer
+    class Tokenizer:  # what config() reads of a tokenizer
         pad_token_id, bos_token_id, eos_token_id = 0, 1, 2
 
         def __len__(self):
             return 100
 
-    assert module.build_config(model_args, Tokenizer()).init_method == "normal"
+    assert model_args.config(Tokenizer()).init_method == "normal"
     xavier_args, _, _ = parser.parse_args_into_dataclasses(
         args=["--output_dir", "unused", "--use_cpu", "--init_method", "xavier_uniform"]
     )
-    assert module.build_config(xavier_args, Tokenizer()).init_method == "xavier_uniform"
+    assert xavier_args.config(Tokenizer()).init_method == "xavier_uniform"
 
 
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="the shared Multi30k corpus is not present")
 def test_real_multi30k_de_en_smoke(tmp_path):
     """A few steps on real Multi30k De->En: the pipeline runs and writes a sane results file."""
-    results = load_script("train_translation").main(
+    results = script.main(
         [
             "--output_dir", str(tmp_path / "model"), "--data_dir", str(SHARED_MULTI30K.parent),
             "--source_lang", "de", "--target_lang", "en", *TINY_MODEL,
@@ -268,27 +180,23 @@ def test_real_multi30k_de_en_smoke(tmp_path):
 
 def test_averaging_more_checkpoints_than_kept_is_refused(tmp_path):
     with pytest.raises(ValueError, match="--average_checkpoints 3 needs .* --save_total_limit >= 3 \\(now 2\\)"):
-        load_script("train_translation").main(
+        script.main(
             ["--output_dir", str(tmp_path), "--use_cpu", "--average_checkpoints", "3", "--save_total_limit", "2"]
         )
 
 
 def test_trainer_label_smoothing_is_refused_for_the_models_own(tmp_path):
     with pytest.raises(ValueError, match="use --label_smoothing .* not --label_smoothing_factor"):
-        load_script("train_translation").main(
-            ["--output_dir", str(tmp_path / "run"), "--use_cpu", "--label_smoothing_factor", "0.1"]
-        )
+        script.main(["--output_dir", str(tmp_path / "run"), "--use_cpu", "--label_smoothing_factor", "0.1"])
     assert not (tmp_path / "run").exists()
 
 
 def test_a_missing_scorer_is_named_before_any_training(tmp_path, monkeypatch):
-    from hf_transformer import metrics
-
-    monkeypatch.setattr(metrics, "SCORERS", ("sacrebleu", "a_scorer_that_is_not_installed"))
+    monkeypatch.setattr(script, "SCORERS", ("sacrebleu", "a_scorer_that_is_not_installed"))
     with pytest.raises(
         ImportError, match="needs a_scorer_that_is_not_installed: pip install 'hf_transformer\\[train\\]'"
     ):
-        load_script("train_translation").main(["--output_dir", str(tmp_path / "run"), "--use_cpu"])
+        script.main(["--output_dir", str(tmp_path / "run"), "--use_cpu"])
     assert not (tmp_path / "run").exists()
 
 
@@ -296,7 +204,6 @@ def test_subword_dropout_trains_on_sampled_segmentations_and_saves_the_fixed_tok
     from hf_transformer.data import SubwordSampledTranslation
 
     write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
-    script = load_script("train_translation")
     trained_on = []
 
     class RecordingTrainer(script.RDropSeq2SeqTrainer):
@@ -324,9 +231,7 @@ def test_subword_dropout_with_a_unigram_tokenizer_is_refused_before_training(tmp
     write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
     arguments = [*TINY_MODEL, "--tokenizer_type", "unigram", "--subword_dropout", "0.1"]
     with pytest.raises(ValueError, match="subword dropout needs a fast BPE tokenizer"):
-        load_script("train_translation").main(
-            ["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments]
-        )
+        script.main(["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments])
     assert not (tmp_path / "model" / "model.safetensors").exists()
 
 
@@ -341,7 +246,6 @@ def test_lowercase_model_is_chosen_on_lowercased_bleu_and_writes_lowercase(tmp_p
     for stem in ("val", "test_2016_flickr"):
         lines = [target.replace(".", " .") for _, target in written[stem]]
         (tok / f"{stem}.lc.norm.tok.de").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    script = load_script("train_translation")
 
     class RankingTrainer(script.RDropSeq2SeqTrainer):
         """Scores that rank the length penalties one way by cased BLEU and the other way by lc-tok BLEU."""
@@ -381,9 +285,7 @@ def test_lowercase_with_a_tokenizer_that_keeps_case_is_refused_before_training(t
     train_tokenizer(["Der Mann läuft.", "The man runs."] * 20, vocab_size=60, show_progress=False, save_directory=cased)
     arguments = [*TINY_MODEL, "--tokenizer", str(cased), "--lowercase", "true"]
     with pytest.raises(ValueError, match="--lowercase asks for a tokenizer that lowercases"):
-        load_script("train_translation").main(
-            ["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments]
-        )
+        script.main(["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments])
     assert not (tmp_path / "model" / "model.safetensors").exists()
 
 
@@ -391,7 +293,6 @@ def test_bidirectional_epochs_draw_both_directions_then_the_model_s_own(tmp_path
     from hf_transformer.data import BidirectionalTranslation
 
     write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
-    script = load_script("train_translation")
     draws = []  # (mixing, the row's source side is English) per draw, in order
 
     class RecordingPairs(BidirectionalTranslation):
@@ -448,7 +349,7 @@ def test_bidirectional_epochs_callback_follows_the_epoch_a_resumed_run_is_in():
 @pytest.mark.parametrize("epochs", ["3", "-1"])
 def test_bidirectional_epochs_must_leave_epochs_of_the_model_s_own_direction(tmp_path, epochs):
     with pytest.raises(ValueError, match=f"--bidirectional_epochs {epochs} must be 0 \\(off\\) or fewer than"):
-        load_script("train_translation").main(
+        script.main(
             ["--output_dir", str(tmp_path / "run"), "--use_cpu", "--num_train_epochs", "3",
              "--bidirectional_epochs", epochs]
         )  # fmt: skip

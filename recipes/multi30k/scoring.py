@@ -1,0 +1,108 @@
+"""Multi30k's scoring of a translation model in a Seq2SeqTrainer: hf_transformer.metrics' cased sacreBLEU and
+chrF, and beside them ``bleu_lc_tok`` (recipes.multi30k.bleu) against the official lowercased Moses-tokenised
+references, where the data folder has them. Beam search's length penalty is chosen on validation with the
+convention that fits the model (lowercased BLEU for a model that writes lowercase), then test2016 is decoded once.
+The training step (recipes.multi30k.train) and the scoring of saved models (recipes.multi30k.evaluate) share it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from hf_transformer.metrics import BleuMetric, ExtraScores, select_and_score, translation_metrics
+from recipes.multi30k.bleu import bleu_lc_tok
+from recipes.multi30k.data import DataArguments, load_multi30k_tok_references
+
+logger = logging.getLogger(__name__)
+
+
+def lowercases(tokenizer) -> bool:
+    """Whether the tokenizer lowercases what it encodes (`train_tokenizer(..., lowercase=True)`)."""
+    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)
+    return normalizer is not None and normalizer.normalize_str("AÄ") == "aä"
+
+
+def lc_tok_references(splits, data_args: DataArguments) -> dict[str, list[str]]:
+    """The official lowercased Moses-tokenised references of validation and test, where they apply.
+
+    They exist for the full Multi30k splits only: with rows limited (`--max_eval_samples`, ...) the first
+    rows are taken from them too; a data folder without `multi30k/tok/` scores cased BLEU alone, with a warning.
+    """
+    found = {}
+    for split in ("validation", "test"):
+        try:
+            lines = load_multi30k_tok_references(split, data_args.target_lang, data_args.data_dir)
+        except FileNotFoundError as error:
+            logger.warning("no lowercased tokenised references, bleu_lc_tok is not computed: %s", error)
+            return {}
+        found[split] = lines[: len(splits[split])]
+    return found
+
+
+def lc_tok_scores(tokenized_references: Sequence[str], lang: str) -> ExtraScores:
+    """``BleuMetric``'s extra score ``bleu_lc_tok`` of a split, against its tokenised references in row order."""
+
+    def scores(hypotheses: list[str], positions: list[int]) -> dict[str, float]:
+        return {"bleu_lc_tok": bleu_lc_tok(hypotheses, [tokenized_references[i] for i in positions], lang)}
+
+    return scores
+
+
+def split_metrics(splits, tokenized, tokenizer, data_args: DataArguments) -> tuple[Callable[[str], BleuMetric], bool]:
+    """``metric(split)``, a fresh :class:`BleuMetric` for ``validation`` or ``test`` against the split's raw
+    references (matched through the labels) and, where present, its lowercased tokenised ones; and whether
+    validation has the latter."""
+    target = data_args.target_lang
+    tokenized_references = lc_tok_references(splits, data_args)
+    for split, lines in tokenized_references.items():
+        if len(lines) != len(splits[split]):
+            raise ValueError(f"{split}: {len(lines)} tokenised references for {len(splits[split])} raw ones")
+    extra = {split: lc_tok_scores(lines, target) for split, lines in tokenized_references.items()}
+    return translation_metrics(tokenizer, splits, tokenized, target, extra), "validation" in tokenized_references
+
+
+def score(
+    trainer,
+    test_dataset,
+    metric: Callable[[str], BleuMetric],
+    *,
+    num_beams: int,
+    length_penalties: Sequence[float],
+    lowercase: bool,
+    has_lc_tok_validation: bool,
+) -> tuple[dict, list[str]]:
+    """hf_transformer.metrics.select_and_score: the length penalty chosen on validation, test2016 decoded once with
+    it and once greedily. A model that writes lowercase is chosen on the lowercased metric: its cased BLEU counts
+    every capital as an error. The results say which (``selected_on``) and whether the model lowercases."""
+    selection = "bleu_lc_tok" if lowercase and has_lc_tok_validation else "bleu"
+    results, test_hypotheses = select_and_score(
+        trainer,
+        test_dataset,
+        metric,
+        num_beams=num_beams,
+        length_penalties=length_penalties,
+        selected_on=selection,
+    )
+    results["lowercase"] = lowercase
+    return results, test_hypotheses
+
+
+def headline(scores: dict) -> dict:
+    """The figures a Multi30k run reports as its own: test2016's BLEU, and its lc-tok BLEU where scored."""
+    found = {"bleu": scores["test_bleu"]}
+    if "test_bleu_lc_tok" in scores:
+        found["bleu_lc_tok"] = scores["test_bleu_lc_tok"]
+    return found
+
+
+def task_fields(data_args: DataArguments) -> dict:
+    """The fields that open a Multi30k run's results: its task, data and direction."""
+    source, target = data_args.source_lang, data_args.target_lang
+    return {
+        "task": f"translation_{source}_to_{target}",
+        "dataset": "multi30k",
+        "split": "test2016",
+        "source_lang": source,
+        "target_lang": target,
+    }
