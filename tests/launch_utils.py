@@ -36,13 +36,6 @@ def load_script(name: str):
     return _load(name, SCRIPTS / f"{name}.py")
 
 
-def tiny_config(**overrides):
-    """tests/conftest.py's ``tiny_config``, for the recipes' tests (recipes/*/tests): there ``conftest`` is the module
-    of the repository root's conftest.py, which pytest imports under that name too."""
-    module = sys.modules.get("library_conftest") or _load("library_conftest", REPO / "tests" / "conftest.py")
-    return module.tiny_config(**overrides)
-
-
 def _load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

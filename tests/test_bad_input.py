@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import batch_with_padding
+from model_helpers import batch_with_padding
 
 from hf_transformer import (
     TransformerForConditionalGeneration,

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import tiny_config
+from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 from hf_transformer.training import average_checkpoints, last_checkpoints

@@ -3,8 +3,8 @@ training step computes what the eager one does."""
 
 import pytest
 import torch
-from conftest import batch_with_padding, tiny_config
 from launch_utils import load_benchmark_module
+from model_helpers import batch_with_padding, tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration
 

@@ -10,7 +10,7 @@ import logging as std_logging
 import numpy as np
 import pytest
 import torch
-from conftest import batch_with_padding, tiny_config
+from model_helpers import batch_with_padding, tiny_config
 from transformers import (
     AutoConfig,
     AutoModel,

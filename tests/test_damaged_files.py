@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from model_helpers import tiny_config
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
 

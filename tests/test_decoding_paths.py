@@ -6,8 +6,8 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import batch_with_padding, record_calls, tiny_config
 from generation_checks import SCORED, assert_generations_agree
+from model_helpers import batch_with_padding, record_calls, tiny_config
 from transformers import DynamicCache, GenerationMixin
 
 from hf_transformer import TransformerForConditionalGeneration, generation, speed

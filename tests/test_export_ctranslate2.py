@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 

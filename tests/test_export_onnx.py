@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
+from model_helpers import tiny_config
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")

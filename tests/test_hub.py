@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
 from huggingface_hub import ModelCard
 from launch_utils import isolated_python, load_script
+from model_helpers import tiny_config
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoConfig,

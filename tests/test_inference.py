@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import tiny_config
+from model_helpers import tiny_config
 from transformers import pipeline
 
 from hf_transformer import (

@@ -4,8 +4,8 @@ import json
 
 import pytest
 import torch
-from conftest import batch_with_padding, tiny_config
 from datasets import Dataset
+from model_helpers import batch_with_padding, tiny_config
 from safetensors import safe_open
 from transformers import (
     AutoConfig,

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import batch_with_padding, record_calls, tiny_config
 from generation_checks import SCORED, assert_generations_agree
+from model_helpers import batch_with_padding, record_calls, tiny_config
 
 from hf_transformer import (
     TransformerForConditionalGeneration,

@@ -13,7 +13,7 @@ import tempfile
 import peft
 import pytest
 import torch
-from conftest import batch_with_padding, record_calls, tiny_config
+from model_helpers import batch_with_padding, record_calls, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification, speed

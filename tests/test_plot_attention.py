@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_config
 from launch_utils import load_script
 from matplotlib import image as mpimg
+from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 from hf_transformer.modeling_transformer import sinusoid_table

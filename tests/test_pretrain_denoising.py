@@ -155,7 +155,7 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
 
 @pytest.mark.parametrize("vocab_size", [50, 3000])  # 3000: several chunks of fused logits
 def test_fused_training_head_gives_the_loss_and_gradients_of_the_plain_head(vocab_size):
-    from conftest import tiny_config
+    from model_helpers import tiny_config
 
     model = TransformerForMaskedLM(tiny_config(vocab_size=vocab_size, dropout=0.0))
     with torch.no_grad():

@@ -7,10 +7,10 @@ import tempfile
 
 import torch
 import torch.nn.functional as F
-from conftest import tiny_config
 from generation_checks import SCORED, assert_generations_agree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from model_helpers import tiny_config
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 

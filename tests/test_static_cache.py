@@ -4,8 +4,8 @@ direct decoder calls, and in a decoding step compiled by ``generate``."""
 
 import pytest
 import torch
-from conftest import batch_with_padding, tiny_config
 from generation_checks import SCORED, assert_generations_agree
+from model_helpers import batch_with_padding, tiny_config
 from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
 
 from hf_transformer import TransformerForConditionalGeneration, speed

@@ -138,5 +138,8 @@ def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monk
 
     monkeypatch.setattr(script, "warn_of_emulated_bfloat16", record_and_stop)
     with pytest.raises(Stopped):
-        script.main(["--output_dir", str(tmp_path), "--use_cpu", "true", "--bf16", "true", "--report_to", "none"])
+        script.main(
+            ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "unread.jsonl")]
+            + ["--use_cpu", "true", "--bf16", "true", "--report_to", "none"]
+        )
     assert checked == [True] and not any(tmp_path.iterdir())

@@ -6,7 +6,8 @@ import json
 
 import pytest
 import torch
-from launch_utils import WORDS, tiny_config, write_multi30k
+from launch_utils import WORDS, write_multi30k
+from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration
 from recipes.multi30k import evaluate_exports

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from launch_utils import tiny_config
+from model_helpers import tiny_config
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from hf_transformer import TransformerForConditionalGeneration

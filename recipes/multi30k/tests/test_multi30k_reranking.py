@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from launch_utils import tiny_config
+from model_helpers import tiny_config
 from test_multi30k_train import TINY_MODEL, write_multi30k
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
