@@ -9,7 +9,7 @@
 At every decoding step each member scores the next token and the ensemble's score is the log of the members'
 mean probability, log (1/K) sum_k p_k(y | x, y_<t), the usual ensemble of neural translation systems. Everything
 else is ``generate``'s own: greedy and beam search, length penalty, stopping, the cache's reordering between beams.
-`Predictor.from_pretrained([folder, folder, ...])` and ``scripts/evaluate_translation.py`` use it.
+`Predictor.from_pretrained([folder, folder, ...])` uses it.
 
 The members must read and write the same tokens: the folders' vocabularies and special token ids are compared when
 they are loaded, and a mismatch is an error naming the folder and the field. Each member keeps its own decoding
