@@ -13,7 +13,7 @@ original tokens through a small head whose output projection is the token table 
 
 The model is `hf_transformer.TransformerForMaskedLM` (`AutoModelForMaskedLM`, the fill-mask pipeline).
 `--init_from` continues from an earlier pretraining folder (its weights and tokenizer; a new learning-rate
-schedule). The arguments and the configuration are the classifier's (`hf_transformer.training.EncoderArguments`),
+schedule). The arguments and the configuration are the classifier's (`hf_transformer.encoder_training`),
 so the encoder built here has the classifier's configuration and parameter names (`model.encoder.*`). The folder
 gets the weights (`model.safetensors`: encoder and head), `config.json`, the tokenizer, `results.json` (masked-token
 loss and accuracy on the validation texts, parameters, wall time, the command), `log_history.json` and a model card
@@ -36,11 +36,9 @@ from transformers import DataCollatorForLanguageModeling, HfArgumentParser, Trai
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerForMaskedLM
 from hf_transformer.data import tokenize_classification
+from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config
 from hf_transformer.hub import CardText, model_card
 from hf_transformer.training import (
-    EncoderArguments,
-    TextFileArguments,
-    encoder_config,
     end_process_group,
     keep_freed_memory,
     one_tokenizer,

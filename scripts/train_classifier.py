@@ -12,7 +12,7 @@ labels become class names). Without `--validation_file`, `--validation_size` of 
 evaluates accuracy and F1 on the validation rows each epoch, keeps the best checkpoint (`--load_best_model_at_end`)
 or the mean of the last N (`--average_checkpoints N`), scores that once on the test rows, and saves a complete model
 folder: safetensors weights, config, tokenizer, `results.json` and a model card (README.md, by
-`hf_transformer.hub.model_card`). The encoder's arguments and configuration are `hf_transformer.training`'s
+`hf_transformer.hub.model_card`). The encoder's arguments and configuration are `hf_transformer.encoder_training`'s
 `EncoderArguments`, shared with `scripts/pretrain_denoising.py`, whose folder `--init_from` starts the encoder from.
 """
 
@@ -31,14 +31,12 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
+from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config
 from hf_transformer.hub import CardText, model_card
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
-    EncoderArguments,
-    TextFileArguments,
     average_last_checkpoints,
     check_checkpoint_averaging,
-    encoder_config,
     end_process_group,
     keep_freed_memory,
     one_tokenizer,

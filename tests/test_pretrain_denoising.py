@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 from hf_transformer import TransformerConfig, TransformerForMaskedLM, hub
-from hf_transformer.training import EncoderArguments, encoder_config
+from hf_transformer.encoder_training import EncoderArguments, encoder_config
 
 MODEL = ["--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "64", "--max_length", "32"]
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed", "0"]

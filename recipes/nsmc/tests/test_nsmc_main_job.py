@@ -14,7 +14,7 @@ import pytest
 from launch_utils import REPO, job_arrays, job_commands, load_script, precision_choices, precision_probe
 from transformers import HfArgumentParser, TrainingArguments
 
-from hf_transformer.training import EncoderArguments, TextFileArguments
+from hf_transformer.encoder_training import EncoderArguments, TextFileArguments
 from recipes.nsmc import prepare
 
 MAIN_JOB = REPO / "scripts" / "main_job.sh"

@@ -4,7 +4,7 @@ import json
 
 from launch_utils import write_nsmc
 
-from hf_transformer.training import TextFileArguments
+from hf_transformer.encoder_training import TextFileArguments
 from recipes.nsmc import prepare
 from recipes.nsmc.data import load_nsmc
 

@@ -1,0 +1,116 @@
+"""What the encoder scripts (``scripts/train_classifier.py``, ``scripts/pretrain_denoising.py``) share: the encoder's
+command-line arguments and configuration, and where their texts are (local CSV / TSV / JSON(L) files)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .configuration_transformer import TransformerConfig
+from .training import SplitLimits
+
+__all__ = ["EncoderArguments", "TextFileArguments", "encoder_config"]
+
+
+@dataclass
+class EncoderArguments:
+    """An encoder's tokenizer and sizes (through ``HfArgumentParser``), shared by the classifier
+    (``scripts/train_classifier.py``) and its masked-token pretraining (``scripts/pretrain_denoising.py``), so that
+    the classifier's ``model.encoder.*`` weights load from a pretraining folder."""
+
+    tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer folder; else one is trained"})
+    vocab_size: int = field(default=8000, metadata={"help": "vocabulary size of a newly trained tokenizer"})
+    max_length: int = field(default=128, metadata={"help": "texts are truncated to this many tokens"})
+    d_model: int = 256
+    num_layers: int = 3
+    num_heads: int = 4
+    intermediate_size: int = 1024
+    dropout: float = 0.1
+    attention_dropout: float = 0.1
+    layer_norm_position: str = "pre"
+    position_embedding_type: str = "learned"
+    classifier_pooling: str = "mean"
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "a pretraining folder (scripts/pretrain_denoising.py): the classifier starts from its encoder "
+            "weights, and pretraining continues from all its weights; its tokenizer is used unless --tokenizer is "
+            "given, and every weight taken must match by name and shape"
+        },
+    )
+    freeze_embeddings: bool = field(
+        default=False, metadata={"help": "keep the token table fixed (e.g. as pretrained with --init_from)"}
+    )
+
+
+def encoder_config(model_args: EncoderArguments, tokenizer, label_names: list[str] | None = None) -> TransformerConfig:
+    """The encoder's configuration, for the classifier and for its masked-token pretraining alike (``label_names``:
+    the classifier's labels, in id order)."""
+    labels = {}
+    if label_names is not None:
+        labels = dict(
+            num_labels=len(label_names),
+            id2label=dict(enumerate(label_names)),
+            label2id={name: i for i, name in enumerate(label_names)},
+        )
+    return TransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=model_args.d_model,
+        n_layer=model_args.num_layers,
+        num_attention_heads=model_args.num_heads,
+        intermediate_size=model_args.intermediate_size,
+        max_position_embeddings=model_args.max_length,
+        dropout=model_args.dropout,
+        attention_dropout=model_args.attention_dropout,
+        layer_norm_position=model_args.layer_norm_position,
+        position_embedding_type=model_args.position_embedding_type,
+        embedding_layer_norm=model_args.layer_norm_position == "pre",
+        classifier_pooling=model_args.classifier_pooling,
+        layer_norm_epsilon=1e-6,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **labels,
+    )
+
+
+@dataclass
+class TextFileArguments(SplitLimits):
+    """Where a run's texts are: local CSV / TSV / JSON(L) files (``hf_transformer.data.load_local_dataset``)."""
+
+    train_file: str = field(default=None, metadata={"help": "training rows (CSV, TSV, JSON or JSONL)"})
+    validation_file: str | None = field(
+        default=None, metadata={"help": "validation rows; without it --validation_size of the training rows"}
+    )
+    test_file: str | None = field(default=None, metadata={"help": "test rows, scored once after training"})
+    text_column: str = field(default="text", metadata={"help": "the column holding the text"})
+    label_column: str = field(default="label", metadata={"help": "the column holding the label"})
+    validation_size: float = field(
+        default=0.1, metadata={"help": "share of the training rows held out when no --validation_file is given"}
+    )
+    split_seed: int | None = field(
+        default=None,
+        metadata={"help": "seed of the held-out split (default --seed); keep it between pretraining and training"},
+    )
+    dataset_name: str | None = field(default=None, metadata={"help": "the data's name, for results and model card"})
+    language: list[str] = field(default_factory=list, metadata={"help": "the texts' language codes, for the card"})
+
+    def __post_init__(self):
+        if not self.train_file:
+            raise ValueError("--train_file is required: the training rows (CSV, TSV, JSON or JSONL)")
+
+    def splits(self, seed: int, *, labels: bool = True):
+        """``train``, ``validation`` and (with --test_file) ``test`` rows, each cut to its --max_*_samples; without
+        --validation_file the validation rows are carved from the training file with ``split_seed`` (else ``seed``).
+        ``labels=False`` reads the text column alone (pretraining)."""
+        from .data import first_rows, load_local_dataset
+
+        files = {"train": self.train_file, "validation": self.validation_file, "test": self.test_file}
+        files = {split: path for split, path in files.items() if path}
+        label_column = self.label_column if labels else None
+        splits = load_local_dataset(files, text_column=self.text_column, label_column=label_column)
+        if "validation" not in splits:
+            carved = splits["train"].train_test_split(
+                test_size=self.validation_size, seed=seed if self.split_seed is None else self.split_seed
+            )
+            splits["train"], splits["validation"] = carved["train"], carved["test"]
+        return first_rows(splits, self.split_limits())
