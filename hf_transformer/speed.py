@@ -1,8 +1,8 @@
 """The speed machinery behind the paper's components, kept apart so that the model file reads as the paper.
 
 Each piece takes over from one plain computation of the model, gives the same result up to float rounding, and
-says why it exists; the measurements behind each are in docs/performance.md (and docs/performance-*.md), not
-here. This is the only module that touches private torch ops (``torch.ops.mkldnn``).
+says why it exists; the measurements behind each are in benchmarks/results/notes.md (summarised in
+docs/performance.md), not here. This is the only module that touches private torch ops (``torch.ops.mkldnn``).
 
 - residual and attention dropout ....... :func:`inverted_dropout`, :class:`Dropout` (CPU: a cheaper mask)
 - multi-head attention ................. :func:`attend` (eager path with dropout on CPU; compiled short CPU
@@ -82,7 +82,8 @@ def inverted_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> t
     integers compared with ``p * 2**15`` (``p`` is kept to 3e-5), four from each 64-bit draw of the generator,
     and autograd keeps a 1-byte mask instead of a 4-byte one. The mask multiplies as bytes, as torch's own
     dropout multiplies by its mask (a dropped inf becomes NaN there too), which is cheaper than ``torch.where``.
-    Other devices, and compiled graphs, use ``F.dropout``, which is fused there. (docs/performance.md, "Dropout".)
+    Other devices, and compiled graphs, use ``F.dropout``, which is fused there.
+    (benchmarks/results/notes.md, "A cheaper dropout mask on CPU".)
     """
     if not training or p == 0.0:
         return hidden_states
@@ -347,8 +348,8 @@ def fused_linear_cross_entropy(
 # A decoding step multiplies a few rows (batch x beams) by every weight matrix once. For a large weight,
 # oneDNN's pre-packed layout streams it faster than MKL's sgemm, which repacks the weight at every call.
 # Small weights gain little or lose, and their packing is not repaid in a short generation; many rows are
-# faster through MKL. The thresholds and the measurements behind them: docs/performance.md, "Decoding from
-# packed weights".
+# faster through MKL. The thresholds and the measurements behind them: benchmarks/results/notes.md,
+# "Decoding from packed weights".
 PACKED_MAX_ROWS = 64
 PACKED_MIN_WEIGHT_ELEMENTS = 1 << 20  # 4 MB of fp32
 

@@ -430,7 +430,7 @@ def test_readme_reranks_the_ensemble_jobs_folders_as_the_reported_runs(direction
 
 def test_ensemble_job_trains_the_tokenizer_the_members_were_given(tmp_path):
     # The shared tokenizer of the reported members: Unigram, 8,000 pieces, model_max_length 128, cased, from each
-    # training pair's English sentence then its German one (as `hf-transformer-tokenizer train --corpus multi30k`
+    # training pair's English sentence then its German one (as the tokenizer command's former `--corpus multi30k`
     # trained it before the corpus left the library).
     variables = {"data_dir": "DATA", "output_dir": "OUT", "source_lang": "de", "target_lang": "en", "seed": "42"}
     arrays = {"recipe": job_arrays(ENSEMBLE_JOB)["seed_recipe"], "member_precision": []}
