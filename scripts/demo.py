@@ -74,16 +74,8 @@ def exact_match(model, dataset: Dataset, batch_size: int = 64) -> float:
     return correct / len(dataset)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", default="runs/demo")
-    parser.add_argument("--train_examples", type=int, default=6000)
-    parser.add_argument("--epochs", type=float, default=3)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    output_dir = Path(args.output_dir)
-    started = time.time()
-
+def build_model(seed: int) -> TransformerForConditionalGeneration:
+    """A 2+2-layer model of the paper's shape over the 26 letters and the special tokens."""
     config = TransformerConfig(
         vocab_size=FIRST_LETTER_ID + len(LETTERS),
         d_model=64,
@@ -96,47 +88,69 @@ def main() -> None:
         bos_token_id=BOS,
         eos_token_id=EOS,
     )
-    torch.manual_seed(args.seed)
-    model = TransformerForConditionalGeneration(config)
-    print(f"model: {model.num_parameters():,} parameters")
+    torch.manual_seed(seed)
+    return TransformerForConditionalGeneration(config)
 
-    train, test = reversal_dataset(args.train_examples, args.seed), reversal_dataset(200, args.seed + 1)
+
+def train(model, train_examples: int, epochs: float, seed: int, output_dir: Path) -> Seq2SeqTrainer:
+    """Seq2SeqTrainer with the paper's optimiser settings on generated reversal pairs."""
     training_args = Seq2SeqTrainingArguments(
         output_dir=str(output_dir / "checkpoints"),
         per_device_train_batch_size=64,
         learning_rate=2e-3,
-        num_train_epochs=args.epochs,
+        num_train_epochs=epochs,
         warmup_steps=30,
         lr_scheduler_type="inverse_sqrt",
         adam_beta2=0.98,
         logging_steps=25,
         save_strategy="no",
         report_to=[],
-        seed=args.seed,
+        seed=seed,
         use_cpu=True,
     )
-    trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=train, data_collator=collate)
+    train_set = reversal_dataset(train_examples, seed)
+    trainer = Seq2SeqTrainer(model=model, args=training_args, train_dataset=train_set, data_collator=collate)
     trainer.train()
+    return trainer
 
+
+def reverse_examples(model, words=("abcdef", "hello", "lake")) -> dict[str, str]:
+    """The model's reversal of a few words, beam search 4."""
+    examples = {}
+    for word in words:
+        word = "".join(c for c in word if c in LETTERS)
+        ids = torch.tensor([encode(word)])
+        examples[word] = decode(model.generate(input_ids=ids, num_beams=4, max_new_tokens=10)[0, 1:].tolist())
+        print(f"reverse({word!r}) -> {examples[word]!r}")
+    return examples
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", default="runs/demo")
+    parser.add_argument("--train_examples", type=int, default=6000)
+    parser.add_argument("--epochs", type=float, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    output_dir = Path(args.output_dir)
+    started = time.time()
+
+    model = build_model(args.seed)
+    print(f"model: {model.num_parameters():,} parameters")
+    trainer = train(model, args.train_examples, args.epochs, args.seed, output_dir)
+
+    test = reversal_dataset(200, args.seed + 1)
     accuracy = exact_match(model, test)
     model.save_pretrained(output_dir / "model")
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(output_dir / "model")
     reloaded_accuracy = exact_match(reloaded, test)
-
-    examples = {}
-    for word in ("abcdef", "hello", "lake"):
-        word = "".join(c for c in word if c in LETTERS)
-        ids = torch.tensor([encode(word)])
-        examples[word] = decode(reloaded.generate(input_ids=ids, num_beams=4, max_new_tokens=10)[0, 1:].tolist())
-        print(f"reverse({word!r}) -> {examples[word]!r}")
-
     results = {
         "task": "reverse letter strings",
         "parameters": model.num_parameters(),
         "train_loss_curve": [(e["step"], e["loss"]) for e in trainer.state.log_history if "loss" in e],
         "exact_match": accuracy,
         "exact_match_after_reload": reloaded_accuracy,
-        "examples": examples,
+        "examples": reverse_examples(reloaded),
         "wall_seconds": round(time.time() - started, 1),
     }
     (output_dir / "results.json").write_text(json.dumps(results, indent=2))
