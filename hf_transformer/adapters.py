@@ -25,7 +25,7 @@ from pathlib import Path
 
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
-from .folders import ADAPTER_CONFIG, CLASSIFICATION, SEQ2SEQ, is_adapter_folder, refuse_replacing, task_of
+from .folders import ADAPTER_CONFIG, CLASSIFICATION, SEQ2SEQ, check_task, is_adapter_folder, refuse_replacing
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
@@ -51,8 +51,9 @@ def load_merged(adapter_dir):
 
     base = settings["base_model_name_or_path"]
     task = {"SEQ_2_SEQ_LM": SEQ2SEQ, "SEQ_CLS": CLASSIFICATION}.get(settings.get("task_type"))
-    if task is None:  # an adapter saved without a task type: the base model's own head
-        task = task_of(AutoConfig.from_pretrained(base))
+    if task is None:  # an adapter saved without a task type: the base model's own head (never a masked-token one)
+        served = (SEQ2SEQ, CLASSIFICATION)
+        task = check_task(AutoConfig.from_pretrained(base), base, f"the LoRA adapter {adapter_dir}", served)
     # The base model loaded by this package's Auto classes (peft's own Auto classes would import the module an
     # adapter without a task type names, which peft refuses for any library but transformers).
     auto = AutoModelForSequenceClassification if task == CLASSIFICATION else AutoModelForSeq2SeqLM

@@ -20,7 +20,9 @@ dictionary lacks is initialised by ``_init_weights`` and reported, not refused; 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from transformers.dynamic_module_utils import custom_object_save
@@ -104,12 +106,37 @@ def refuse_quantized_modules(model) -> None:
         )
 
 
+def _weight_files(folder) -> dict[str, tuple[int, int]]:
+    """The safetensors files of ``folder``: name -> (inode, modification time)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return {}
+    return {path.name: (path.stat().st_ino, path.stat().st_mtime_ns) for path in folder.glob("*.safetensors")}
+
+
+def _weights_take_the_umask(folder, before: dict[str, tuple[int, int]]) -> None:
+    """Gives the safetensors files just written into ``folder`` the permissions of a file the process creates
+    (``0o666`` less the umask), as every other file of the folder has: safetensors 0.8 writes them ``0o600`` whatever
+    the umask (huggingface/safetensors#782), so another user could not read a folder shared on one machine."""
+    written = {name: key for name, key in _weight_files(folder).items() if before.get(name) != key}
+    if not written:
+        return
+    umask = os.umask(0)  # reading the umask sets it: it is put back at once
+    os.umask(umask)
+    for name in written:
+        try:
+            (Path(folder) / name).chmod(0o666 & ~umask)
+        except PermissionError:  # another user's file, written over in place, keeps the owner's choice
+            pass
+
+
 class CheckedLoadingMixin:
     """What the package changes in ``PreTrainedModel``'s loading and saving. The transformers hooks overridden here
     (checked against transformers 5.23.0; ``tests/test_private_hooks.py`` pins each):
     ``from_pretrained`` (public, wrapped by :func:`checked_from_pretrained`), ``get_expanded_tied_weights_keys``,
     ``mark_tied_weights_as_initialized``, ``save_pretrained`` (public) with ``should_save_on_this_rank`` and
-    ``dynamic_module_utils.custom_object_save``."""
+    ``dynamic_module_utils.custom_object_save``. ``save_pretrained`` also gives the weight files it writes the
+    permissions of the folder's other files (the umask's; safetensors 0.8 writes them 0600)."""
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -139,6 +166,12 @@ class CheckedLoadingMixin:
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         refuse_quantized_modules(self)
+        before = _weight_files(save_directory)
+        result = self._save_with_every_head(save_directory, *args, **kwargs)
+        _weights_take_the_umask(save_directory, before)
+        return result
+
+    def _save_with_every_head(self, save_directory, *args, **kwargs):
         # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto
         # class load the folder through the copied code (trust_remote_code) where this package is not installed.
         if not self.is_remote_code():

@@ -27,9 +27,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoTokenizer, DynamicCache, EncoderDecoderCache
+from transformers import AutoConfig, AutoTokenizer, DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
+from .folders import SEQ2SEQ, check_task
 from .generation import (
     TransformerGenerationMixin,
     accepts_either_cache_name,
@@ -149,6 +150,8 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
         folders = [str(folder) for folder in folders]
         if not folders:
             raise ValueError("an ensemble needs at least one model folder")
+        for folder in folders:  # a masked-token folder would load as a member with a decoder of random weights
+            check_task(AutoConfig.from_pretrained(folder), folder, "an ensemble", (SEQ2SEQ,))
         tokenizer = AutoTokenizer.from_pretrained(folders[0])
         vocabulary = tokenizer.get_vocab()
         for folder in folders[1:]:

@@ -8,13 +8,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-CLASSIFICATION, SEQ2SEQ = "classification", "seq2seq"
+CLASSIFICATION, SEQ2SEQ, MASKED_LM = "classification", "seq2seq", "masked-lm"
 ADAPTER_CONFIG = "adapter_config.json"
+# What each task's folder holds, as the refusals name it.
+TASK_NAMES = {SEQ2SEQ: "translation (seq2seq)", CLASSIFICATION: "classification", MASKED_LM: "masked-token"}
+# The saved class's name ends in one of these (`config.architectures`, written by `save_pretrained`).
+_TASK_OF_CLASS = {
+    "ForSequenceClassification": CLASSIFICATION,
+    "ForMaskedLM": MASKED_LM,
+    "ForConditionalGeneration": SEQ2SEQ,
+    "ForSeq2SeqLM": SEQ2SEQ,
+}
 
 __all__ = [
     "ADAPTER_CONFIG",
     "CLASSIFICATION",
+    "MASKED_LM",
     "SEQ2SEQ",
+    "FolderTaskError",
+    "check_task",
     "is_adapter_folder",
     "looks_like_a_path",
     "refuse_replacing",
@@ -22,16 +34,38 @@ __all__ = [
 ]
 
 
+class FolderTaskError(ValueError):
+    """A saved folder whose task (its saved class) the entry point it was given to does not serve."""
+
+
 def task_of(config) -> str:
-    """`classification` or `seq2seq`, from `config.architectures` (an encoder-decoder config without one is seq2seq)."""
+    """`classification`, `seq2seq` or `masked-lm`, from the class `config.architectures` names (a config saved
+    without one that is an encoder-decoder is seq2seq); ``ValueError`` for another class, such as the headless
+    `TransformerModel`."""
     names = config.architectures or []
-    if any(name.endswith("ForSequenceClassification") for name in names):
-        return CLASSIFICATION
-    if any(name.endswith(("ForConditionalGeneration", "ForSeq2SeqLM")) for name in names) or getattr(
-        config, "is_encoder_decoder", False
-    ):
+    for name in names:
+        for ending, task in _TASK_OF_CLASS.items():
+            if name.endswith(ending):
+                return task
+    if not names and getattr(config, "is_encoder_decoder", False):
         return SEQ2SEQ
-    raise ValueError(f"cannot tell a classifier from a translator: config.architectures is {names}")
+    raise ValueError(f"config.architectures is {names}: neither a translator, a classifier nor a masked-token model")
+
+
+def check_task(config, folder, entry: str, served: tuple[str, ...]) -> str:
+    """The task of ``folder`` (``config`` is its config) when ``entry`` serves it (``served``: tasks above); else
+    :class:`FolderTaskError` in one line naming the folder, its saved class and what ``entry`` serves, so that a
+    masked-token folder is never loaded as a translator with a decoder of random weights."""
+    try:
+        task = task_of(config)
+    except ValueError:
+        task = None
+    if task in served:
+        return task
+    saved = ", ".join(config.architectures or []) or "a config without `architectures`"
+    kind = f", a {TASK_NAMES[task]} model" if task else ", a model without a head"
+    wanted = " and ".join(TASK_NAMES[name] for name in served)
+    raise FolderTaskError(f"{folder} holds {saved}{kind}: {entry} serves {wanted} folders only.")
 
 
 def looks_like_a_path(name: str) -> bool:

@@ -2,10 +2,12 @@
 
 ``model_card(folder, results, text)`` writes the text of a folder's ``README.md``: YAML metadata, a description,
 how the model was trained, its evaluation results and a usage snippet. What the folder says is read from it (the
-configuration, the number of parameters, whether a tokenizer is there, the saved generation settings); what a
-training run says about itself (a title, how it was trained and scored, languages, datasets, metrics) comes in a
-``CardText``. The training scripts write it into their output folders and ``prepare_folder`` into the folder it
-uploads: one function, so that a folder's card and its card on the Hub say the same things.
+configuration, the number of parameters, whether a tokenizer is there, the saved generation settings, the model's
+settings table: its tokenizer's kind and size and the configuration's sizes); what a training run says about itself
+(a title, how it was trained and scored, what it used that the folder does not keep, the model it was fine-tuned
+from, languages, datasets, metrics) comes in a ``CardText``. The training scripts write it into their output
+folders and ``prepare_folder`` into the folder it uploads: one function, so that a folder's card and its card on the
+Hub say the same things.
 
 ``prepare_folder`` writes the folder that is uploaded: the weights (safetensors), ``config.json`` with
 ``auto_map``, the configuration and modeling source (so that the model loads with ``trust_remote_code=True``
@@ -39,6 +41,9 @@ DEFAULT_TAGS = ("hf_transformer", "encoder-decoder", "transformer", "custom_code
 DEFAULT_EXAMPLE = "Attention is all you need."
 # Rows of the card's table of named metrics: prefix of the results keys -> split shown.
 DEFAULT_RESULT_ROWS = {"eval": "validation", "test": "test"}
+# The usage snippet of a folder's own card (not yet on the Hub) loads it from this id, with PLACEHOLDER_NOTE beside it.
+PLACEHOLDER_REPO_ID = "your-name/{name}"
+PLACEHOLDER_NOTE = "placeholder: the id given to scripts/push_to_hub.py --repo_id, or this folder's path"
 # The generation defaults a card reports (and its usage snippet uses), where the folder saved them.
 GENERATION_SETTINGS = ("num_beams", "length_penalty")
 
@@ -61,7 +66,9 @@ class CardText:
     """What a training run says about itself in its model card; everything is optional.
 
     ``title`` replaces the folder's or repository's name as heading. ``training`` (the data, the initialisation)
-    and ``settings`` (the run's arguments, shown in a collapsed table) describe the training; ``evaluation`` says
+    and ``settings`` (what the run used that the folder does not keep: optimisation, regularisers; shown after the
+    model's settings, read from the folder by ``folder_settings``, in a collapsed table; None values are left out)
+    describe the training; ``base_model`` names the model it was fine-tuned from (metadata); ``evaluation`` says
     how the metrics were computed. ``example`` is the input of the usage snippet (default ``DEFAULT_EXAMPLE``).
     ``language``, ``tags``, ``datasets`` and ``metrics`` go into the metadata; ``model-index`` takes each metric's
     plain, else test, else validation value from the results, on the first dataset. ``metrics``, unless
@@ -83,6 +90,7 @@ class CardText:
     digits: int = 4
     settings: Mapping[str, Any] | None = None
     license: str = "apache-2.0"
+    base_model: str | None = None
 
 
 # -- reading the model folder --------------------------------------------------------------------------
@@ -165,16 +173,62 @@ def saved_generation(folder: str | os.PathLike) -> dict[str, Any]:
     }
 
 
+def tokenizer_settings(folder: str | os.PathLike) -> dict[str, Any]:
+    """What the folder's tokenizer (``tokenizer.json``) is: its model (``Unigram``, ``BPE``, ...), its size with the
+    added tokens (``len(tokenizer)``), and ``lowercase: true`` where it lowercases; empty without ``tokenizer.json``."""
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        return {}
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    settings = {
+        "tokenizer": type(tokenizer.model).__name__,
+        "tokenizer_vocab_size": tokenizer.get_vocab_size(with_added_tokens=True),
+    }
+    if tokenizer.normalizer is not None and tokenizer.normalizer.normalize_str("AÄ") == "aä":
+        settings["lowercase"] = True
+    return settings
+
+
+# The configuration fields a card's settings table shows: the encoder's, the decoder's where the head uses it, and
+# the head's own.
+_ENCODER_SETTINGS = (
+    "vocab_size", "d_model", "encoder_layers", "num_attention_heads", "intermediate_size", "activation_function",
+    "dropout", "attention_dropout", "layer_norm_position", "position_embedding_type", "max_position_embeddings",
+    "scale_embedding",
+)  # fmt: skip
+_DECODER_SETTINGS = (
+    "decoder_layers", "decoder_max_position_embeddings", "activation_dropout", "share_embeddings",
+    "tie_word_embeddings", "label_smoothing", "init_method",
+)  # fmt: skip
+_HEAD_SETTINGS = {
+    "TransformerForSequenceClassification": ("classifier_pooling", "num_labels"),
+    "TransformerForMaskedLM": ("tie_word_embeddings",),
+}
+
+
+def config_settings(arch: str, config: TransformerConfig) -> dict[str, Any]:
+    """The saved configuration's sizes, dropouts and choices that the head uses (``config.json``'s names)."""
+    names = list(_ENCODER_SETTINGS)
+    if not encoder_only(arch, config):
+        names += _DECODER_SETTINGS
+    names += [name for name in _HEAD_SETTINGS.get(arch, ()) if name not in names]
+    return {name: getattr(config, name) for name in names}
+
+
 @dataclass
 class SavedModel:
     """What a model folder says about itself: its configuration and head, the number of parameters, whether a
-    tokenizer is saved with it, and (a seq2seq model) its saved generation settings."""
+    tokenizer is saved with it, (a seq2seq model) its saved generation settings, and ``settings``: its tokenizer's
+    and configuration's (``tokenizer_settings``, ``config_settings``), what a training run used."""
 
     config: TransformerConfig
     arch: str
     num_parameters: int | None
     has_tokenizer: bool
     generation: Mapping[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 def read_model_folder(folder: str | os.PathLike) -> SavedModel:
@@ -189,6 +243,7 @@ def read_model_folder(folder: str | os.PathLike) -> SavedModel:
         num_parameters=count_parameters(folder),
         has_tokenizer=find_tokenizer(folder) is not None,
         generation=saved_generation(folder) if arch == SEQ2SEQ_HEAD else {},
+        settings=tokenizer_settings(folder) | config_settings(arch, config),
     )
 
 
@@ -255,15 +310,20 @@ def pipeline_tag(arch: str, tags: Sequence[str] = ()) -> str:
 # -- the usage snippet ---------------------------------------------------------------------------------
 
 
+def _repo_line(repo_id: str, placeholder: bool) -> str:
+    line = f"repo_id = {json.dumps(repo_id)}"
+    return line + f"  # {PLACEHOLDER_NOTE}" if placeholder else line
+
+
 def _snippet_inputs(
-    repo_id: str, auto_class: str, config: TransformerConfig, has_tokenizer: bool, example: str
+    repo_id: str, auto_class: str, config: TransformerConfig, has_tokenizer: bool, example: str, placeholder: bool
 ) -> list[str]:
     """The lines that load the model (and tokenizer) and build ``input_ids`` and ``attention_mask``."""
     if has_tokenizer:
         return [
             f"from transformers import {auto_class}, AutoTokenizer",
             "",
-            f"repo_id = {json.dumps(repo_id)}",
+            _repo_line(repo_id, placeholder),
             "tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)",
             f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
             "",
@@ -278,7 +338,7 @@ def _snippet_inputs(
         "import torch",
         f"from transformers import {auto_class}",
         "",
-        f"repo_id = {json.dumps(repo_id)}",
+        _repo_line(repo_id, placeholder),
         f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
         "",
         "# token ids of the model's vocabulary (no tokenizer was published with it)",
@@ -332,10 +392,13 @@ def usage_snippet(
     has_tokenizer: bool,
     example: str,
     generation: Mapping[str, Any] | None = None,
+    *,
+    placeholder: bool = False,
 ) -> str:
     """Python code that loads the model from ``repo_id`` (a Hub id or a folder) and runs it; it needs only torch and
-    transformers. A seq2seq model generates with ``generation``'s beam size and length penalty (default 4 beams)."""
-    lines = _snippet_inputs(repo_id, _HEADS[arch][0], config, has_tokenizer, example)
+    transformers. A seq2seq model generates with ``generation``'s beam size and length penalty (default 4 beams).
+    ``placeholder``: ``repo_id`` stands for the id the folder will be pushed to, and the snippet says so."""
+    lines = _snippet_inputs(repo_id, _HEADS[arch][0], config, has_tokenizer, example, placeholder)
     return "\n".join(lines + _snippet_outputs(arch, config, has_tokenizer, generation))
 
 
@@ -427,6 +490,7 @@ def card_metadata(model: SavedModel, results: Mapping[str, Any], text: CardText,
         metrics=list(text.metrics) or None,
         model_name=model_name if eval_results else None,
         eval_results=eval_results or None,
+        base_model=text.base_model,
     )
 
 
@@ -447,14 +511,22 @@ def describe(model: SavedModel) -> str:
     )
 
 
-def _training_section(text: CardText) -> list[str]:
-    if not (text.training or text.settings):
+def card_settings(model: SavedModel, text: CardText) -> dict[str, Any]:
+    """The card's settings table: the folder's (``SavedModel.settings``), then the run's (``text.settings``) where
+    they are not None; a run's setting of the same name as the folder's is not shown twice."""
+    run = {name: value for name, value in (text.settings or {}).items() if value is not None}
+    return {**model.settings, **{name: value for name, value in run.items() if name not in model.settings}}
+
+
+def _training_section(model: SavedModel, text: CardText) -> list[str]:
+    settings = card_settings(model, text)
+    if not (text.training or settings):
         return []
     sections = ["## Training"]
     if text.training:
         sections.append(text.training)
-    if text.settings:
-        sections.append(settings_table(text.settings))
+    if settings:
+        sections.append(settings_table(settings))
     return sections
 
 
@@ -476,8 +548,10 @@ def _evaluation_section(model: SavedModel, results: Mapping[str, Any], text: Car
     return sections
 
 
-def _usage_section(repo_id: str, model: SavedModel, example: str) -> list[str]:
-    snippet = usage_snippet(repo_id, model.arch, model.config, model.has_tokenizer, example, model.generation)
+def _usage_section(repo_id: str, model: SavedModel, example: str, placeholder: bool) -> list[str]:
+    snippet = usage_snippet(
+        repo_id, model.arch, model.config, model.has_tokenizer, example, model.generation, placeholder=placeholder
+    )
     return [
         "## Usage",
         "The configuration and modeling code are saved beside the weights, so the model loads with `transformers` "
@@ -496,11 +570,12 @@ def model_card(
     repo_id: str | None = None,
 ) -> str:
     """The text of ``README.md`` for the model saved in ``folder``: YAML metadata, a description, how the model was
-    trained, its evaluation results and a usage snippet that loads it from ``repo_id`` (a Hub id; default the
-    folder's path).
+    trained, its evaluation results and a usage snippet that loads it from ``repo_id`` (the Hub id it is pushed
+    to; without one, ``PLACEHOLDER_REPO_ID`` with the folder's name, marked as a placeholder).
 
     The folder gives the configuration (head, sizes, pipeline tag), the number of parameters, whether a tokenizer
-    is there and the saved generation settings (beam size, length penalty). ``results`` are the run's results
+    is there, the saved generation settings (beam size, length penalty) and the settings table's model settings
+    (its tokenizer's kind and size, the configuration's sizes and dropouts). ``results`` are the run's results
     (default: read from the folder's results files, ``RESULT_FILES``); every scalar result is listed. ``text`` is
     what the run says about itself (``CardText``). Raises ``FileNotFoundError`` if ``folder`` has no
     ``config.json``.
@@ -508,20 +583,31 @@ def model_card(
     folder, text = Path(folder), text or CardText()
     model = read_model_folder(folder)
     results = read_eval_results(folder) if results is None else results
-    repo_id = repo_id or str(folder)
+    placeholder = repo_id is None
+    repo_id = PLACEHOLDER_REPO_ID.format(name=folder.resolve().name) if placeholder else repo_id
     model_name = repo_id.rstrip("/").split("/")[-1]
     sections = [
         f"# {text.title or model_name}",
         describe(model),
-        *_training_section(text),
+        *_training_section(model, text),
         *_evaluation_section(model, results, text),
-        *_usage_section(repo_id, model, text.example or DEFAULT_EXAMPLE),
+        *_usage_section(repo_id, model, text.example or DEFAULT_EXAMPLE, placeholder),
     ]
     data = card_metadata(model, results, text, model_name)
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(sections) + "\n"))
 
 
 # -- the folder that is uploaded ---------------------------------------------------------------------------
+
+
+def local_base_model(model_dir: str | os.PathLike) -> str | None:
+    """The ``base_model`` that the card of ``model_dir`` (its ``README.md``, as a training script wrote it) names,
+    where that is a folder here rather than a Hub id; else None. The uploaded card cannot name a local folder."""
+    readme = Path(model_dir) / "README.md"
+    if not readme.is_file():
+        return None
+    base = ModelCard.load(readme).data.to_dict().get("base_model")
+    return base if isinstance(base, str) and Path(base).is_dir() else None
 
 
 def prepare_folder(

@@ -31,6 +31,7 @@ folders work with transformers' own `pipeline("text-classification", model=folde
 from __future__ import annotations
 
 import contextlib
+import importlib
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -46,7 +47,7 @@ from transformers import (
 )
 
 from .adapters import load_merged
-from .folders import CLASSIFICATION, SEQ2SEQ, is_adapter_folder, looks_like_a_path, task_of
+from .folders import CLASSIFICATION, SEQ2SEQ, check_task, is_adapter_folder, looks_like_a_path, task_of
 
 PIPELINE_TASK = "hf-transformer-translation"
 
@@ -172,6 +173,8 @@ class Predictor:
     ) -> Predictor:
         """Load `model_dir` (a saved folder or Hub id; for `engine="ctranslate2"` also a CTranslate2 folder). A list
         of seq2seq folders that share one tokenizer translates as their ensemble (:mod:`hf_transformer.ensemble`).
+        The task is the saved class's: a folder of any class but a translator or a classifier (a masked-token model,
+        a model without a head) is refused with `hf_transformer.folders.FolderTaskError`, in one line.
         `compute_type` (CTranslate2 only) is the type it computes in, e.g. "float16", "bfloat16" or "int8_float16"
         on a GPU, "int8" on a CPU; by default the folder's own weights' type."""
         if compute_type is not None and engine != "ctranslate2":
@@ -198,7 +201,7 @@ class Predictor:
             model, tokenizer, task = load_merged(model_dir)
             return cls(model.to(device), tokenizer, task, engine=engine, **options)
         config = AutoConfig.from_pretrained(model_dir)
-        task = task_of(config)
+        task = check_task(config, model_dir, "Predictor", (SEQ2SEQ, CLASSIFICATION))  # never a masked-token folder
         auto = AutoModelForSequenceClassification if task == CLASSIFICATION else AutoModelForSeq2SeqLM
         model = auto.from_pretrained(model_dir, config=config).to(device).eval()
         return cls(model, AutoTokenizer.from_pretrained(model_dir), task, engine=engine, **options)
@@ -206,23 +209,30 @@ class Predictor:
     @classmethod
     def _from_ctranslate2(cls, model_dir: str, *, device, quantization, compute_type, threads, **options) -> Predictor:
         from .configuration_transformer import TransformerConfig
-        from .export.ctranslate2_export import MODEL_CONFIG_FILE, CTranslate2Generator, to_ctranslate2
+
+        # Imported by name: this file travels with a saved translation folder (its pipeline, for remote code), and
+        # transformers would look for the file of a `from .export.x import` beside it.
+        exporter = importlib.import_module(".export.ctranslate2_export", __package__)
 
         cleanup = contextlib.ExitStack()
         folder = Path(model_dir)
         if not (folder / "model.bin").is_file():  # a saved model folder: converted first
             if not folder.is_dir():
                 raise ValueError(f"{model_dir}: engine='ctranslate2' needs a local folder")
+            if (folder / "config.json").is_file():
+                check_task(AutoConfig.from_pretrained(folder), model_dir, "engine='ctranslate2'", (SEQ2SEQ,))
             converted = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="ctranslate2-")))
-            folder = to_ctranslate2(model_dir, converted / "model", quantization=quantization)
+            folder = exporter.to_ctranslate2(model_dir, converted / "model", quantization=quantization)
         elif quantization is not None:
             raise ValueError(f"{model_dir} is already a CTranslate2 model; quantization is chosen when converting")
         threads = threads or torch.get_num_threads()
         compute_type = compute_type or "default"
         if device == "cpu":
-            generator = CTranslate2Generator.for_cpu(folder, threads, compute_type=compute_type)
+            generator = exporter.CTranslate2Generator.for_cpu(folder, threads, compute_type=compute_type)
         else:
-            generator = CTranslate2Generator(folder, device=device, compute_type=compute_type, intra_threads=threads)
+            generator = exporter.CTranslate2Generator(
+                folder, device=device, compute_type=compute_type, intra_threads=threads
+            )
         predictor = cls(
             None,
             AutoTokenizer.from_pretrained(folder),
@@ -231,7 +241,7 @@ class Predictor:
             ctranslate2_generator=generator,
             **options,
         )
-        predictor._config = TransformerConfig.from_json_file(folder / MODEL_CONFIG_FILE)
+        predictor._config = TransformerConfig.from_json_file(folder / exporter.MODEL_CONFIG_FILE)
         saved = folder / "generation_config.json"
         predictor._generation_config = (
             GenerationConfig.from_pretrained(folder) if saved.is_file() else GenerationConfig()
@@ -404,6 +414,12 @@ class TranslationPipeline(Pipeline):
     `translation_token_ids` instead of the text, `clean_up_tokenization_spaces` goes to the decoding, and the other
     options to `generate`."""
 
+    def __init__(self, model, *args, **kwargs):
+        # A folder of another saved class loads as a seq2seq model with weights it does not hold (a masked-token
+        # folder's decoder would be random): refused in one line before anything runs.
+        check_task(model.config, model.name_or_path or type(model).__name__, f'pipeline("{PIPELINE_TASK}")', (SEQ2SEQ,))
+        super().__init__(model, *args, **kwargs)
+
     def _sanitize_parameters(
         self, truncation=True, return_tensors=None, clean_up_tokenization_spaces=None, **generate_kwargs
     ):
@@ -441,7 +457,13 @@ class TranslationPipeline(Pipeline):
             generate_kwargs.pop("max_new_tokens", None),
             generate_kwargs.pop("max_length", None),
         )
-        return {"output_ids": self.model.generate(**model_inputs, max_new_tokens=length, **generate_kwargs)}
+        # As Predictor: the limit goes in the field the saved generation config uses (the training scripts save
+        # max_length); setting the other one as well makes generate() warn at every call that both are set.
+        if self.model.generation_config.to_diff_dict().get("max_new_tokens"):
+            generate_kwargs["max_new_tokens"] = length
+        else:
+            generate_kwargs["max_length"] = length + 1  # counts the start token
+        return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
 
     def postprocess(self, model_outputs, return_tensors: bool = False, **decode_options):
         if return_tensors:
@@ -456,3 +478,8 @@ def register_pipeline() -> None:
     PIPELINE_REGISTRY.register_pipeline(
         PIPELINE_TASK, pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
     )
+    # A saved seq2seq folder names the pipeline (`custom_pipelines`) and carries this file, so that
+    # `pipeline(PIPELINE_TASK, model=folder, trust_remote_code=True)` runs where this package is not installed.
+    from .configuration_transformer import TransformerConfig
+
+    TransformerConfig.register_folder_pipeline("TransformerForConditionalGeneration", TranslationPipeline)

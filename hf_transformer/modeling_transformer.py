@@ -77,8 +77,7 @@ from .speed import AttentionKernels, Dropout, all_true, attend, inverted_dropout
 def sinusoid_table(num_positions: int, dim: int) -> torch.Tensor:
     """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)); rows 0..num_positions-1.
 
-    Row 0 is the position the seeds give to padding; real tokens are numbered from 1.
-    """
+    Row 0 is the position the seeds give to padding; real tokens are numbered from 1."""
     position = torch.arange(num_positions, dtype=torch.float64)[:, None]
     pair_index = torch.arange(dim, dtype=torch.float64) // 2
     angle = position / torch.pow(10000.0, 2 * pair_index / dim)  # (num_positions, dim)
@@ -137,7 +136,8 @@ class TransformerEmbeddings(nn.Module):
         batch_size, length = inputs_embeds.shape[:2]
         check_sequence_fits(past_length + length, self.max_positions)
         if self.numbers_real_tokens and token_is_real is not None:
-            positions = token_is_real.cumsum(-1).masked_fill(~token_is_real, 0)  # (B, L): 1, 2, ...; padding 0
+            # (B, L): 1, 2, ...; padding 0. Summed as integers: ONNX's CumSum takes no booleans (legacy export).
+            positions = token_is_real.long().cumsum(-1).masked_fill(~token_is_real, 0)
             if self.position_embedding_type == "sinusoidal":
                 position_embeds = F.embedding(positions, self.position_table)
             else:

@@ -173,6 +173,35 @@ def process_report(trainer, tokenizer) -> str:
     )
 
 
+def no_unused_parameters(training_args) -> None:
+    """Every parameter of the package's heads takes part in each training step's loss (checked for every head in
+    ``tests/test_training_helpers.py``), so DistributedDataParallel need not search the graph for unused ones: where
+    the command line leaves ``--ddp_find_unused_parameters`` unset, it is set to False. Trainer's own default (True)
+    costs a walk of the graph at every step and makes torch warn that it "did not find any unused parameters"."""
+    if training_args.ddp_find_unused_parameters is None:
+        training_args.ddp_find_unused_parameters = False
+
+
+def training_settings(trainer) -> dict:
+    """How a finished run trained, for its model card: the optimizer, the peak learning rate and its schedule, the
+    warm-up steps and weight decay taken, the rows per optimizer step over all processes and accumulation steps, the
+    optimizer steps and epochs done, the arithmetic, and the seed."""
+    args, state = trainer.args, trainer.state
+    precision = "bfloat16" if args.bf16 else "float16" if args.fp16 else "float32"
+    return {
+        "optimizer": str(getattr(args.optim, "value", args.optim)),
+        "learning_rate": args.learning_rate,
+        "lr_scheduler_type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
+        "warmup_steps": args.get_warmup_steps(state.max_steps),
+        "weight_decay": args.weight_decay,
+        "train_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "optimizer_steps": state.global_step,
+        "epochs": round(state.epoch, 2) if state.epoch is not None else None,
+        "precision": precision,
+        "seed": args.seed,
+    }
+
+
 def train_metrics(train_output) -> dict:
     """`Trainer.train`'s metrics, each named with a ``train_`` prefix (some already carry it)."""
     return {k if k.startswith("train_") else f"train_{k}": v for k, v in train_output.metrics.items()}

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from transformers import Seq2SeqTrainingArguments
@@ -247,12 +247,15 @@ def translation_card(
     evaluation: str,
     metric_names: Mapping[str, str] | None = None,
     notes: str = "",
+    settings: Mapping | None = None,
     **text,
 ):
-    """The ``CardText`` of a translation run (``hf_transformer.hub.model_card``): trained from scratch on ``data``
-    with its token tables (and ``notes`` after them), averaged checkpoints and length penalty chosen on validation
-    said in words, the run's settings, and a table of beam and greedy scores. ``metric_names`` (metric -> name,
-    default BLEU and chrF) are the table's metrics; ``text`` sets other ``CardText`` fields (``language``, ...)."""
+    """The ``CardText`` of a translation run (``hf_transformer.hub.model_card``): trained from scratch on the
+    ``results["train_samples"]`` training pairs of ``data`` with its tokenizer and token tables (and ``notes`` after
+    them), averaged checkpoints and length penalty chosen on validation said in words, a table of beam and greedy
+    scores with the pairs scored, and ``settings`` (``hf_transformer.training.training_settings`` and the run's other
+    options; the model's own settings the card reads from the folder). ``metric_names`` (metric -> name, default
+    BLEU and chrF) are the table's metrics; ``text`` sets other ``CardText`` fields (``language``, ...)."""
     from .hub import CardText
 
     names = dict(metric_names or {"bleu": "BLEU", "chrf": "chrF"})
@@ -267,20 +270,22 @@ def translation_card(
     beams = results.get("num_beams", model_args.num_beams)
     columns = {"bleu": f"{names['bleu']} (beam {beams})", "greedy_bleu": f"{names['bleu']} (greedy)"}
     columns |= {metric: f"{name} (beam)" for metric, name in names.items() if metric != "bleu"}
-    rows = {
-        "eval": f"validation ({results.get('eval_samples', '?')} pairs)",
-        "test": f"test ({results.get('test_samples', '?')} pairs)",
-    }
+    rows = {"eval": f"validation ({results['eval_samples']:,} pairs)"}
+    if "test_samples" in results:
+        rows["test"] = f"test ({results['test_samples']:,} pairs)"
+    vocabulary = (
+        f"the vocabulary of {model_args.tokenizer}" if model_args.tokenizer else "one vocabulary trained on those pairs"
+    )
     return CardText(
         title=title,
-        training=f"Trained from scratch on {data}, with one vocabulary for both languages and {model_args.tables()}"
-        f"{notes}.{averaged}",
+        training=f"Trained from scratch on {results['train_samples']:,} training pairs of {data}, with {vocabulary} "
+        f"for both languages and {model_args.tables()}{notes}.{averaged}",
         evaluation=f"{evaluation}{chosen}",
         metrics=list(names),
         metric_columns=columns,
         result_rows=text.pop("result_rows", rows),
         digits=2,
-        settings=asdict(model_args),
+        settings=dict(settings or {}),
         **text,
     )
 

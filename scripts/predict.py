@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hf_transformer.folders import looks_like_a_path
+from hf_transformer.folders import ADAPTER_CONFIG, FolderTaskError, looks_like_a_path
 from hf_transformer.inference import Predictor, check_device, format_result, read_lines
 
 
@@ -62,8 +62,11 @@ def argument_parser() -> argparse.ArgumentParser:
 
 def read_inputs(args, parser) -> list[str]:
     """The texts: the arguments, else --input's lines, else stdin's; a wrong folder, device or mix refused first."""
-    if not Path(args.model_dir).is_dir() and looks_like_a_path(args.model_dir):
+    folder = Path(args.model_dir)
+    if not folder.is_dir() and looks_like_a_path(args.model_dir):
         parser.error(f"{args.model_dir}: no such model folder")
+    if folder.is_dir() and not any((folder / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
+        parser.error(f"{args.model_dir}: not a model folder: it has no config.json (nor {ADAPTER_CONFIG})")
     if args.input and args.texts:
         parser.error("give TEXT arguments or --input, not both")
     try:
@@ -90,10 +93,12 @@ def load_predictor(args, parser) -> Predictor:
             length_penalty=args.length_penalty,
             batch_size=args.batch_size,
         )
+    except FolderTaskError as error:  # a folder of a class it does not serve (a masked-token model)
+        parser.error(str(error))
     except (OSError, ValueError) as error:
-        if Path(args.model_dir).is_dir():
-            raise  # a folder that exists but does not load: the full error is the useful one
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if Path(args.model_dir).is_dir():  # a folder that exists but does not load: what went wrong, in one line
+            parser.error(f"{args.model_dir}: {first_line}")
         parser.error(f"{args.model_dir}: no such model folder, and not a Hub model that loads here ({first_line})")
 
 

@@ -27,7 +27,7 @@ import logging
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -41,10 +41,12 @@ from hf_transformer.hub import CardText, model_card
 from hf_transformer.training import (
     end_process_group,
     keep_freed_memory,
+    no_unused_parameters,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
+    training_settings,
     warn_of_emulated_bfloat16,
 )
 
@@ -92,21 +94,28 @@ def masked_token_accuracy(model, dataset, collator, batch_size: int = 256) -> fl
     return right / max(total, 1)
 
 
-def card_text(model_args, data_args: TextFileArguments, pretrain_args: PretrainingArguments) -> CardText:
-    """What the model card says of this run (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
-    start = f"continued from {model_args.init_from}" if model_args.init_from else "from scratch"
+def card_text(model_args, data_args: TextFileArguments, results: dict, settings: dict) -> CardText:
+    """What the model card says of this run (hf_transformer.hub.model_card, the card it gets on the Hub too): the
+    texts it trained on and was scored on, counted, where it started and its tokenizer came from, and ``settings``
+    (hf_transformer.training.training_settings); the model's own settings the card reads from the folder."""
+    init_from = model_args.init_from
+    start = f"continued from {init_from} (base model)" if init_from else "from scratch"
     data = data_args.dataset_name or Path(data_args.train_file).name
+    tokenizer = model_args.tokenizer or init_from
+    tokenizer = f"the tokenizer of {tokenizer}" if tokenizer else "a tokenizer trained on those texts"
     return CardText(
         title="Transformer encoder pretrained with masked tokens" + (f" on {data}" if data_args.dataset_name else ""),
-        training=f"Masked-token pretraining ({start}) on the training texts of {data}; no label is read. "
-        f"{pretrain_args.mlm_probability:.0%} of the tokens of each text are chosen: 80% of them become [MASK], 10% "
-        "a random token, 10% stay. The encoder (`model.encoder.*`) starts `scripts/train_classifier.py --init_from`.",
+        training=f"Masked-token pretraining ({start}) on {results['train_samples']:,} training texts of {data} with "
+        f"{tokenizer}; no label is read. {results['mlm_probability']:.0%} of the tokens of each text are chosen: 80% "
+        "of them become [MASK], 10% a random token, 10% stay. The encoder (`model.encoder.*`) starts "
+        "`scripts/train_classifier.py --init_from`.",
         language=data_args.language,
         tags=["masked-lm", *([data_args.dataset_name] if data_args.dataset_name else [])],
         datasets=[data_args.dataset_name] if data_args.dataset_name else [],
         metric_columns={"loss": "masked-token loss", "masked_accuracy": "masked-token accuracy"},
-        result_rows={"eval": "validation"},
-        settings=asdict(model_args) | asdict(pretrain_args),
+        result_rows={"eval": f"validation ({results['eval_samples']:,} texts)"},
+        settings=settings | {"mlm_probability": results["mlm_probability"]},
+        base_model=init_from,
     )
 
 
@@ -171,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    no_unused_parameters(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     warn_of_emulated_bfloat16(training_args)
@@ -204,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
         wall_seconds=round(time.time() - started, 1),
         command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
     )
-    save(trainer, results, card_text(model_args, data_args, pretrain_args))
+    save(trainer, results, card_text(model_args, data_args, results, training_settings(trainer)))
     logger.info(
         "validation masked-token loss %.4f, accuracy %.4f; folder %s",
         results["eval_loss"],

@@ -4,16 +4,22 @@
     python scripts/push_to_hub.py runs/demo/model --repo_id your-name/transformer-demo \\
         --language en --dataset your-name/data --metric exact_match --results runs/demo/results.json
     python scripts/push_to_hub.py MODEL_DIR --repo_id your-name/model --dry-run out/   # write, do not upload
+    python scripts/push_to_hub.py MODEL_DIR --repo_id your-name/model --space_dir space/   # and a demo Space
 
 MODEL_DIR is a folder written by ``save_pretrained``. The tokenizer is taken from ``--tokenizer`` or from
 MODEL_DIR. Evaluation results are read from ``all_results.json``, ``eval_results.json``,
 ``test_results.json`` and ``results.json`` in MODEL_DIR and from ``--results``. The uploaded folder holds
 ``config.json`` with ``auto_map`` and the configuration and modeling source, so the model loads with
 ``trust_remote_code=True`` where ``hf_transformer`` is not installed. The card's pipeline tag follows the model's
-head (a seq2seq model tagged ``--tag translation`` is a translation model).
+head (a seq2seq model tagged ``--tag translation`` is a translation model). A model fine-tuned from another folder
+(``--init_from``) names that model's Hub id with ``--base_model`` (the card's ``base_model``); the card's usage
+snippet loads the model from ``--repo_id``.
 
 Uploading needs a token (``hf auth login`` or ``HF_TOKEN``) and a connection; without them the script
 stops before uploading anything. ``--dry-run OUT_DIR`` writes the exact folder that would be uploaded.
+``--space_dir DIR`` also writes a Hugging Face Space there (``hf_transformer.app.write_space``: ``app.py``,
+``requirements.txt``, ``README.md``, the package's source) whose demo app loads the model from ``--repo_id``; it
+is written, never uploaded: ``hf upload --repo-type space SPACE_ID DIR`` does that.
 """
 
 from __future__ import annotations
@@ -46,12 +52,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--metric", action="append", default=[], help="metric id, e.g. bleu; repeatable")
     parser.add_argument("--example", default=hub.DEFAULT_EXAMPLE, help="input text of the card's usage snippet")
     parser.add_argument(
+        "--base_model",
+        "--base-model",
+        default=None,
+        help="Hub id of the model MODEL_DIR was fine-tuned from (its --init_from folder, once uploaded): the card's "
+        "base_model",
+    )
+    parser.add_argument(
         "--dry-run",
         "--dry_run",
         dest="dry_run",
         metavar="OUT_DIR",
         default=None,
         help="write the folder that would be uploaded into OUT_DIR and upload nothing",
+    )
+    parser.add_argument(
+        "--space_dir",
+        "--space-dir",
+        metavar="DIR",
+        default=None,
+        help="also write a Space (app.py, requirements.txt, ...) whose demo app loads REPO_ID into DIR; not uploaded",
     )
     return parser.parse_args(argv)
 
@@ -65,6 +85,7 @@ def main(argv: list[str] | None = None) -> None:
         datasets=args.dataset,
         metrics=args.metric,
         example=args.example,
+        base_model=args.base_model,
     )
 
     def prepare(out_dir) -> Path:
@@ -72,6 +93,17 @@ def main(argv: list[str] | None = None) -> None:
             args.model_dir, out_dir, args.repo_id, tokenizer_dir=args.tokenizer, results_files=args.results, text=text
         )
 
+    if args.space_dir:
+        from hf_transformer.app import write_space
+
+        space = write_space(args.repo_id, args.space_dir)
+        print(f"wrote a Space for {args.repo_id} to {space}, not uploaded (hf upload --repo-type space ID {space})")
+    local_base = hub.local_base_model(args.model_dir)
+    if local_base and not args.base_model:
+        print(
+            f"note: {args.model_dir} was fine-tuned from the folder {local_base}; give --base_model with its Hub id "
+            "to name it in the card"
+        )
     if hub.find_tokenizer(args.model_dir, args.tokenizer) is None:
         print(f"note: no tokenizer in {args.model_dir} and no --tokenizer; the card's usage snippet feeds token ids")
     if args.dry_run:

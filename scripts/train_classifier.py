@@ -22,7 +22,7 @@ import json
 import logging
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +39,12 @@ from hf_transformer.training import (
     check_checkpoint_averaging,
     end_process_group,
     keep_freed_memory,
+    no_unused_parameters,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
+    training_settings,
     warn_of_emulated_bfloat16,
 )
 
@@ -102,22 +104,40 @@ def load_encoder_weights(model: TransformerForSequenceClassification, folder: st
     return len(own)
 
 
-def card_text(model_args: EncoderArguments, data_args: TextFileArguments, results: dict) -> CardText:
-    """What the model card says of this run (hf_transformer.hub.model_card, the card it gets on the Hub too)."""
-    start = f"from the pretrained encoder of {model_args.init_from}" if model_args.init_from else "from scratch"
+def card_text(model_args: EncoderArguments, data_args: TextFileArguments, results: dict, settings: dict) -> CardText:
+    """What the model card says of this run (hf_transformer.hub.model_card, the card it gets on the Hub too): the
+    rows it trained on and was scored on, counted, where its encoder and tokenizer came from, and ``settings``
+    (hf_transformer.training.training_settings); the model's own settings the card reads from the folder."""
+    init_from = model_args.init_from
+    start = f"from the pretrained encoder of {init_from} (base model)" if init_from else "from scratch"
     data = data_args.dataset_name or Path(data_args.train_file).name
-    held_out = "its validation file" if data_args.validation_file else "the validation rows held out from it"
+    tokenizer = model_args.tokenizer or init_from
+    tokenizer = f"the tokenizer of {tokenizer}" if tokenizer else "a tokenizer trained on those rows"
+    validation = f"{results['eval_samples']:,} validation rows"
+    validation += " (its validation file)" if data_args.validation_file else " held out from its training file"
+    test = f" and {results['test_samples']:,} test rows" if "test_samples" in results else ""
+    frozen = " (its token table kept fixed)" if model_args.freeze_embeddings else ""
     return CardText(
         title=f"Transformer text classifier ({data})" if data_args.dataset_name else "Transformer text classifier",
-        training=f"Trained {start} on the training rows of {data}, scored on {held_out}.",
+        training=f"Trained {start} on {results['train_samples']:,} training rows of {data} with {tokenizer}{frozen}; "
+        f"scored on {validation}{test}.",
         language=data_args.language,
         tags=["text-classification", *([data_args.dataset_name] if data_args.dataset_name else [])],
         datasets=[data_args.dataset_name] if data_args.dataset_name else [],
         metrics=["accuracy", "f1"],
         metric_columns={"accuracy": "accuracy", "f1": "F1"},
-        result_rows={"eval": "validation", "test": f"test ({results.get('test_samples', '?')} rows)"},
-        settings=asdict(model_args),
+        result_rows=count_rows(results, "rows"),
+        settings=settings | {"freeze_embeddings": True if model_args.freeze_embeddings else None},
+        base_model=init_from,
     )
+
+
+def count_rows(results: dict, what: str) -> dict[str, str]:
+    """The card's table rows: each split with the number of its rows scored."""
+    rows = {"eval": f"validation ({results['eval_samples']:,} {what})"}
+    if "test_samples" in results:
+        rows["test"] = f"test ({results['test_samples']:,} {what})"
+    return rows
 
 
 def load_encoder_and_data(model_args, data_args, training_args):
@@ -165,6 +185,7 @@ def score(trainer, model, tokenized, training_args) -> dict:
     if averaged:
         results["averaged_checkpoints"] = averaged
     results.update(trainer.evaluate())
+    results["eval_samples"] = len(tokenized["validation"])
     if "test" in tokenized:
         results.update(trainer.predict(tokenized["test"], metric_key_prefix="test").metrics)
         results["test_samples"] = len(tokenized["test"])
@@ -188,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     pin_memory_only_with_accelerator(training_args)
+    no_unused_parameters(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     warn_of_emulated_bfloat16(training_args)
@@ -213,7 +235,7 @@ def main(argv: list[str] | None = None) -> dict:
         "dataset": data_args.dataset_name,
         "init_from": model_args.init_from,
     }
-    results |= train_metrics(train_output)
+    results |= {"train_samples": len(tokenized["train"])} | train_metrics(train_output)
     results |= score(trainer, model, tokenized, training_args)
     results.update(
         world_size=training_args.world_size,
@@ -221,7 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
         wall_seconds=round(time.time() - started, 1),
         command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
     )
-    save(trainer, results, card_text(model_args, data_args, results))
+    save(trainer, results, card_text(model_args, data_args, results, training_settings(trainer)))
     if "test_accuracy" in results:
         logger.info("test accuracy %.4f, F1 %.4f", results["test_accuracy"], results["test_f1"])
     logger.info("model folder %s", training_args.output_dir)

@@ -39,10 +39,12 @@ from hf_transformer.training import (
     average_last_checkpoints,
     end_process_group,
     keep_freed_memory,
+    no_unused_parameters,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
+    training_settings,
     warn_of_emulated_bfloat16,
 )
 from hf_transformer.translation_training import (
@@ -63,6 +65,7 @@ def parse(argv: list[str] | None):
     parser = HfArgumentParser((TranslationModelArguments, TranslationFileArguments, TranslationTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    no_unused_parameters(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     warn_of_emulated_bfloat16(training_args)
@@ -110,15 +113,19 @@ def languages(data_args: TranslationFileArguments) -> tuple[str, str]:
     return data_args.source_lang or data_args.source_column, data_args.target_lang or data_args.target_column
 
 
-def card_text(model_args: TranslationModelArguments, data_args: TranslationFileArguments, results: dict, splits):
-    """What the run says about itself in its model card (hf_transformer.hub.model_card)."""
+def card_text(
+    model_args: TranslationModelArguments, data_args: TranslationFileArguments, results: dict, splits, settings: dict
+):
+    """What the run says about itself in its model card (hf_transformer.hub.model_card); ``settings``:
+    hf_transformer.training.training_settings."""
     (source, target), name = languages(data_args), data_args.dataset_name
     example = splits["test" if "test" in splits else "validation"]["translation"][0][data_args.source_column]
     return translation_card(
         model_args,
         results,
         title=f"Transformer {source} -> {target}" + (f" on {name}" if name else ""),
-        data=f"the {results['train_samples']} pairs of {', '.join(data_args.train_file)} ({source} -> {target})",
+        data=f"{', '.join(data_args.train_file)} ({source} -> {target})",
+        settings=settings,
         evaluation="BLEU and chrF are sacreBLEU's (detokenized, cased, 13a) against the raw references.",
         language=[lang for lang in (data_args.source_lang, data_args.target_lang) if lang],
         tags=["translation"],
@@ -153,9 +160,8 @@ def main(argv: list[str] | None = None) -> dict:
     if test_hypotheses is not None:
         results |= {"bleu": scores["test_bleu"], "chrf": scores["test_chrf"], "test_samples": len(tokenized["test"])}
     results |= run_facts(model, training_args, started, "train_translation.py", argv)
-    output_dir = save_translation_run(
-        trainer, results, test_hypotheses, card_text(model_args, data_args, results, splits)
-    )
+    card = card_text(model_args, data_args, results, splits, training_settings(trainer))
+    output_dir = save_translation_run(trainer, results, test_hypotheses, card)
     scored = "test" if test_hypotheses is not None else "eval"
     logger.info("%s BLEU %.2f (beam %d); model folder %s", scored, results[f"{scored}_bleu"], beams, output_dir)
     return results

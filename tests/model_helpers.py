@@ -51,3 +51,111 @@ def batch_with_padding():
     source = torch.tensor([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16, 3]])
     target = torch.tensor([[2, 20, 21, 22, 23], [2, 24, 0, 0, 0], [2, 25, 26, 27, 0]])
     return source, target
+
+
+def _card_cell(value) -> str:
+    """A value as the card's settings table shows it (hf_transformer.hub.settings_table)."""
+    import json
+
+    shown = value if isinstance(value, str) and value else json.dumps(value, ensure_ascii=False, default=str)
+    return shown.replace("|", "\\|").replace("\n", " ")
+
+
+def card_settings(card: str) -> dict[str, str]:
+    """The rows of a model card's settings table: name -> value as shown."""
+    import re
+
+    table = r"<summary>Settings</summary>\n\n\| setting \| value \|\n\|---\|---\|\n(.*?)\n\n</details>"
+    block = re.search(table, card, re.S)
+    assert block, "the card has no settings table"
+    rows = [re.fullmatch(r"\| (\S+) \| (.*) \|", line) for line in block.group(1).splitlines()]
+    assert all(rows), block.group(1)
+    return {row.group(1): row.group(2) for row in rows}
+
+
+def trained_with(folder) -> dict:
+    """What ``hf_transformer.training.training_settings`` should give for the run that wrote ``folder``, read from the
+    folder: the TrainingArguments it saved (``training_args.bin``) and its ``log_history.json``."""
+    import json
+    from pathlib import Path
+
+    args = torch.load(Path(folder) / "training_args.bin", weights_only=False)
+    history = json.loads((Path(folder) / "log_history.json").read_text())
+    steps, epoch = history[-1]["step"], history[-1]["epoch"]
+    return {
+        "optimizer": str(getattr(args.optim, "value", args.optim)),
+        "learning_rate": args.learning_rate,
+        "lr_scheduler_type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
+        "warmup_steps": args.get_warmup_steps(steps),
+        "weight_decay": args.weight_decay,
+        "train_batch_size": args.per_device_train_batch_size * args.gradient_accumulation_steps * args.world_size,
+        "optimizer_steps": steps,
+        "epochs": round(epoch, 2),
+        "precision": "bfloat16" if args.bf16 else "float16" if args.fp16 else "float32",
+        "seed": args.seed,
+    }
+
+
+def check_card_describes_folder(folder, run_settings=None, *, base_model=None, repo_id=None, card=None) -> str:
+    """Checks every field of a model card (the folder's README.md, or ``card``) against the folder it describes and
+    returns the card: each row of its settings table against the saved config.json and tokenizer, or else against
+    ``run_settings`` (the run's settings the folder does not keep, every one shown); no null value; the size and
+    vocabulary of its description against the weights and the config; ``base_model`` in its metadata; the usage
+    snippet's ``repo_id`` (default: the placeholder that says so); and where the folder has a ``results.json``, the
+    counts of rows the card gives (trained on, each split scored) against it."""
+    import json
+    import re
+    from pathlib import Path
+
+    from huggingface_hub import ModelCard
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    from hf_transformer.hub import PLACEHOLDER_NOTE
+
+    folder = Path(folder)
+    card = (folder / "README.md").read_text(encoding="utf-8") if card is None else card
+    config = TransformerConfig.from_pretrained(folder)
+    shown = card_settings(card)
+    assert "null" not in shown.values(), shown
+    run_settings = dict(run_settings or {})
+    tokenizer = AutoTokenizer.from_pretrained(folder) if (folder / "tokenizer.json").is_file() else None
+    for name, value in shown.items():
+        if name == "tokenizer":
+            assert value == type(tokenizer.backend_tokenizer.model).__name__
+        elif name == "tokenizer_vocab_size":
+            assert int(value) == len(tokenizer), (value, len(tokenizer))
+        elif name == "lowercase":
+            assert value == "true" and tokenizer.backend_tokenizer.normalizer.normalize_str("AÄ") == "aä"
+        elif name in config.to_dict() or name == "num_labels":
+            assert value == _card_cell(getattr(config, name)), (name, value, getattr(config, name))
+        else:
+            assert name in run_settings, f"{name} = {value}: neither the folder's nor the run's setting"
+            assert value == _card_cell(run_settings[name]), (name, value, run_settings[name])
+    assert set(run_settings) <= set(shown), set(run_settings) - set(shown)
+    if tokenizer is not None:
+        assert {"tokenizer", "tokenizer_vocab_size"} <= set(shown)
+    for required in ("vocab_size", "d_model", "encoder_layers", "num_attention_heads", "intermediate_size", "dropout"):
+        assert required in shown, required
+
+    weights = load_file(str(folder / "model.safetensors"))
+    assert f"{sum(tensor.numel() for tensor in weights.values()):,} parameters" in card
+    assert f"vocabulary {config.vocab_size}." in card
+    assert ModelCard(card).data.base_model == base_model
+    snippet_repo = re.findall(r'^repo_id = "([^"]*)"(.*)$', card, re.M)
+    if repo_id is None:
+        assert snippet_repo == [(f"your-name/{folder.resolve().name}", "  # " + PLACEHOLDER_NOTE)]
+    else:
+        assert snippet_repo == [(repo_id, "")]
+
+    if (folder / "results.json").is_file():
+        results = json.loads((folder / "results.json").read_text())
+        patterns = {
+            "train_samples": r"on ([\d,]+) training (?:rows|pairs|texts)",
+            "eval_samples": r"\| validation \(([\d,]+) (?:rows|pairs|texts)\)",
+            "test_samples": r"\| test\w* \(([\d,]+) (?:rows|pairs|texts)\)",
+        }
+        for key, pattern in patterns.items():
+            found = re.findall(pattern, card)
+            assert found == ([f"{results[key]:,}"] if key in results else []), (key, found, results.get(key))
+    return card

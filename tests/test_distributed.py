@@ -28,6 +28,9 @@ from launch_utils import (
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
 STEPS = 12
+# What torch's DistributedDataParallel prints when asked to find unused parameters and there are none (Trainer's
+# default); the scripts set ddp_find_unused_parameters=False (hf_transformer.training.no_unused_parameters).
+UNUSED_PARAMETERS_WARNING = "find_unused_parameters=True was specified in DDP constructor, but did not find any unused"
 CLASSIFIER_MODEL = [
     "--vocab_size", "120", "--d_model", "32", "--num_layers", "1", "--num_heads", "2",
     "--intermediate_size", "64", "--max_length", "16", "--dropout", "0", "--attention_dropout", "0",
@@ -67,6 +70,7 @@ def test_classifier_two_processes_match_one(nsmc_dir, tmp_path):
     assert all(world == 2 and steps == STEPS for world, steps, _ in reports.values()), reports
     assert reports[0][2] == reports[1][2], "the processes use different tokenizers"
     assert json.loads((two / "results.json").read_text())["world_size"] == 2
+    assert UNUSED_PARAMETERS_WARNING not in done.stderr  # every parameter is used: DDP is told not to search
 
     losses_two = logged_losses(two)
     assert len(losses_two) == STEPS
@@ -121,6 +125,7 @@ def test_translation_two_processes_match_one(tmp_path):
     assert sorted(reports) == [0, 1] and {r[:2] for r in reports.values()} == {(2, STEPS)}, reports
     assert reports[0][2] == reports[1][2], "the processes use different tokenizers"
     assert json.loads((two / "results.json").read_text())["world_size"] == 2
+    assert UNUSED_PARAMETERS_WARNING not in done.stderr
     losses_two = logged_losses(two)
     assert len(losses_two) == STEPS and losses_two[-1] < 0.8 * losses_two[0], losses_two
 

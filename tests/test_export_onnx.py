@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -416,3 +417,81 @@ def test_quantize_onnx_refuses_what_it_cannot_quantize(classifier, classifier_di
     with pytest.raises(ValueError, match="external data"):
         quantize_onnx(external, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("head", ["seq2seq", "classifier"])
+def test_legacy_torchscript_export_loads_and_matches_eager_on_padded_batches(
+    translator, classifier_dir, tokenizer, tmp_path, head
+):
+    """torch's legacy (TorchScript) exporter, beside the dynamo one of ``to_onnx``: ``dynamo=False`` with
+    ``dynamic_axes`` writes a graph ONNX Runtime loads (the positions of real tokens are a cumulative sum of integers,
+    never of booleans, which ONNX's CumSum refuses), and it matches eager on a padded batch of another shape than the
+    traced one."""
+    import onnxruntime
+
+    if head == "seq2seq":
+        model, names = translator[0], ["input_ids", "attention_mask", "decoder_input_ids"]
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = model
+
+            def forward(self, input_ids, attention_mask, decoder_input_ids):
+                return self.m(
+                    input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids,
+                    use_cache=False,
+                ).logits  # fmt: skip
+    else:
+        model = TransformerForSequenceClassification.from_pretrained(classifier_dir).eval()
+        names = ["input_ids", "attention_mask"]
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = model
+
+            def forward(self, input_ids, attention_mask):
+                return self.m(input_ids=input_ids, attention_mask=attention_mask).logits
+
+    def inputs(texts):
+        encoded = tokenizer(texts, return_tensors="pt", padding=True)
+        ids, mask = encoded["input_ids"], encoded["attention_mask"]
+        assert not mask.all()  # padded
+        # The target: each source row's first tokens, padded where its source is (a padded decoder batch too).
+        return (ids, mask, ids[:, :4].masked_fill(mask[:, :4] == 0, 0)) if head == "seq2seq" else (ids, mask)
+
+    wrapper, path = Wrapper().eval(), tmp_path / "legacy.onnx"
+    axes = {name: {0: "batch", 1: f"{name}_length"} for name in names}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python values it fixes in the graph
+        torch.onnx.export(
+            wrapper, inputs(TEXTS[:3]), str(path), dynamo=False, opset_version=17, input_names=names,
+            output_names=["logits"], dynamic_axes={**axes, "logits": {0: "batch"}},
+        )  # fmt: skip
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    checked = inputs(TEXTS[1:])  # 4 rows of other lengths than the 3 traced
+    with torch.no_grad():
+        expected = wrapper(*checked).numpy()
+    (got,) = session.run(["logits"], {name: tensor.numpy() for name, tensor in zip(names, checked)})
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= 1e-4
+
+
+def test_generation_settings_the_decoder_does_not_apply_are_warned_about(translator, tmp_path):
+    """An exported folder whose generation config sets what OnnxSeq2SeqGenerator does not apply (generate would) is
+    warned about when the generator is built, naming each; the fixture's folder, without them, is not."""
+    import json
+    import shutil
+
+    folder = translator[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        OnnxSeq2SeqGenerator(folder)
+    copy = shutil.copytree(folder, tmp_path / "with-settings")
+    settings = json.loads((copy / "generation_config.json").read_text())
+    settings.update(no_repeat_ngram_size=2, repetition_penalty=1.3, bad_words_ids=[[5]], num_beams=2)
+    (copy / "generation_config.json").write_text(json.dumps(settings))
+    told = r"ignores the generation settings \['bad_words_ids', 'no_repeat_ngram_size', 'repetition_penalty'\]"
+    with pytest.warns(UserWarning, match=told):
+        OnnxSeq2SeqGenerator(copy)

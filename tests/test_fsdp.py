@@ -217,6 +217,20 @@ def test_config_asks_for_fsdp2_with_a_full_state_dict_on_two_cpu_processes():
     assert wrapped == set(TransformerPreTrainedModel._no_split_modules)
 
 
+def test_the_launch_commands_of_the_config_and_the_guide_are_this_launchers(data_dir, tmp_path):
+    """The commands that configs/accelerate/fsdp-cpu.yaml's comment and docs/distributed.md give run this file with
+    the flags it takes, as the FSDP tests below run it."""
+    comment = " ".join(line.lstrip("#") for line in CONFIG.read_text().splitlines() if line.startswith("#"))
+    guide = (REPO / "docs" / "distributed.md").read_text()
+    pattern = r"tests/test_fsdp\.py((?: --[\w-]+)+) scripts/train_translation\.py --use_cpu"
+    for text in (comment, guide):
+        found = re.findall(pattern, re.sub(r"[\s\\]+", " ", text))  # continued lines joined
+        assert found and all(flags.split() == ALL_WORKAROUNDS for flags in found), (found, ALL_WORKAROUNDS)
+    launched = command(data_dir, tmp_path, ALL_WORKAROUNDS)
+    after = launched[launched.index(__file__) + 1 :]
+    assert after[: len(ALL_WORKAROUNDS) + 1] == [*ALL_WORKAROUNDS, str(SCRIPTS / "train_translation.py")]
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")

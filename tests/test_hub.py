@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
+import stat
 import sys
 import textwrap
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 from launch_utils import isolated_python, load_script
-from model_helpers import tiny_config
+from model_helpers import check_card_describes_folder, tiny_config
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoConfig,
@@ -144,7 +146,9 @@ def test_save_pretrained_writes_full_auto_map_and_self_contained_code(saved):
         assert json.loads((folder / "config.json").read_text())["auto_map"] == FULL_AUTO_MAP
         for name in REMOTE_CODE_MODULES:
             assert (folder / f"{name}.py").read_text() == (ROOT / "hf_transformer" / f"{name}.py").read_text()
-        assert sorted(p.stem for p in folder.glob("*.py")) == sorted(REMOTE_CODE_MODULES)
+        # A translation folder also carries its pipeline's code (tests/test_remote_pipeline.py checks those files).
+        pipeline_code = {"inference", "adapters", "folders", "ensemble"} if folder == saved["model_dir"] else set()
+        assert sorted(p.stem for p in folder.glob("*.py")) == sorted({*REMOTE_CODE_MODULES, *pipeline_code})
     # The copies import only each other, torch, transformers and the standard library.
     copied = REMOTE_CODE_MODULES
     for name in copied:
@@ -190,6 +194,45 @@ def test_dry_run_writes_the_upload_folder_with_a_model_card(saved):
     [result] = card.data.eval_results
     assert (result.metric_type, result.metric_value, result.dataset_type) == ("exact_match", 0.875, "someone/pairs")
     assert "| eval_exact_match | 0.875 |" in card.text and "| eval_loss | 1.25 |" in card.text
+    check_card_describes_folder(folder, repo_id=REPO_ID)  # the Hub id given, in the usage snippet
+    assert "base_model" not in meta
+
+
+def test_push_names_the_base_model_given_and_notes_a_local_one(saved, tmp_path, capsys):
+    # A folder whose own card (as train_classifier.py --init_from writes it) names a local folder as its base model.
+    folder = tmp_path / "fine-tuned"
+    (tmp_path / "pretrained").mkdir()
+    save_model(folder, tokenizer=True)
+    text = hub.CardText(base_model=str(tmp_path / "pretrained"))
+    (folder / "README.md").write_text(hub.model_card(folder, {}, text))
+    check_card_describes_folder(folder, base_model=str(tmp_path / "pretrained"))
+    push_to_hub.main([str(folder), "--repo_id", REPO_ID, "--dry-run", str(tmp_path / "plain")])
+    assert "was fine-tuned from the folder" in capsys.readouterr().out
+    assert ModelCard.load(tmp_path / "plain" / "README.md").data.base_model is None  # a local path is not a Hub id
+    push_to_hub.main(
+        [str(folder), "--repo_id", REPO_ID, "--base_model", "someone/pretrained", "--dry-run", str(tmp_path / "named")]
+    )
+    assert "fine-tuned from the folder" not in capsys.readouterr().out
+    check_card_describes_folder(tmp_path / "named", base_model="someone/pretrained", repo_id=REPO_ID)
+
+
+def test_saved_weights_take_the_umask_as_every_other_file_of_the_folder(tmp_path):
+    # safetensors 0.8 writes its files 0600 whatever the umask (huggingface/safetensors#782): a folder saved by one
+    # user (or a container) could not be read by the user who serves it.
+    old = os.umask(0o022)
+    try:
+        model = TransformerForConditionalGeneration(tiny_config())
+        model.save_pretrained(tmp_path / "whole")
+        model.save_pretrained(tmp_path / "sharded", max_shard_size="20KB")
+        os.umask(0o027)
+        model.save_pretrained(tmp_path / "group")
+    finally:
+        os.umask(old)
+    for folder, mode in ((tmp_path / "whole", 0o644), (tmp_path / "sharded", 0o644), (tmp_path / "group", 0o640)):
+        weights = sorted(folder.glob("*.safetensors"))
+        assert weights and len(weights) > (folder.name == "sharded")
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in folder.iterdir()}
+        assert modes == dict.fromkeys(modes, mode), modes  # config.json, the code files and the weights alike
 
 
 def test_loads_with_the_package_and_no_trust_remote_code(saved):
@@ -322,7 +365,9 @@ def test_card_says_not_evaluated_without_results(tmp_path):
     assert "Not evaluated" in card
     assert "license: mit" in card and "model-index" not in card
     assert "torch.tensor([[" in card  # without a tokenizer the snippet feeds token ids
-    assert f'repo_id = "{folder}"' in card and f"# {folder.name}" in card  # the folder's path stands for a repo id
+    # Not yet on the Hub: a placeholder id that says so, not the folder's path; the folder names the card.
+    assert f'repo_id = "your-name/{folder.name}"  # placeholder: ' in card and f"# {folder.name}" in card
+    check_card_describes_folder(folder, card=card)
 
 
 def test_card_shows_named_metrics_by_split_training_and_generation_settings(tmp_path):
@@ -403,6 +448,31 @@ def test_card_takes_the_pipeline_tag_from_the_config(tmp_path, model_class, tags
     assert ("encoder-decoder" in card.data.tags) == (
         model_class in (TransformerForConditionalGeneration, TransformerModel)
     )
+
+
+@pytest.mark.parametrize(
+    "model_class, config",
+    [
+        (TransformerForConditionalGeneration, {"share_embeddings": False, "tie_word_embeddings": False}),
+        (TransformerForSequenceClassification, {"num_labels": 3}),
+        (TransformerForSequenceClassification, {"num_labels": 2, "classifier_pooling": "decoder"}),
+        (TransformerForMaskedLM, {}),
+        (TransformerModel, {}),
+    ],
+)
+def test_card_settings_are_the_folders_not_the_arguments(tmp_path, model_class, config):
+    folder = save_model(tmp_path / "model", model_class, tokenizer=True, **config)
+    # What a script's argument defaults would say: a tokenizer not given, a vocabulary size never used.
+    arguments = {"tokenizer": None, "vocab_size": 8000, "d_model": 512, "learning_rate": 0.001, "unused": None}
+    card = hub.model_card(folder, {}, hub.CardText(settings=arguments))
+    shown = check_card_describes_folder(folder, {"learning_rate": 0.001}, card=card)
+    assert "| vocab_size | 40 |" in shown and "| tokenizer_vocab_size | 24 |" in shown and "| d_model | 32 |" in shown
+    assert "| tokenizer | WordLevel |" in shown and "unused" not in shown
+    uses_the_decoder = (
+        model_class in (TransformerForConditionalGeneration, TransformerModel)
+        or config.get("classifier_pooling") == "decoder"
+    )
+    assert ("| decoder_layers | 2 |" in shown) == uses_the_decoder
 
 
 def test_card_of_a_folder_without_config_names_it(tmp_path):

@@ -275,6 +275,39 @@ def test_transformers_pipeline_translates_and_classifies(translator, classifier,
     assert [row["label"] for row in classify(texts)] == [row["label"] for row in expected]
 
 
+def test_a_folder_saving_max_length_translates_without_transformers_warning(translator, tokenizer, tmp_path):
+    """The training scripts save `max_length` in generation_config.json; the pipeline and the Predictor pass their
+    limit in that field, so generate() never warns that both `max_new_tokens` and `max_length` are set."""
+    import logging
+
+    _, model = translator
+    folder = tmp_path / "trained"
+    saved = model.generation_config
+    model.generation_config = type(saved).from_dict({**saved.to_diff_dict(), "max_new_tokens": None, "max_length": 8})
+    try:
+        model.save_pretrained(folder)
+    finally:
+        model.generation_config = saved
+    tokenizer.save_pretrained(folder)
+    warned = []
+    handler = logging.Handler()
+    handler.emit = lambda record: warned.append(record.getMessage())
+    generation_logger = logging.getLogger("transformers.generation.utils")
+    generation_logger.addHandler(handler)
+    try:
+        translate = pipeline(PIPELINE_TASK, model=str(folder))
+        texts = SENTENCES[:3]
+        seven = [row["translation_text"] for row in translate(texts)]  # the saved max_length 8: 7 new tokens
+        three = [row["translation_text"] for row in translate(texts, max_new_tokens=3)]
+        predictor = Predictor.from_pretrained(folder)
+        assert predictor.translate(texts) == seven and predictor.translate(texts, max_new_tokens=3) == three
+    finally:
+        generation_logger.removeHandler(handler)
+    assert seven == one_by_one(model, tokenizer, texts, max_new_tokens=7) != three
+    assert three == one_by_one(model, tokenizer, texts, max_new_tokens=3)
+    assert not [message for message in warned if "seem to have been set" in message], warned
+
+
 def test_quantize_dynamic_quantizes_every_projection_and_generate_runs(translator, tokenizer):
     _, model = translator
     linear_layers = [name for name, module in model.named_modules() if type(module) is torch.nn.Linear]

@@ -18,7 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "hf_transformer"
 CORPUS_NAMES = re.compile(r"nsmc|multi30k|test2016|flickr|movie review", re.IGNORECASE)
-OPTIONAL_LIBRARIES = ("ctranslate2", "onnx", "onnxruntime", "peft", "sacrebleu", "sacremoses", "matplotlib")
+OPTIONAL_LIBRARIES = ("ctranslate2", "onnx", "onnxruntime", "peft", "sacrebleu", "sacremoses", "matplotlib", "gradio")
 
 
 def package_modules() -> dict[str, Path]:

@@ -129,8 +129,10 @@ def test_ctranslate2_engine_with_a_compute_type(translator_dir, capsys):
     )
     assert [r["translation"] for r in results] == [r["translation"] for r in torch_results]
     assert len(predict.main([str(translator_dir), *texts, "--engine", "ctranslate2", "--compute_type", "int8"])) == 3
-    with pytest.raises(ValueError, match="compute_type applies to engine='ctranslate2'"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit):  # a usage error, in one line
         predict.main([str(translator_dir), *texts, "--compute_type", "int8"])
+    assert "compute_type applies to engine='ctranslate2'" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
 def test_translator_from_stdin_in_a_subprocess(translator_dir):
@@ -170,6 +172,30 @@ def test_a_folder_that_does_not_exist_is_named_in_one_line(folder, capsys):
     assert raised.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert f"error: {folder}: no such model folder" in error[-1], error
+    assert "Traceback" not in "\n".join(error)
+
+
+@pytest.mark.parametrize(
+    ("case", "told"),
+    [
+        ("empty", "not a model folder: it has no config.json (nor adapter_config.json)"),
+        ("bad config", "TransformerConfig: `d_model` must be a positive integer, got 'x'."),
+        ("classifier to ctranslate2", "a classification model: engine='ctranslate2' serves translation (seq2seq)"),
+    ],
+)
+def test_a_folder_that_does_not_load_is_refused_in_one_line(classifier_dir, tmp_path, case, told, capsys):
+    folder, extra = tmp_path / "model", []
+    folder.mkdir()
+    if case == "bad config":
+        (folder / "config.json").write_text(json.dumps({"model_type": "hf_transformer", "d_model": "x"}))
+    elif case == "classifier to ctranslate2":
+        pytest.importorskip("ctranslate2")
+        folder, extra = classifier_dir, ["--engine", "ctranslate2"]
+    with pytest.raises(SystemExit) as raised:
+        load_script("predict").main([str(folder), "some text", *extra])
+    assert raised.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert f"error: {folder}" in error[-1] and told in error[-1], error
     assert "Traceback" not in "\n".join(error)
 
 

@@ -6,6 +6,7 @@ import shutil
 import pytest
 import torch
 from launch_utils import load_script, review_files, write_reviews
+from model_helpers import check_card_describes_folder, trained_with
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
@@ -44,8 +45,10 @@ def test_pretraining_learns_and_saves_an_encoder(pretrained):
     assert any(name.startswith("model.encoder.layers.0.") for name in weights)
     assert (output_dir / "tokenizer.json").is_file()
     assert type(AutoModelForMaskedLM.from_pretrained(output_dir)) is TransformerForMaskedLM
-    card = (output_dir / "README.md").read_text()
+    card = check_card_describes_folder(output_dir, trained_with(output_dir) | {"mlm_probability": 0.3})
     assert "pipeline_tag: fill-mask" in card and f"{results['eval_masked_accuracy']:.4f}" in card
+    assert "on 360 training texts of train.jsonl with a tokenizer trained on those texts" in card
+    assert "| learning_rate | 0.003 |" in card and "| epochs | 6.0 |" in card and "| dropout | 0.1 |" in card
 
 
 def test_a_folder_of_the_earlier_script_head_loads_as_the_package_head(pretrained, tmp_path):
@@ -86,6 +89,11 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     )
     assert results["init_from"] == str(pretrained_dir) and results["task"] == "text_classification"
     assert results["test_accuracy"] >= 0.85  # 60 generated reviews; with a frozen token table
+    # The card: fine-tuned from the pretraining folder (its base model), with that folder's tokenizer and sizes.
+    run = trained_with(tmp_path / "model") | {"freeze_embeddings": True}
+    card = check_card_describes_folder(tmp_path / "model", run, base_model=str(pretrained_dir))
+    assert f"Trained from the pretrained encoder of {pretrained_dir} (base model) on 360 training rows" in card
+    assert "| vocab_size | 8000 |" not in card and "| tokenizer |" in card
 
     # The classifier's encoder is exactly the pretrained one before fine-tuning, and uses its tokenizer.
     from transformers import AutoTokenizer

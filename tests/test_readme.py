@@ -41,7 +41,7 @@ def test_the_example_runs_and_trains(tmp_path, monkeypatch):
 def test_the_commands_are_those_ci_runs():
     ci = (REPO / ".ci" / "run").read_text()
     install, commands = blocks("bash")[:2]
-    for line in ("pip install torch==2.13.0", 'pip install -e ".[dev,export]"'):
+    for line in ("pip install torch==2.13.0", 'pip install -e ".[dev,export,demo]"'):
         assert line in install and line in ci, line
     for command in ("ruff check .", "ruff format --check .", "python -m pytest"):
         assert command in commands and command in ci, command

@@ -5,6 +5,7 @@ import json
 import pytest
 import torch
 from launch_utils import load_script, review_files, write_reviews
+from model_helpers import check_card_describes_folder, trained_with
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -63,8 +64,12 @@ def test_train_classifier_end_to_end(tmp_path, recwarn):
 
     saved = json.loads((output_dir / "results.json").read_text())
     assert saved["test_accuracy"] == results["test_accuracy"]
-    card = (output_dir / "README.md").read_text()
+    card = check_card_describes_folder(output_dir, trained_with(output_dir))
     assert "pipeline_tag: text-classification" in card and f"{results['test_accuracy']:.4f}" in card
+    # Exact counts: the rows trained on and scored (an empty row of each file dropped).
+    assert (results["train_samples"], results["eval_samples"]) == (540, 60)
+    assert "on 540 training rows of train.jsonl with a tokenizer trained on those rows" in card
+    assert "| test (100 rows) |" in card and "base_model" not in card
     assert (output_dir / "model.safetensors").is_file()
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)

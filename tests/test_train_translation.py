@@ -8,6 +8,7 @@ import random
 
 import pytest
 from launch_utils import WORDS, load_script
+from model_helpers import check_card_describes_folder, trained_with
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_transformer.metrics import bleu, chrf
@@ -77,8 +78,10 @@ def test_text_files_train_a_translator_scored_on_validation_and_test(tmp_path):
     assert [text.strip() for text in tokenizer.batch_decode(model.generate(**batch), skip_special_tokens=True)] == (
         predictions[:3]
     )
-    card = (output_dir / "README.md").read_text(encoding="utf-8")
+    card = check_card_describes_folder(output_dir, trained_with(output_dir))
     assert "pipeline_tag: translation" in card and "# Transformer en -> de" in card
+    assert "on 200 training pairs of " in card and "one vocabulary trained on those pairs" in card
+    assert "| tokenizer | BPE |" in card and "| max_position_embeddings | 16 |" in card
     assert f"| test (30 pairs) | {results['test_bleu']:.2f} |" in card and "among 0.6, 1.0" in card
 
 
@@ -97,7 +100,8 @@ def test_a_table_file_without_validation_or_test_files_is_scored_on_held_out_pai
     assert (results["train_samples"], results["eval_samples"]) == (72, 8)
     assert "eval_bleu" in results and "eval_greedy_bleu" in results and not any(k.startswith("test") for k in results)
     assert not (output_dir / "test_predictions.txt").exists() and (output_dir / "model.safetensors").is_file()
-    assert "datasets:\n- toy" in (output_dir / "README.md").read_text(encoding="utf-8")
+    card = check_card_describes_folder(output_dir, trained_with(output_dir))
+    assert "datasets:\n- toy" in card and "| optimizer_steps | 2 |" in card
 
 
 def test_splits_given_in_different_forms_are_refused(tmp_path):

@@ -11,6 +11,7 @@ from transformers import TrainingArguments
 from hf_transformer.training import (
     cpu_computes_bfloat16,
     end_process_group,
+    no_unused_parameters,
     pin_memory_only_with_accelerator,
     warn_of_emulated_bfloat16,
 )
@@ -143,3 +144,42 @@ def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monk
             + ["--use_cpu", "true", "--bf16", "true", "--report_to", "none"]
         )
     assert checked == [True] and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("head", "settings"),
+    [
+        ("TransformerForConditionalGeneration", {}),
+        ("TransformerForConditionalGeneration", {"share_embeddings": False, "tie_word_embeddings": False}),
+        ("TransformerForConditionalGeneration", {"position_embedding_type": "learned", "layer_norm_position": "pre"}),
+        ("TransformerForMaskedLM", {"position_embedding_type": "learned", "embedding_layer_norm": True}),
+        ("TransformerForSequenceClassification", {"num_labels": 1}),
+        *[("TransformerForSequenceClassification", {"classifier_pooling": p}) for p in ("mean", "max", "first")],
+        ("TransformerForSequenceClassification", {"classifier_pooling": "decoder", "dropout": 0.1}),
+    ],
+)
+def test_every_parameter_of_each_head_gets_a_gradient_so_ddp_need_not_search(head, settings, tmp_path):
+    from model_helpers import tiny_config
+
+    import hf_transformer
+
+    torch.manual_seed(0)
+    model = getattr(hf_transformer, head)(tiny_config(**{"num_labels": 2, **settings})).train()
+    input_ids = torch.tensor([[4, 5, 6, 7, 3], [8, 9, 3, 0, 0]])
+    if head == "TransformerForSequenceClassification":
+        labels = torch.tensor([0.5, 1.0]) if model.config.num_labels == 1 else torch.tensor([0, 1])
+    elif head == "TransformerForMaskedLM":
+        labels = torch.full_like(input_ids, -100)
+        labels[0, 1] = 5
+    else:
+        labels = torch.tensor([[5, 6, 3], [7, 3, -100]])
+    model(input_ids=input_ids, attention_mask=input_ids.ne(0), labels=labels).loss.backward()
+    assert [name for name, parameter in model.named_parameters() if parameter.grad is None] == []
+
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none")
+    assert args.ddp_find_unused_parameters is None  # Trainer's default: True for DDP, with torch's warning
+    no_unused_parameters(args)
+    assert args.ddp_find_unused_parameters is False
+    args = TrainingArguments(output_dir=str(tmp_path), report_to="none", ddp_find_unused_parameters=True)
+    no_unused_parameters(args)
+    assert args.ddp_find_unused_parameters is True  # the user's choice stays

@@ -58,6 +58,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -65,7 +66,7 @@ import torch
 
 from ..adapters import merged_model_folder
 from ..configuration_transformer import TransformerConfig
-from ..folders import is_adapter_folder, refuse_replacing
+from ..folders import SEQ2SEQ, check_task, is_adapter_folder, refuse_replacing
 from ..generation import new_tokens_within_position_table
 from ..input_checks import check_sequence_fits
 
@@ -85,6 +86,22 @@ COPIED_FILES = (
 )
 PLACEHOLDER = "<ct2_unused_{}>"
 MODEL_CONFIG_FILE = "transformer_config.json"
+# Settings of a folder's generation_config.json, with their defaults, that make `model.generate` sample, change the
+# scores (logits processors) or return several sequences. `CTranslate2Generator` applies none of them and warns when
+# the folder sets one: CTranslate2's own `repetition_penalty`, `no_repeat_ngram_size` and `suppress_sequences` are
+# not passed for them, their semantics not having been checked against generate's.
+IGNORED_GENERATION_SETTINGS = {
+    "do_sample": False,
+    "no_repeat_ngram_size": 0,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "bad_words_ids": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "num_return_sequences": 1,
+}
 
 
 # CTranslate2 runs its own kernels (the quantization of activations for int8 products, softmax, LayerNorm, the
@@ -338,6 +355,7 @@ def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
     config = TransformerConfig.from_pretrained(model_dir)
+    check_task(config, model_dir, "to_ctranslate2", (SEQ2SEQ,))
     check_convertible(config)
     if output_dir.exists() and not force:
         raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
@@ -390,6 +408,10 @@ class CTranslate2Generator:
     ``generate`` returns, per input, the generated ids as ``model.generate`` does, without the start token and
     without padding (the end token included when it was generated). Defaults for ``num_beams``,
     ``max_new_tokens``, ``min_new_tokens`` and ``length_penalty`` come from the copied ``generation_config.json``.
+    The folder's other generation settings that ``model.generate`` would apply (:data:`IGNORED_GENERATION_SETTINGS`:
+    ``no_repeat_ngram_size``, ``repetition_penalty``, ``bad_words_ids``, sampling, ...) are not applied: a folder
+    that sets one gets a ``UserWarning`` naming them when the generator is built (its translations may then differ
+    from generate's), and ``generate`` takes none of them as an argument.
 
     ``device`` as torch names it: "cpu", "cuda" or "cuda:N" (``compute_type`` as CTranslate2's, e.g. "bfloat16" or
     "int8_bfloat16" on a GPU).
@@ -433,6 +455,17 @@ class CTranslate2Generator:
         self.eos_token_id = self.target_ids[self.eos_token]
         generation = self.model_dir / "generation_config.json"
         self.generation_config = _read_json(generation) if generation.is_file() else {}
+        ignored = sorted(
+            name
+            for name, default in IGNORED_GENERATION_SETTINGS.items()
+            if self.generation_config.get(name, default) not in (default, [], {})
+        )
+        if ignored:
+            warnings.warn(
+                f"CTranslate2Generator ignores the generation settings {ignored} of {generation}: its translations "
+                "may differ from model.generate's",
+                stacklevel=2,
+            )
         pad = self.generation_config.get("pad_token_id")
         self.pad_token_id = 0 if pad is None else pad
         model_config = self.model_dir / MODEL_CONFIG_FILE

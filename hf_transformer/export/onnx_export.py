@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..folders import refuse_replacing
+from ..folders import CLASSIFICATION, SEQ2SEQ, check_task, refuse_replacing
 
 __all__ = ["to_onnx", "quantize_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
 
@@ -211,9 +211,10 @@ def to_onnx(
     model_dir, output_dir, opset: int | None = None, quantization: str | None = None, force: bool = False
 ) -> Path:
     """Exports the folder ``model_dir`` (written by ``save_pretrained``: a seq2seq model or a classifier, as its
-    config's ``architectures`` says; or a LoRA adapter folder, merged into its base model first:
-    :mod:`hf_transformer.adapters`) to the ONNX graphs of the module's docstring in ``output_dir``, beside a copy of
-    its config, generation config and tokenizer files. ``opset``: the ONNX opset (None: the exporter's default).
+    config's ``architectures`` says, any other class refused with ``FolderTaskError``; or a LoRA adapter folder,
+    merged into its base model first: :mod:`hf_transformer.adapters`) to the ONNX graphs of the module's docstring
+    in ``output_dir``, beside a copy of its config, generation config and tokenizer files. ``opset``: the ONNX opset
+    (None: the exporter's default).
 
     The graphs are traced from unpadded examples; each is then run with onnxruntime on its example and on padded
     inputs of other shapes (a first decoding step with an empty cache among them), and must agree with torch within
@@ -246,7 +247,8 @@ def to_onnx(
     import hf_transformer  # noqa: F401  (registers the Auto classes)
 
     config = AutoConfig.from_pretrained(model_dir)
-    seq2seq = not any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
+    # The task of the saved class: a masked-token folder is neither (it would export a decoder of random weights).
+    seq2seq = check_task(config, model_dir, "to_onnx", (SEQ2SEQ, CLASSIFICATION)) == SEQ2SEQ
     auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForSequenceClassification
     model = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
     if quantization and _weight_bytes(model) > EXTERNAL_DATA_BYTES:

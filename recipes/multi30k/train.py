@@ -47,10 +47,12 @@ from hf_transformer.training import (
     average_last_checkpoints,
     end_process_group,
     keep_freed_memory,
+    no_unused_parameters,
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
     train_metrics,
+    training_settings,
     warn_of_emulated_bfloat16,
 )
 from hf_transformer.translation_training import (
@@ -118,6 +120,7 @@ def parse(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, Recipe
     """The arguments, checked before any work; the process set up for training."""
     model_args, data_args, training_args = argument_parser().parse_args_into_dataclasses(args=argv)
     pin_memory_only_with_accelerator(training_args)
+    no_unused_parameters(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     warn_of_emulated_bfloat16(training_args)
@@ -216,16 +219,23 @@ def train(trainer, model, tokenizer, data_args: DataArguments, training_args) ->
     return results
 
 
-def card_text(model_args: ModelArguments, data_args: DataArguments, results: dict):
-    """What the run says about itself in its model card (hf_transformer.hub.model_card)."""
+def card_text(model_args: ModelArguments, data_args: DataArguments, results: dict, training_args, settings: dict):
+    """What the run says about itself in its model card (hf_transformer.hub.model_card); ``settings``:
+    hf_transformer.training.training_settings, to which the recipe's regularisers are added where they are on."""
     source, target = data_args.source_lang, data_args.target_lang
     lowercase = "; its tokenizer lowercases every text, so the model reads and writes lowercase"
+    recipe = {
+        "subword_dropout": model_args.subword_dropout,
+        "rdrop_alpha": training_args.rdrop_alpha,
+        "bidirectional_epochs": training_args.bidirectional_epochs,
+    }
     return translation_card(
         model_args,
         results,
         title=f"Transformer {LANGUAGE_NAMES[source]} -> {LANGUAGE_NAMES[target]} on Multi30k",
-        data=f"the Multi30k task 1 training pairs ({source} -> {target})",
+        data=f"Multi30k task 1 ({source} -> {target})",
         notes=lowercase if results.get("lowercase") else "",
+        settings=settings | {name: value for name, value in recipe.items() if value},
         evaluation="BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references; lc-tok BLEU is computed "
         "on lowercased Moses-tokenised text against the official `lc.norm.tok` references, as most Multi30k papers "
         "report it.",
@@ -263,7 +273,7 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
     train_dataset, callbacks = training_set(splits, tokenized, tokenizer, model_args, data_args, training_args)
     trainer = build_trainer(model, tokenizer, train_dataset, callbacks, tokenized, metric("validation"), training_args)
-    results = train(trainer, model, tokenizer, data_args, training_args)
+    results = train(trainer, model, tokenizer, data_args, training_args) | {"train_samples": len(tokenized["train"])}
     # Beam search settings are chosen on the validation set only; test2016 is decoded once with the choice.
     beams = dict(num_beams=model_args.num_beams, length_penalties=model_args.length_penalty)
     lowercase = dict(lowercase=lowercases(tokenizer), has_lc_tok_validation=has_lc_tok_validation)
@@ -272,7 +282,8 @@ def main(argv: list[str] | None = None) -> dict:
     results |= {"eval_samples": len(tokenized["validation"]), "test_samples": len(tokenized["test"])}
     results |= run_facts(model, training_args, started, PROGRAM, argv)
     results["examples"] = examples(splits, test_hypotheses, data_args)
-    output_dir = save_translation_run(trainer, results, test_hypotheses, card_text(model_args, data_args, results))
+    card = card_text(model_args, data_args, results, training_args, training_settings(trainer))
+    output_dir = save_translation_run(trainer, results, test_hypotheses, card)
     logger.info(
         "test2016 BLEU %.2f (beam %d), %.2f (greedy); model folder %s",
         results["test_bleu"],

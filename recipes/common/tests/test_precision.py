@@ -1,10 +1,9 @@
 """recipes.common.precision: bfloat16 autocast is chosen for a CPU training run only where it is measured faster."""
 
-import math
-
 import pytest
 import torch
 
+from recipes.common import precision
 from recipes.common.precision import (
     LEAST_BFLOAT16_SPEEDUP,
     bfloat16_speedup,
@@ -58,12 +57,32 @@ def test_the_probe_trains_a_model_of_the_given_shape_in_both_precisions(task):
     assert (config.intermediate_size, config.max_position_embeddings) == (32, 6)
     assert batch["input_ids"].shape == (3, 6) and batch["input_ids"].min() >= 4  # no special or padding tokens
     before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
-    speedup = bfloat16_speedup(model, batch, rounds=1, steps=1)
-    assert math.isfinite(speedup) and speedup > 0
+    computed_in = []  # the dtype of a projection's output, at each forward pass
+    projection = next(module for module in model.modules() if isinstance(module, torch.nn.Linear))
+    projection.register_forward_hook(lambda module, args, output: computed_in.append(output.dtype))
+    speedup = bfloat16_speedup(model, batch, rounds=2, steps=1)
+    # One untimed step in each, then each round float32's step, then bfloat16 autocast's.
+    assert computed_in == [torch.float32, torch.bfloat16] * 3
+    # The same steps in two precisions: a ratio within a factor of 20 of even on any CPU (0 or inf: a broken timing).
+    assert 0.05 < speedup < 20
     # The steps trained it (float32 weights, as autocast keeps them), and left autocast off.
     assert all(parameter.dtype == torch.float32 for parameter in model.parameters())
     assert any(not torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
     assert not torch.is_autocast_enabled("cpu")
+
+
+def test_the_speedup_is_the_median_of_float32_seconds_over_bfloat16_seconds_per_round(monkeypatch):
+    timings = iter([9.0, 9.0] + [2.0, 1.0, 3.0, 1.0, 1.0, 4.0])  # untimed steps, then rounds of 2x, 3x and 0.25x
+    asked = []
+
+    def fake_seconds(model, batch, optimizer, bfloat16, steps):
+        asked.append((bfloat16, steps))
+        return next(timings)
+
+    monkeypatch.setattr(precision, "_training_step_seconds", fake_seconds)
+    model, batch = probe_model("masked-lm", **SHAPE)
+    assert bfloat16_speedup(model, batch, rounds=3, steps=2) == 2.0
+    assert asked == [(False, 1), (True, 1)] + [(False, 2), (True, 2)] * 3
 
 
 def test_the_probe_refuses_an_unknown_task():

@@ -45,7 +45,8 @@ def test_engines_match_generate_and_report_bleu_and_sizes(tmp_path):
     assert engines["ctranslate2"]["greedy"]["identical"] == 1.0
     assert engines["ctranslate2"]["beam"]["identical_to_early_stopping"] == 1.0
     assert engines["onnx"]["greedy"]["identical"] == 1.0 and engines["onnx"]["beam"]["identical"] == 1.0
-    # int8: smaller weights, and a BLEU computed from their own tokens.
+    # int8: smaller weights, whose tokens are mostly float32's (here 0.92 - 0.96 of the greedy sentences and 0.67 -
+    # 0.83 of the beam ones; weights rounded wrongly would leave few), and a BLEU computed from their own tokens.
     # ONNX: the graphs of a model this small hold much besides projection weights (0.70 of fp32 here).
     for engine, fp32, ratio in (
         ("ctranslate2_int8", "ctranslate2", 0.6),
@@ -53,4 +54,4 @@ def test_engines_match_generate_and_report_bleu_and_sizes(tmp_path):
         ("torch_int8", "torch", 0.6),
     ):
         assert engines[engine]["weights_bytes"] < ratio * engines[fp32]["weights_bytes"], engine
-        assert 0.0 <= engines[engine]["beam"]["bleu"] <= 100.0
+        assert engines[engine]["greedy"]["identical"] >= 0.75 and engines[engine]["beam"]["identical"] >= 0.5, engine

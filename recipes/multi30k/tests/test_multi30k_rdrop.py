@@ -1,15 +1,15 @@
 """R-Drop: the loss of two dropout passes over one batch, and the trainer that computes it."""
 
 import json
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import tiny_config
+from model_helpers import check_card_describes_folder, tiny_config, trained_with
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from hf_transformer import TransformerForConditionalGeneration
+from recipes.multi30k import rdrop as rdrop_module
 from recipes.multi30k import train as train_step
 from recipes.multi30k.rdrop import RDropSeq2SeqTrainer, rdrop_loss
 
@@ -122,9 +122,18 @@ def test_with_dropout_the_two_passes_differ_and_only_training_runs_them(tmp_path
     torch.testing.assert_close(evaluated, model(**_batch()).loss)
 
 
-def test_the_training_step_trains_with_rdrop(tmp_path):
+def test_the_training_step_trains_with_rdrop(tmp_path, monkeypatch):
     from test_multi30k_train import TINY_MODEL, write_multi30k
 
+    # Each training step's loss, and what it would be without the KL term (alpha 0, the same two passes).
+    steps = []
+
+    def recorded(logits, labels, *, alpha, **options):
+        loss = rdrop_loss(logits, labels, alpha=alpha, **options)
+        steps.append((alpha, loss.item(), rdrop_loss(logits.detach(), labels, alpha=0.0, **options).item()))
+        return loss
+
+    monkeypatch.setattr(rdrop_module, "rdrop_loss", recorded)
     write_multi30k(tmp_path / "data", sizes=(("train", 200), ("val", 8), ("test_2016_flickr", 8)))
     results = train_step.main(
         [
@@ -135,5 +144,9 @@ def test_the_training_step_trains_with_rdrop(tmp_path):
     )  # fmt: skip
     history = json.loads((tmp_path / "model" / "log_history.json").read_text())
     losses = [row["loss"] for row in history if "loss" in row]
-    assert len(losses) == 4 and all(math.isfinite(loss) and loss > 0 for loss in losses)
+    # Every step's loss was R-Drop's with the weight asked for, and it holds a KL term: dropout made the passes differ.
+    assert [alpha for alpha, _, _ in steps] == [3.0] * 4
+    assert all(loss > without_kl + 1e-4 for _, loss, without_kl in steps), steps
+    assert losses == pytest.approx([loss for _, loss, _ in steps], abs=1e-3)  # the logged loss is that loss
     assert "--rdrop_alpha 3" in results["command"]
+    check_card_describes_folder(tmp_path / "model", trained_with(tmp_path / "model") | {"rdrop_alpha": 3.0})

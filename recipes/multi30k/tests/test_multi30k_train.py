@@ -8,9 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from model_helpers import check_card_describes_folder, trained_with
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from hf_transformer.metrics import bleu, chrf
 from recipes.multi30k import train as script
+from recipes.multi30k.bleu import bleu_lc_tok
 
 SHARED_MULTI30K = Path(__file__).resolve().parents[4] / "shared" / "data" / "multi30k"
 
@@ -107,8 +110,9 @@ def test_train_translation_end_to_end(tmp_path):
     assert saved["test_bleu"] == results["test_bleu"]
     history = json.loads((output_dir / "log_history.json").read_text())
     assert any("eval_bleu" in entry for entry in history) and any("loss" in entry for entry in history)
-    card = (output_dir / "README.md").read_text()
+    card = check_card_describes_folder(output_dir, trained_with(output_dir))
     assert "pipeline_tag: translation" in card and "multi30k" in card and f"{results['test_bleu']:.2f}" in card
+    assert "on 1,200 training pairs of Multi30k task 1 (en -> de)" in card and "| num_labels |" not in card
 
     # The predictions file follows the test file's line order.
     predictions = (output_dir / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
@@ -161,12 +165,22 @@ def test_real_multi30k_de_en_smoke(tmp_path):
             "--vocab_size", "500", "--max_train_samples", "400", "--max_eval_samples", "16",
             "--max_test_samples", "16", "--max_steps", "5", "--eval_strategy", "no", "--num_beams", "2",
             "--save_strategy", "steps", "--save_steps", "2", "--save_total_limit", "2", "--average_checkpoints", "2",
-            "--warmup_steps", "1",
+            "--warmup_steps", "1", "--learning_rate", "1e-2",  # in 5 steps, an output that scores above 0
         ]
     )  # fmt: skip
     assert results["task"] == "translation_de_to_en" and results["test_samples"] == 16
-    assert 0.0 <= results["test_bleu"] <= 100.0
-    assert 0.0 <= results["test_bleu_lc_tok"] <= 100.0  # against the first 16 official tokenised references
+    # The scores are those of the test output against the first 16 references (raw, and official tokenised).
+    predictions = (tmp_path / "model" / "test_predictions.txt").read_text(encoding="utf-8").splitlines()
+    references = (SHARED_MULTI30K / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()[:16]
+    tokenized = (SHARED_MULTI30K / "tok" / "test_2016_flickr.lc.norm.tok.en").read_text(encoding="utf-8")
+    assert len(predictions) == 16
+    assert results["test_bleu"] == pytest.approx(bleu(predictions, references))
+    assert results["test_chrf"] == pytest.approx(chrf(predictions, references))
+    assert results["test_bleu"] > 0 and results["test_chrf"] > 0  # so that the equalities above tell scores apart
+    assert results["test_bleu_lc_tok"] == pytest.approx(bleu_lc_tok(predictions, tokenized.splitlines()[:16], "en"))
+    # The card counts the pairs limited by --max_train_samples.
+    card = check_card_describes_folder(tmp_path / "model", trained_with(tmp_path / "model"))
+    assert "on 400 training pairs of Multi30k task 1 (de -> en)" in card and "| test2016 (16 pairs) |" in card
     # Checkpoints at steps 2, 4 and 5, two kept: the saved model is the mean of the last two.
     assert results["averaged_checkpoints"] == ["checkpoint-4", "checkpoint-5"]
     from safetensors.torch import load_file
@@ -274,7 +288,8 @@ def test_lowercase_model_is_chosen_on_lowercased_bleu_and_writes_lowercase(tmp_p
     assert tokenizer("Der Mann.")["input_ids"] == tokenizer("der mann.")["input_ids"]
     # Nothing it can write holds a capital, though every training sentence began with one.
     assert not any(char.isupper() for piece in tokenizer.get_vocab() if not piece.startswith("[") for char in piece)
-    assert "lowercase" in (output_dir / "README.md").read_text(encoding="utf-8")
+    card = check_card_describes_folder(output_dir, trained_with(output_dir))
+    assert "its tokenizer lowercases every text" in card and "| lowercase | true |" in card
 
 
 def test_lowercase_with_a_tokenizer_that_keeps_case_is_refused_before_training(tmp_path):

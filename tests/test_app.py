@@ -1,0 +1,231 @@
+"""The demo app (hf_transformer.app): its functions give Predictor's outputs, bad input gets a clear message, the
+command refuses what is not a model folder, and write_space writes a Space that builds the app."""
+
+from __future__ import annotations
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from launch_utils import load_script
+from model_helpers import tiny_config
+
+from hf_transformer import (
+    Predictor,
+    TransformerForConditionalGeneration,
+    TransformerForMaskedLM,
+    TransformerForSequenceClassification,
+)
+from hf_transformer.tokenization import train_tokenizer
+
+gr = pytest.importorskip("gradio")
+
+from hf_transformer import app as demo_app  # noqa: E402
+
+WORDS = "a dog runs on the grass . the red cat sits on a small ball . ein hund läuft auf dem gras".split()
+SENTENCE = "a dog runs on the grass"
+
+
+def make_folders(root: Path) -> dict[str, Path]:
+    """Tiny saved seq2seq and classifier folders with a trained tokenizer (untrained weights)."""
+    torch.manual_seed(0)
+    texts = [" ".join(WORDS[i : i + 6]) for i in range(len(WORDS))] * 10
+    tokenizer = train_tokenizer(texts, vocab_size=60, show_progress=False)
+    ids = dict(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    folders = {"seq2seq": root / "seq2seq", "classifier": root / "classifier"}
+    TransformerForConditionalGeneration(tiny_config(**ids)).eval().save_pretrained(folders["seq2seq"])
+    classifier = TransformerForSequenceClassification(
+        tiny_config(
+            **ids, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}
+        )
+    )
+    classifier.eval().save_pretrained(folders["classifier"])
+    for folder in folders.values():
+        tokenizer.save_pretrained(folder)
+    return folders
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    return make_folders(tmp_path_factory.mktemp("app"))
+
+
+@pytest.fixture(scope="module")
+def translator(folders):
+    return demo_app.Demo(folders["seq2seq"])
+
+
+@pytest.fixture(scope="module")
+def classifier(folders):
+    return demo_app.Demo(folders["classifier"])
+
+
+def test_the_module_imports_gradio_only_inside_functions():
+    tree = ast.parse(Path(demo_app.__file__).read_text(encoding="utf-8"))
+    top_level = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    names = [alias.name for node in top_level for alias in node.names] + [
+        node.module or "" for node in top_level if isinstance(node, ast.ImportFrom)
+    ]
+    assert not [name for name in names if name.split(".")[0] == "gradio"], names
+
+
+def test_translation_is_predictors(translator, folders):
+    predictor = Predictor.from_pretrained(folders["seq2seq"])
+    assert translator.translate(SENTENCE) == predictor.translate([SENTENCE])[0]
+    options = dict(num_beams=3, max_new_tokens=5, length_penalty=0.6)
+    expected = predictor.translate([SENTENCE], **options)[0]
+    assert translator.translate(f"  {SENTENCE}\n", 3.0, 5.0, 0.6, "torch") == expected
+
+
+def test_batch_gives_one_line_per_line(translator, folders):
+    lines = [SENTENCE, "", "the red cat sits", "ein hund"]
+    expected = Predictor.from_pretrained(folders["seq2seq"]).translate(lines, num_beams=2, max_new_tokens=6)
+    assert translator.run_lines("\n".join(lines) + "\n", 2, 6, 1.0, "torch").split("\n") == expected
+    assert expected[1] == ""
+
+
+def test_classifier_gives_label_and_scores(classifier, folders):
+    (result,) = Predictor.from_pretrained(folders["classifier"]).classify([SENTENCE])
+    assert classifier.classify(SENTENCE) == result["scores"]
+    assert classifier.run_lines(f"{SENTENCE}\n\n") == f"{result['label']}\t{result['score']:.4f}\n"
+    assert classifier.engines() == ["torch"]
+
+
+def test_attention_explorer_is_an_escaped_iframe(translator, classifier):
+    pytest.importorskip("hf_transformer.attention_view")
+    translation = translator.translate(SENTENCE)
+    for shown in (translator.attention_html(SENTENCE, target=translation), classifier.attention_html(SENTENCE)):
+        assert shown.startswith('<iframe class="attention-explorer"') and 'sandbox="allow-scripts"' in shown
+        assert "<script" not in shown and "&lt;" in shown  # the page is inside srcdoc, escaped
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [("", "the input is empty"), ("   \n ", "the input is empty"), (" ".join(["dog"] * 40), "at most 24 tokens")],
+)
+def test_bad_sentences_get_a_clear_message(translator, classifier, text, message):
+    for call in (translator.translate, classifier.classify, translator.attention_html):
+        with pytest.raises(demo_app.InputError, match=message):
+            call(text)
+
+
+def test_bad_batches_and_options_get_a_clear_message(translator):
+    with pytest.raises(demo_app.InputError, match="the input is empty"):
+        translator.run_lines("\n\n")
+    with pytest.raises(demo_app.InputError, match=r"Line 2 is \d+ tokens long; this model reads at most 24"):
+        translator.run_lines("a dog\n" + " ".join(["dog"] * 40))
+    with pytest.raises(demo_app.InputError, match="number of beams"):
+        translator.translate(SENTENCE, 0)
+    with pytest.raises(demo_app.InputError, match="not a classification model"):
+        translator.classify(SENTENCE)
+
+
+def test_the_app_shows_messages_not_stack_traces(folders):
+    app = demo_app.build_app(folders["seq2seq"])
+    assert isinstance(app, gr.Blocks)
+    handler = demo_app._shown(gr, app.demo.translate)
+    defaults = app.demo.defaults()
+    assert handler(SENTENCE, defaults["num_beams"], defaults["max_new_tokens"], 1.0, "torch") == app.demo.translate(
+        SENTENCE
+    )
+    with pytest.raises(gr.Error, match="the input is empty"):
+        handler("", 1, 5, 1.0, "torch")
+    with pytest.raises(gr.Error, match="RuntimeError: broken"):
+        demo_app._shown(gr, lambda: (_ for _ in ()).throw(RuntimeError("broken")))()
+    assert "explorer failed: ZeroDivisionError" in demo_app._attention_shown(lambda: 1 / 0)()
+
+
+def test_classifier_app_builds(folders):
+    app = demo_app.build_app(folders["classifier"])
+    assert isinstance(app, gr.Blocks) and app.demo.task == "classification"
+
+
+def test_ctranslate2_engine_is_predictors(translator, folders):
+    pytest.importorskip("ctranslate2")
+    expected = Predictor.from_pretrained(folders["seq2seq"], engine="ctranslate2").translate([SENTENCE])[0]
+    defaults = translator.defaults()
+    assert translator.translate(SENTENCE, 1, defaults["max_new_tokens"], 1.0, "ctranslate2") == expected
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda root: root / "missing" / "folder", "no folder at"),
+        (lambda root: (root / "empty").mkdir() or root / "empty", "is not a model folder: it has no config.json"),
+        (lambda root: (root / "file.txt").write_text("x") and root / "file.txt", "is a file, not a model folder"),
+    ],
+)
+def test_the_command_refuses_what_is_not_a_model_folder(tmp_path, make, message):
+    folder = make(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        demo_app.main([str(folder)])
+    assert message in str(stopped.value) and "\n" not in str(stopped.value)
+
+
+def test_the_command_refuses_a_folder_without_tokenizer(tmp_path, folders):
+    TransformerForConditionalGeneration(tiny_config()).save_pretrained(tmp_path / "bare")
+    with pytest.raises(SystemExit, match="has no tokenizer"):
+        demo_app.main([str(tmp_path / "bare")])
+
+
+def test_the_command_refuses_a_masked_token_folder(tmp_path, folders):
+    TransformerForMaskedLM(tiny_config()).save_pretrained(tmp_path / "masked")
+    shutil.copy(folders["seq2seq"] / "tokenizer.json", tmp_path / "masked")
+    with pytest.raises(SystemExit, match="masked-lm model: the demo app serves translation"):
+        demo_app.main([str(tmp_path / "masked")])
+
+
+def test_the_command_serves_on_localhost(folders, monkeypatch):
+    served = []
+    monkeypatch.setattr(demo_app, "launch", lambda app, **options: served.append((app, options)))
+    demo_app.main([str(folders["seq2seq"]), "--port", "7999"])
+    ((app, options),) = served
+    assert isinstance(app, gr.Blocks) and options == {"host": "127.0.0.1", "port": 7999}
+    assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
+
+
+def test_write_space_writes_an_app_that_builds(tmp_path, folders):
+    space = demo_app.write_space(folders["seq2seq"], tmp_path / "space")
+    requirements = (space / "requirements.txt").read_text().splitlines()
+    assert any(line.startswith("gradio") and ">=" in line for line in requirements), requirements
+    assert any(line.startswith("torch>=") for line in requirements) and not any("extra" in r for r in requirements)
+    assert "sdk: gradio" in (space / "README.md").read_text()
+    assert (space / "model" / "model.safetensors").is_file() and (space / "hf_transformer" / "app.py").is_file()
+    # The Space's own copy of the package builds the app of the model beside app.py (in a Python of its own).
+    code = "import app, hf_transformer; print(hf_transformer.__file__); print(app.demo.demo.task)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=space, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    package_file, task = result.stdout.strip().splitlines()[-2:]
+    assert Path(package_file).resolve() == (space / "hf_transformer" / "__init__.py").resolve() and task == "seq2seq"
+
+
+def test_write_space_for_a_hub_id_and_refusals(tmp_path, folders):
+    space = demo_app.write_space("someone/model", tmp_path / "space")
+    assert "MODEL = 'someone/model'" in (space / "app.py").read_text() and not (space / "model").exists()
+    with pytest.raises(ValueError, match="would replace the model folder"):
+        demo_app.write_space(folders["seq2seq"], folders["seq2seq"])
+    with pytest.raises(FileNotFoundError):
+        demo_app.write_space("./no/such/folder", tmp_path / "other")
+
+
+def test_push_to_hub_writes_the_space_and_uploads_nothing(tmp_path, folders, monkeypatch, capsys):
+    push_to_hub = load_script("push_to_hub")
+    monkeypatch.setattr(push_to_hub.hub, "upload", lambda *a, **k: pytest.fail("uploaded"))
+    space, upload = tmp_path / "space", tmp_path / "upload"
+    push_to_hub.main(
+        [str(folders["seq2seq"]), "--repo_id", "someone/model", "--dry-run", str(upload), "--space_dir", str(space)]
+    )
+    assert (upload / "model.safetensors").is_file()
+    assert {"app.py", "requirements.txt", "README.md"} <= {path.name for path in space.iterdir()}
+    assert "MODEL = 'someone/model'" in (space / "app.py").read_text()
+    assert "nothing was uploaded" in capsys.readouterr().out
