@@ -12,7 +12,7 @@ from transformers import (
 )
 
 from .configuration_transformer import TransformerConfig
-from .inference import PIPELINE_TASK, Predictor, register_pipeline
+from .inference import Predictor
 from .modeling_transformer import (
     TransformerForConditionalGeneration,
     TransformerForMaskedLM,
@@ -20,6 +20,7 @@ from .modeling_transformer import (
     TransformerModel,
     TransformerPreTrainedModel,
 )
+from .pipelines import PIPELINE_TASK, register_pipeline
 
 __version__ = "0.1.0"
 
@@ -37,7 +38,7 @@ TransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2Seq
 TransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 TransformerForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 
-# transformers.pipeline(PIPELINE_TASK, model=folder) translates (hf_transformer.inference.TranslationPipeline).
+# transformers.pipeline(PIPELINE_TASK, model=folder) translates (hf_transformer.pipelines.TranslationPipeline).
 register_pipeline()
 
 __all__ = [

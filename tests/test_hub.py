@@ -147,7 +147,7 @@ def test_save_pretrained_writes_full_auto_map_and_self_contained_code(saved):
         for name in REMOTE_CODE_MODULES:
             assert (folder / f"{name}.py").read_text() == (ROOT / "hf_transformer" / f"{name}.py").read_text()
         # A translation folder also carries its pipeline's code (tests/test_remote_pipeline.py checks those files).
-        pipeline_code = {"inference", "adapters", "folders", "ensemble"} if folder == saved["model_dir"] else set()
+        pipeline_code = {"pipelines", "folders"} if folder == saved["model_dir"] else set()
         assert sorted(p.stem for p in folder.glob("*.py")) == sorted({*REMOTE_CODE_MODULES, *pipeline_code})
     # The copies import only each other, torch, transformers and the standard library.
     copied = REMOTE_CODE_MODULES

@@ -21,12 +21,12 @@ from hf_transformer import (
     TransformerForMaskedLM,
     TransformerForSequenceClassification,
 )
-from hf_transformer.inference import TranslationPipeline
+from hf_transformer.pipelines import TranslationPipeline
 
 SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
 TEXTS = ["a man rides a red bike .", "two dogs", "ein mann fährt"]
 # The pipeline's module and what it imports, copied beside the model code of a translation folder only.
-PIPELINE_MODULES = {"inference", "adapters", "folders", "ensemble"}
+PIPELINE_MODULES = {"pipelines", "folders"}
 # Imported by the copies where transformers itself is installed (tqdm is one of its requirements).
 INSTALLED_WITH_TRANSFORMERS = {"torch", "transformers", "tqdm"}
 
@@ -58,7 +58,7 @@ def folders(tmp_path_factory):
 def test_only_a_translation_folder_names_and_carries_the_pipeline(folders):
     config = json.loads((folders["translator"] / "config.json").read_text())
     assert config["custom_pipelines"] == {
-        PIPELINE_TASK: {"impl": "inference.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
+        PIPELINE_TASK: {"impl": "pipelines.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
     }
     copied = {path.stem for path in folders["translator"].glob("*.py")}
     assert PIPELINE_MODULES <= copied

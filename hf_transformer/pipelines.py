@@ -1,0 +1,125 @@
+"""`transformers.pipeline("hf-transformer-translation", model=folder)`: translation as a transformers pipeline.
+
+transformers 5 removed its `translation` and `text2text-generation` tasks and refuses those names before looking at
+registered pipelines, so the task has a name of its own; `import hf_transformer` registers it. A saved translation
+folder names the pipeline in its config (`custom_pipelines`) and carries this file (and `folders.py`, which it
+imports), so that `pipeline("hf-transformer-translation", model=folder, trust_remote_code=True)` runs where this
+package is not installed. This module therefore imports nothing of the package but `folders` (and, when registering,
+the configuration class).
+"""
+
+from __future__ import annotations
+
+from transformers import AutoModelForSeq2SeqLM, Pipeline
+
+from .folders import SEQ2SEQ, check_task
+
+PIPELINE_TASK = "hf-transformer-translation"
+
+__all__ = ["PIPELINE_TASK", "TranslationPipeline", "input_length_limit", "register_pipeline"]
+
+
+def input_length_limit(config, tokenizer) -> int:
+    """The longest input in tokens: the smaller of the encoder's position table and the tokenizer's
+    `model_max_length` (a tokenizer trained by hand may keep a default longer than the model's table)."""
+    limits = [config.max_position_embeddings, getattr(tokenizer, "model_max_length", None)]
+    return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
+
+
+def _generation_length(config, generation_config, max_new_tokens: int | None, max_length: int | None = None) -> int:
+    """`max_new_tokens`, else `max_length` (which counts the start token), else the folder's generation config,
+    else the decoder's position table; never more than the table holds."""
+    table = config.decoder_max_position_embeddings or config.max_position_embeddings
+    saved = generation_config.to_diff_dict()
+    for name, given, least in (("max_new_tokens", max_new_tokens, 1), ("max_length", max_length, 2)):
+        if given is not None and not (isinstance(given, int) and given >= least):
+            raise ValueError(f"`{name}` must be an integer of at least {least}, got {given!r}")
+    if max_new_tokens is not None:
+        wanted = max_new_tokens
+    elif max_length is not None:
+        wanted = max_length - 1
+    elif saved.get("max_new_tokens"):
+        wanted = saved["max_new_tokens"]
+    elif saved.get("max_length"):
+        wanted = saved["max_length"] - 1  # an encoder-decoder's max_length counts the start token
+    else:
+        wanted = table
+    return max(1, min(wanted, table))
+
+
+class TranslationPipeline(Pipeline):
+    """`transformers.pipeline("hf-transformer-translation", model=folder)`: answers as transformers 4's translation
+    pipeline did. A text gives `[{"translation_text": ...}]` (one dict per `num_return_sequences`), a list of texts a
+    list of those, flattened to one dict per text when each has one; `return_tensors=True` gives
+    `translation_token_ids` instead of the text, `clean_up_tokenization_spaces` goes to the decoding, and the other
+    options to `generate`."""
+
+    def __init__(self, model, *args, **kwargs):
+        # A folder of another saved class loads as a seq2seq model with weights it does not hold (a masked-token
+        # folder's decoder would be random): refused in one line before anything runs.
+        check_task(model.config, model.name_or_path or type(model).__name__, f'pipeline("{PIPELINE_TASK}")', (SEQ2SEQ,))
+        super().__init__(model, *args, **kwargs)
+
+    def _sanitize_parameters(
+        self, truncation=True, return_tensors=None, clean_up_tokenization_spaces=None, **generate_kwargs
+    ):
+        postprocess_params = {"return_tensors": bool(return_tensors)}
+        if clean_up_tokenization_spaces is not None:
+            postprocess_params["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        return {"truncation": truncation}, generate_kwargs, postprocess_params
+
+    def __call__(self, texts, *args, **kwargs):
+        results = super().__call__(texts, *args, **kwargs)
+        if (
+            isinstance(texts, list)
+            and all(isinstance(text, str) for text in texts)
+            and all(len(r) == 1 for r in results)
+        ):
+            return [result[0] for result in results]
+        return results
+
+    def preprocess(self, text: str, truncation: bool = True):
+        if not isinstance(text, str):
+            raise TypeError(f"{PIPELINE_TASK} takes text (a string, or a list of strings), got {type(text).__name__}")
+        batch = self.tokenizer(
+            [text],
+            return_tensors="pt",
+            truncation=truncation,
+            max_length=input_length_limit(self.model.config, self.tokenizer) if truncation else None,
+        )
+        batch.pop("token_type_ids", None)
+        return batch
+
+    def _forward(self, model_inputs, **generate_kwargs):
+        length = _generation_length(
+            self.model.config,
+            self.model.generation_config,
+            generate_kwargs.pop("max_new_tokens", None),
+            generate_kwargs.pop("max_length", None),
+        )
+        # As Predictor: the limit goes in the field the saved generation config uses (the training scripts save
+        # max_length); setting the other one as well makes generate() warn at every call that both are set.
+        if self.model.generation_config.to_diff_dict().get("max_new_tokens"):
+            generate_kwargs["max_new_tokens"] = length
+        else:
+            generate_kwargs["max_length"] = length + 1  # counts the start token
+        return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
+
+    def postprocess(self, model_outputs, return_tensors: bool = False, **decode_options):
+        if return_tensors:
+            return [{"translation_token_ids": ids} for ids in model_outputs["output_ids"]]
+        texts = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True, **decode_options)
+        return [{"translation_text": text.strip()} for text in texts]
+
+
+def register_pipeline() -> None:
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    PIPELINE_REGISTRY.register_pipeline(
+        PIPELINE_TASK, pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+    )
+    # A saved seq2seq folder names the pipeline (`custom_pipelines`) and carries this file, so that
+    # `pipeline(PIPELINE_TASK, model=folder, trust_remote_code=True)` runs where this package is not installed.
+    from .configuration_transformer import TransformerConfig
+
+    TransformerConfig.register_folder_pipeline("TransformerForConditionalGeneration", TranslationPipeline)
