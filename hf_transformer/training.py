@@ -313,3 +313,26 @@ def average_checkpoints(model: torch.nn.Module, folders: list[str | Path]) -> No
     untied = [name for name in missing if own[name].data_ptr() not in loaded]
     if unexpected or untied:
         raise ValueError(f"checkpoint weights do not fit the model: unexpected {unexpected[:3]}, missing {untied[:3]}")
+
+
+def save_run(trainer, results, card=None, files=None) -> Path:
+    """A training script's folder (``--output_dir``): the model (safetensors, config, generation config, tokenizer),
+    ``results.json``, ``log_history.json``, ``README.md`` (``hf_transformer.hub.model_card`` with the ``CardText``
+    ``card``) and ``files`` (name -> text, e.g. a test set's predictions).
+
+    Every process must call it: under FSDP ``save_model`` first gathers the shards, a collective call that would
+    wait forever for processes that had already finished; the files are written by process 0 alone."""
+    import json
+
+    from .hub import model_card
+
+    output_dir = Path(trainer.args.output_dir)
+    trainer.save_model(str(output_dir))
+    if trainer.is_world_process_zero():
+        text = json.dumps(results, indent=2, default=str, ensure_ascii=False)
+        (output_dir / "results.json").write_text(text, encoding="utf-8")
+        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
+        for name, content in (files or {}).items():
+            (output_dir / name).write_text(content, encoding="utf-8")
+        (output_dir / "README.md").write_text(model_card(output_dir, results, card), encoding="utf-8")
+    return output_dir

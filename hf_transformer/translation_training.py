@@ -11,7 +11,6 @@ results, test output and model card. ``scripts/train_translation.py`` is these p
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -21,7 +20,7 @@ from pathlib import Path
 from transformers import Seq2SeqTrainingArguments
 
 from .configuration_transformer import TransformerConfig
-from .training import AVERAGE_CHECKPOINTS_HELP, SplitLimits, check_checkpoint_averaging
+from .training import AVERAGE_CHECKPOINTS_HELP, SplitLimits, check_checkpoint_averaging, save_run
 
 __all__ = [
     "TranslationModelArguments",
@@ -291,25 +290,10 @@ def translation_card(
 
 
 def save_translation_run(trainer, results: Mapping, test_hypotheses: Sequence[str] | None = None, card=None) -> Path:
-    """The run's folder (``--output_dir``): the model (safetensors, config, generation config, tokenizer),
-    ``results.json``, ``log_history.json``, ``test_predictions.txt`` (one line per test pair, in the test file's
-    order) and ``README.md`` (``hf_transformer.hub.model_card`` with the ``CardText`` ``card``).
-
-    Every process must call it: under FSDP ``save_model`` first gathers the shards, a collective call that would
-    wait forever for processes that had already finished; the files are written by process 0 alone."""
-    from .hub import model_card
-
-    output_dir = Path(trainer.args.output_dir)
-    trainer.save_model(str(output_dir))
-    if trainer.is_world_process_zero():
-        text = json.dumps(results, indent=2, default=str, ensure_ascii=False)
-        (output_dir / "results.json").write_text(text, encoding="utf-8")
-        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
-        if test_hypotheses is not None:
-            lines = "\n".join(test_hypotheses) + "\n"
-            (output_dir / "test_predictions.txt").write_text(lines, encoding="utf-8")
-        (output_dir / "README.md").write_text(model_card(output_dir, results, card), encoding="utf-8")
-    return output_dir
+    """:func:`hf_transformer.training.save_run` with ``test_predictions.txt``: one line per test pair, in the test
+    file's order."""
+    files = {"test_predictions.txt": "\n".join(test_hypotheses) + "\n"} if test_hypotheses is not None else None
+    return save_run(trainer, results, card, files)
 
 
 def run_facts(model, training_args, started: float, program: str, argv: Sequence[str] | None) -> dict:

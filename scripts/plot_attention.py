@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from hf_transformer.figures import pyplot, save_figure, use_cjk_font
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -33,68 +33,6 @@ logger = logging.getLogger("plot_attention")
 
 KINDS = ("encoder", "decoder", "cross")
 _KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-attention", "cross": "cross-attention"}
-# Fonts with Hangul (and other CJK) glyphs, the first installed one used.
-CJK_FONTS = (
-    "Noto Sans CJK KR",
-    "Noto Sans CJK JP",
-    "Noto Sans KR",
-    "NanumGothic",
-    "NanumBarunGothic",
-    "Malgun Gothic",
-    "AppleGothic",
-    "Apple SD Gothic Neo",
-    "Source Han Sans KR",
-    "UnDotum",
-    "WenQuanYi Zen Hei",
-)
-
-
-def pyplot():
-    """matplotlib.pyplot on the file-only backend (Agg), imported on first use."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def use_cjk_font() -> str | None:
-    """Put the first installed CJK font in front of matplotlib's default, which still draws Latin text."""
-    from matplotlib import font_manager
-
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    for name in CJK_FONTS:
-        if name in installed:
-            pyplot().rcParams["font.family"] = [name, "DejaVu Sans"]
-            return name
-    return None
-
-
-def save(figure: Figure, output: str | Path, dpi: int = 100) -> Path:
-    """Write a PNG; glyphs the fonts lack become one log warning instead of one warning per glyph."""
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        figure.savefig(output, dpi=dpi)
-    missing = [w for w in caught if "missing from font" in str(w.message)]
-    for other in caught:
-        if other not in missing:
-            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
-    if missing:
-        logger.warning(
-            "%d characters have no glyph in the installed fonts and show as boxes in %s; install a CJK font "
-            "(e.g. fonts-noto-cjk or fonts-nanum) for Hangul",
-            len(missing),
-            output,
-        )
-    pyplot().close(figure)
-    return output
-
-
-# --------------------------------------------------------------------------------------------------
-# Attention
 
 
 def load_model(model_dir: str):
@@ -224,7 +162,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         figure, panels = plot_positions(args.d_model, args.length)
     size = tuple(int(round(v * args.dpi)) for v in figure.get_size_inches())
-    output = save(figure, args.output, dpi=args.dpi)
+    output = save_figure(figure, args.output, dpi=args.dpi)
     logger.info("wrote %s (%d panels)", output, len(panels))
     return {"output": str(output), "panels": len(panels), "size": size, "font": font}
 

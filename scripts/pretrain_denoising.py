@@ -22,7 +22,6 @@ loss and accuracy on the validation texts, parameters, wall time, the command), 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import sys
@@ -37,7 +36,7 @@ import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerForMaskedLM
 from hf_transformer.data import tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config
-from hf_transformer.hub import CardText, model_card
+from hf_transformer.hub import CardText
 from hf_transformer.training import (
     end_process_group,
     keep_freed_memory,
@@ -45,6 +44,7 @@ from hf_transformer.training import (
     one_tokenizer,
     pin_memory_only_with_accelerator,
     process_report,
+    save_run,
     train_metrics,
     training_settings,
     warn_of_emulated_bfloat16,
@@ -164,18 +164,6 @@ def evaluate(trainer, model, tokenized, tokenizer, pretrain_args, seed: int) -> 
     )
 
 
-def save(trainer, results: dict, text: CardText) -> None:
-    """Weights, config, tokenizer, results.json, log_history.json and the model card."""
-    output_dir = Path(trainer.args.output_dir)
-    # Every process calls save_model (it writes from process 0 only): under FSDP it first gathers the shards,
-    # a collective call that would wait forever for processes that had already finished.
-    trainer.save_model(str(output_dir))
-    if trainer.is_world_process_zero():
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2, default=str, ensure_ascii=False))
-        (output_dir / "log_history.json").write_text(json.dumps(trainer.state.log_history, indent=2))
-        (output_dir / "README.md").write_text(model_card(output_dir, results, text), encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
@@ -214,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict:
         wall_seconds=round(time.time() - started, 1),
         command=" ".join([Path(__file__).name, *(argv if argv is not None else sys.argv[1:])]),
     )
-    save(trainer, results, card_text(model_args, data_args, results, training_settings(trainer)))
+    save_run(trainer, results, card_text(model_args, data_args, results, training_settings(trainer)))
     logger.info(
         "validation masked-token loss %.4f, accuracy %.4f; folder %s",
         results["eval_loss"],

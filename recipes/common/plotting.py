@@ -15,7 +15,6 @@ import argparse
 import json
 import logging
 import math
-import warnings
 from pathlib import Path
 
 import matplotlib
@@ -23,60 +22,17 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import font_manager  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from hf_transformer.figures import CJK_FONTS, use_cjk_font  # noqa: E402, F401  (this module's API too)
+from hf_transformer.figures import save_figure as save  # noqa: E402
 
 __all__ = ["CJK_FONTS", "use_cjk_font", "save", "read_log_history", "plot_curves", "main"]
 
 logger = logging.getLogger(__name__)
 
-CJK_FONTS = (
-    "Noto Sans CJK KR",
-    "Noto Sans CJK JP",
-    "Noto Sans KR",
-    "NanumGothic",
-    "NanumBarunGothic",
-    "Malgun Gothic",
-    "AppleGothic",
-    "Apple SD Gothic Neo",
-    "Source Han Sans KR",
-    "UnDotum",
-    "WenQuanYi Zen Hei",
-)
 # Log keys that are bookkeeping, not metrics.
 _NOT_METRICS = ("runtime", "per_second", "samples", "steps", "epoch", "step", "total_flos", "gen_len")
-
-
-def use_cjk_font() -> str | None:
-    """Put the first installed CJK font in front of matplotlib's default, which still draws Latin text."""
-    installed = {font.name for font in font_manager.fontManager.ttflist}
-    for name in CJK_FONTS:
-        if name in installed:
-            plt.rcParams["font.family"] = [name, "DejaVu Sans"]
-            return name
-    return None
-
-
-def save(figure: Figure, output: str | Path, dpi: int = 100) -> Path:
-    """Write a PNG; glyphs the fonts lack become one log warning instead of one warning per glyph."""
-    output = Path(output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        figure.savefig(output, dpi=dpi)
-    missing = [w for w in caught if "missing from font" in str(w.message)]
-    for other in caught:
-        if other not in missing:
-            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
-    if missing:
-        logger.warning(
-            "%d characters have no glyph in the installed fonts and show as boxes in %s; install a CJK font "
-            "(e.g. fonts-noto-cjk or fonts-nanum) for Hangul",
-            len(missing),
-            output,
-        )
-    plt.close(figure)
-    return output
 
 
 def read_log_history(path: str | Path) -> list[dict]:
