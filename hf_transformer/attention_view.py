@@ -29,6 +29,7 @@ import torch
 from transformers.modeling_outputs import MaskedLMOutput
 
 from .folders import CLASSIFICATION, MASKED_LM, SEQ2SEQ, is_adapter_folder, task_of
+from .pipelines import generation_length
 
 KINDS = ("encoder", "decoder", "cross")
 DECIMALS = 4
@@ -111,19 +112,11 @@ def _check_count(name: str, value, least: int) -> None:
 
 
 def _new_token_limit(model, max_new_tokens: int | None) -> int:
-    """`max_new_tokens`, else the folder's generation config, else the decoder's table, never more than the table
-    holds once the start token takes its place."""
+    """The predictor's generation length (:func:`hf_transformer.pipelines.generation_length`: `max_new_tokens`, else
+    the folder's generation config, else the decoder's table), one token shorter where needed so that the start
+    token and the whole target fit the decoder's table for the attention pass."""
     table = model.config.decoder_max_position_embeddings or model.config.max_position_embeddings
-    saved = model.generation_config.to_diff_dict()
-    if max_new_tokens is not None:
-        wanted = max_new_tokens
-    elif saved.get("max_new_tokens"):
-        wanted = saved["max_new_tokens"]
-    elif saved.get("max_length"):
-        wanted = saved["max_length"] - 1  # an encoder-decoder's max_length counts the start token
-    else:
-        wanted = table
-    return max(1, min(wanted, table - 1))
+    return max(1, min(generation_length(model.config, model.generation_config, max_new_tokens), table - 1))
 
 
 def attention_data(

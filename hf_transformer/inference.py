@@ -45,7 +45,7 @@ from transformers import (
 
 from .adapters import load_merged
 from .folders import CLASSIFICATION, SEQ2SEQ, check_task, is_adapter_folder, looks_like_a_path, task_of
-from .pipelines import PIPELINE_TASK, TranslationPipeline, _generation_length, input_length_limit, register_pipeline
+from .pipelines import PIPELINE_TASK, TranslationPipeline, generation_length, input_length_limit, register_pipeline
 
 __all__ = [
     "PIPELINE_TASK",
@@ -242,7 +242,7 @@ class Predictor:
         if max_new_tokens is None and max_length is None:
             max_new_tokens = self.generate_options.get("max_new_tokens")
             max_length = self.generate_options.get("max_length")
-        return _generation_length(self.config, self.generation_config, max_new_tokens, max_length)
+        return generation_length(self.config, self.generation_config, max_new_tokens, max_length)
 
     def __call__(self, texts: Sequence[str], *, progress: bool = False, **generate_options) -> list[dict]:
         if isinstance(texts, str):

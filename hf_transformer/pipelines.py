@@ -16,7 +16,7 @@ from .folders import SEQ2SEQ, check_task
 
 PIPELINE_TASK = "hf-transformer-translation"
 
-__all__ = ["PIPELINE_TASK", "TranslationPipeline", "input_length_limit", "register_pipeline"]
+__all__ = ["PIPELINE_TASK", "TranslationPipeline", "generation_length", "input_length_limit", "register_pipeline"]
 
 
 def input_length_limit(config, tokenizer) -> int:
@@ -26,7 +26,7 @@ def input_length_limit(config, tokenizer) -> int:
     return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
 
 
-def _generation_length(config, generation_config, max_new_tokens: int | None, max_length: int | None = None) -> int:
+def generation_length(config, generation_config, max_new_tokens: int | None, max_length: int | None = None) -> int:
     """`max_new_tokens`, else `max_length` (which counts the start token), else the folder's generation config,
     else the decoder's position table; never more than the table holds."""
     table = config.decoder_max_position_embeddings or config.max_position_embeddings
@@ -91,7 +91,7 @@ class TranslationPipeline(Pipeline):
         return batch
 
     def _forward(self, model_inputs, **generate_kwargs):
-        length = _generation_length(
+        length = generation_length(
             self.model.config,
             self.model.generation_config,
             generate_kwargs.pop("max_new_tokens", None),

@@ -30,6 +30,12 @@ def inputs() -> dict[str, torch.Tensor]:
     return {key: torch.tensor(EXPECTED[key]) for key in ("input_ids", "attention_mask")}
 
 
+def sequence_log_probs(model, sequences: torch.Tensor) -> torch.Tensor:
+    """Each row's summed log-probability of its tokens after the start token, under ``model``."""
+    logits = model(**inputs(), decoder_input_ids=sequences[:, :-1]).logits
+    return logits.log_softmax(-1).gather(-1, sequences[:, 1:, None]).squeeze(-1).sum(-1)
+
+
 @pytest.mark.parametrize("name", sorted(AUTO))
 def test_a_folder_saved_before_loads_every_weight_and_computes_the_same(name):
     model, info = AUTO[name].from_pretrained(SAVED / name, output_loading_info=True)
@@ -39,8 +45,13 @@ def test_a_folder_saved_before_loads_every_weight_and_computes_the_same(name):
     with torch.no_grad():
         if name.startswith("seq2seq"):
             generated = model.generate(**inputs(), num_beams=3, max_new_tokens=6, do_sample=False)
-            assert generated.tolist() == expected["generated"]
-            logits = model(**inputs(), decoder_input_ids=generated[:, :4]).logits[:, -1, :8]
+            saved = torch.tensor(expected["generated"])
+            # The same tokens, or, where another CPU's rounding broke a tie, tokens exactly as likely.
+            assert generated.shape == saved.shape
+            assert torch.equal(generated, saved) or torch.allclose(
+                sequence_log_probs(model, generated), sequence_log_probs(model, saved), rtol=0, atol=1e-4
+            )
+            logits = model(**inputs(), decoder_input_ids=saved[:, :4]).logits[:, -1, :8]
         else:
             logits = model(**inputs()).logits
             logits = logits[:, :3, :8] if logits.dim() == 3 else logits
