@@ -1,7 +1,14 @@
 """hf_transformer: the Transformer of "Attention Is All You Need" as a HuggingFace model.
 
-Importing the package registers the configuration and the models with the Auto classes.
+Importing the package registers the configuration and the models with the Auto classes. Imported before torch,
+it also makes torch's OpenMP threads spin only briefly before they sleep (``hf_transformer.openmp``), which keeps
+training fast on a machine whose cores are busy with other work.
 """
+
+# First, before anything below loads torch: its OpenMP runtime reads the waiting setting when it loads.
+from .openmp import SET_ON_IMPORT  # noqa: F401
+
+# isort: split
 
 from transformers import (
     AutoConfig,

@@ -9,6 +9,10 @@ Needs no data and no network; about a minute on two CPU cores. Writes the model 
 
 from __future__ import annotations
 
+import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
+
+# isort: split
+
 import argparse
 import json
 import random
@@ -20,7 +24,6 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForSeq2SeqLM, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3

@@ -19,6 +19,10 @@ figure is drawn.
 
 from __future__ import annotations
 
+import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
+
+# isort: split
+
 import argparse
 import logging
 from collections.abc import Sequence
@@ -38,8 +42,6 @@ _KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-at
 def load_model(model_dir: str):
     """Model (eval mode), tokenizer and whether it is a seq2seq model, through the Auto classes."""
     from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
-
-    import hf_transformer  # noqa: F401  (registers the Auto classes)
 
     config = AutoConfig.from_pretrained(model_dir)
     classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or [])

@@ -22,6 +22,10 @@ loss and accuracy on the validation texts, parameters, wall time, the command), 
 
 from __future__ import annotations
 
+import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
+
+# isort: split
+
 import logging
 import math
 import sys
@@ -32,7 +36,6 @@ from pathlib import Path
 import torch
 from transformers import DataCollatorForLanguageModeling, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerForMaskedLM
 from hf_transformer.data import tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config

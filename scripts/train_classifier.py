@@ -18,6 +18,10 @@ folder: safetensors weights, config, tokenizer, `results.json` and a model card 
 
 from __future__ import annotations
 
+import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
+
+# isort: split
+
 import logging
 import sys
 import time
@@ -27,7 +31,6 @@ from pathlib import Path
 import numpy as np
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config

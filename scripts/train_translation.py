@@ -27,12 +27,15 @@ The output folder holds the model (safetensors, config, generation config, token
 
 from __future__ import annotations
 
+import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
+
+# isort: split
+
 import logging
 import time
 
 from transformers import HfArgumentParser, Seq2SeqTrainer, set_seed
 
-import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.metrics import require_scorers, select_and_score, translation_metrics
 from hf_transformer.training import (
