@@ -65,6 +65,7 @@ from hf_transformer.translation_training import (
 )
 from recipes.multi30k.bleu import SCORERS
 from recipes.multi30k.data import DataArguments
+from recipes.multi30k.distill import MIXES, with_distilled_targets
 from recipes.multi30k.rdrop import RDropSeq2SeqTrainer
 from recipes.multi30k.scoring import headline, lowercases, score, split_metrics, task_fields
 
@@ -112,13 +113,39 @@ class RecipeTrainingArguments(TranslationTrainingArguments):
     )
 
 
+@dataclass
+class TrainDataArguments(DataArguments):
+    distilled_targets: str | None = field(
+        default=None,
+        metadata={
+            "help": "a folder recipes.multi30k.distill wrote: train on its teacher's translations of the training "
+            "sources (sequence-level knowledge distillation); validation and test keep their references"
+        },
+    )
+    distillation_mix: str = field(
+        default="replace",
+        metadata={"help": "replace: the teacher's translations are the training targets; both: the original pairs "
+                  "and the teacher's, every epoch"},
+    )  # fmt: skip
+
+    def splits(self):
+        splits = super().splits()
+        if self.distilled_targets:
+            splits["train"] = with_distilled_targets(
+                splits["train"], self.distilled_targets, self.source_lang, self.target_lang, self.distillation_mix
+            )
+        return splits
+
+
 def argument_parser() -> HfArgumentParser:
-    return HfArgumentParser((ModelArguments, DataArguments, RecipeTrainingArguments))
+    return HfArgumentParser((ModelArguments, TrainDataArguments, RecipeTrainingArguments))
 
 
 def parse(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, RecipeTrainingArguments]:
     """The arguments, checked before any work; the process set up for training."""
     model_args, data_args, training_args = argument_parser().parse_args_into_dataclasses(args=argv)
+    if data_args.distillation_mix not in MIXES:
+        raise ValueError(f"--distillation_mix must be one of {', '.join(MIXES)}, got {data_args.distillation_mix!r}")
     pin_memory_only_with_accelerator(training_args)
     no_unused_parameters(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
@@ -213,6 +240,8 @@ def train(trainer, model, tokenizer, data_args: DataArguments, training_args) ->
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
     results = task_fields(data_args) | train_metrics(train_output)
+    if getattr(data_args, "distilled_targets", None):
+        results |= {"distilled_targets": data_args.distilled_targets, "distillation_mix": data_args.distillation_mix}
     averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
     if averaged:
         results["averaged_checkpoints"] = averaged
@@ -233,7 +262,12 @@ def card_text(model_args: ModelArguments, data_args: DataArguments, results: dic
         model_args,
         results,
         title=f"Transformer {LANGUAGE_NAMES[source]} -> {LANGUAGE_NAMES[target]} on Multi30k",
-        data=f"Multi30k task 1 ({source} -> {target})",
+        data=f"Multi30k task 1 ({source} -> {target})"
+        + (
+            ", its targets translated by a teacher model (sequence-level distillation)"
+            if results.get("distilled_targets")
+            else ""
+        ),
         notes=lowercase if results.get("lowercase") else "",
         settings=settings | {name: value for name, value in recipe.items() if value},
         evaluation="BLEU is sacreBLEU (detokenized, cased, 13a) against the raw references; lc-tok BLEU is computed "

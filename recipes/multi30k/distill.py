@@ -1,0 +1,237 @@
+"""Sequence-level knowledge distillation (Kim and Rush, 2016), the teacher's half: translate Multi30k's training
+sources once with a teacher and keep the translations, for a student to train on.
+
+    python -m recipes.multi30k.distill --teacher runs/m30k-en-de-ensemble --output_dir runs/distilled-en-de \
+        --data_dir ../shared/data --source_lang en --target_lang de --num_beams 5 --batch_size 64
+    python -m recipes.multi30k.train --distilled_targets runs/distilled-en-de --distillation_mix both ...
+
+The teacher is a model folder, several (decoded as their ensemble, :mod:`hf_transformer.ensemble`), or an ensemble
+folder ``recipes.multi30k.evaluate`` wrote (its members, and the length penalty its scoring chose on validation unless
+``--length_penalty`` is given). Decoding is beam search over sentences batched by length, with progress; it runs on
+``--device`` (a GPU decodes it many times faster where there is one).
+
+The output folder holds ``train.<target>`` (one translation per training source, line for line) and
+``distillation.json``: what was decoded (the direction, the training sources' count and SHA-256), by which teacher
+(each member's folder and the SHA-256 of its weights) and how (beam size, length penalty, length limit), and, once
+finished, the time it took. The translations are appended chunk by chunk as they finish: a run stopped part way
+continues where it stopped; a folder decoded from other sources, by another teacher or with other settings is refused,
+naming what differs, and a finished one is reused as it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import HfArgumentParser
+
+from hf_transformer import Predictor
+from recipes.multi30k.data import DataArguments
+from recipes.multi30k.rerank import model_folders
+
+logger = logging.getLogger("recipes.multi30k.distill")
+
+RECORD_FILE = "distillation.json"
+# What must be equal for a folder's translations to be reused or continued (the rest of the record is its history).
+DECODING_KEYS = ("source_lang", "target_lang", "sources", "sources_sha256", "teacher", "num_beams", "length_penalty")
+DECODING_KEYS += ("max_new_tokens",)
+
+
+@dataclass
+class DistillArguments:
+    teacher: list[str] = field(
+        metadata={"help": "model folders (one, or several decoded as their ensemble) or an ensemble folder"}
+    )
+    output_dir: str = field(metadata={"help": "where train.<target> and distillation.json go (or are continued)"})
+    num_beams: int = field(default=5, metadata={"help": "beam size of the teacher's decoding"})
+    length_penalty: float | None = field(
+        default=None,
+        metadata={"help": "beam search's length penalty (default: the ensemble folder's choice, else the teacher's)"},
+    )
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "length limit of a translation (default: the teacher's own rule)"}
+    )
+    batch_size: int = field(default=64, metadata={"help": "sentences per decoding batch"})
+    chunk_size: int = field(
+        default=2048, metadata={"help": "sentences decoded between two appends to the output (the most a stop loses)"}
+    )
+    device: str = field(default="cpu", metadata={"help": "cpu, cuda, ..."})
+
+
+def sha256_text(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+
+
+def weights_sha256(folder: str | Path) -> str:
+    """One digest over the folder's weight files (``*.safetensors``, by name)."""
+    digest = hashlib.sha256()
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"teacher {folder}: no .safetensors weights in it")
+    for path in files:
+        digest.update(path.name.encode())
+        with open(path, "rb") as stream:
+            while block := stream.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def decoding_record(args: DistillArguments, data_args: DataArguments, sources: list[str]) -> tuple[dict, list[str]]:
+    """What this run decodes, by which teacher and how; and the teacher's member folders."""
+    members, ensemble_length_penalty = model_folders(args.teacher)
+    length_penalty = args.length_penalty if args.length_penalty is not None else ensemble_length_penalty
+    record = {
+        "source_lang": data_args.source_lang,
+        "target_lang": data_args.target_lang,
+        "sources": len(sources),
+        "sources_sha256": sha256_text(sources),
+        "teacher": [{"folder": str(Path(m).resolve()), "weights_sha256": weights_sha256(m)} for m in members],
+        "num_beams": args.num_beams,
+        "length_penalty": length_penalty,
+        "max_new_tokens": args.max_new_tokens,
+    }
+    return record, members
+
+
+def check_reusable(saved: dict, record: dict, output_dir: Path) -> None:
+    """Refuse a folder whose translations came from other sources, another teacher or other settings."""
+    differing = []
+    for key in DECODING_KEYS:
+        if saved.get(key) != record[key]:
+            ours = record[key]
+            if key == "teacher":  # the folders may have moved; the weights decide
+                ours = [member["weights_sha256"] for member in record[key]]
+                theirs = [member.get("weights_sha256") for member in saved.get(key) or []]
+                if ours == theirs:
+                    continue
+                differing.append("the teacher's weights differ")
+                continue
+            differing.append(f"{key} {saved.get(key)!r} there, {ours!r} here")
+    if differing:
+        raise ValueError(
+            f"{output_dir} holds translations decoded otherwise ({'; '.join(differing)}): give another --output_dir"
+        )
+
+
+def saved_record(output_dir: Path, record: dict) -> dict | None:
+    """The record of an earlier run in ``output_dir`` (None if none), checked against this run's."""
+    record_path = output_dir / RECORD_FILE
+    if not record_path.is_file():
+        return None
+    saved = json.loads(record_path.read_text(encoding="utf-8"))
+    check_reusable(saved, record, output_dir)
+    return saved
+
+
+def one_line(text: str) -> str:
+    """A translation on one line of the output file, whatever line breaks the model wrote."""
+    return " ".join(text.splitlines()).strip()
+
+
+def distill(predictor, sources: list[str], record: dict, output_dir: Path, args: DistillArguments) -> list[str]:
+    """The teacher's translation of every source: read from ``output_dir`` where finished, else decoded from where
+    an earlier run stopped, chunk by chunk, each chunk appended as it finishes."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    record_path = output_dir / RECORD_FILE
+    output = output_dir / f"train.{record['target_lang']}"
+    partial = output.with_name(output.name + ".partial")
+    saved = saved_record(output_dir, record)
+    if saved:
+        if saved.get("finished") and output.is_file():
+            lines = output.read_text(encoding="utf-8").split("\n")[:-1]
+            if len(lines) == len(sources):
+                logger.info("reusing the %d translations in %s", len(lines), output)
+                return lines
+        record = saved | record  # keeps the time already spent
+    record.setdefault("seconds", 0.0)
+    record["finished"] = False
+    record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    done = partial.read_text(encoding="utf-8").split("\n")[:-1] if partial.is_file() else []
+    if done:
+        logger.info("continuing after the %d translations already in %s", len(done), partial)
+    options = {"num_beams": args.num_beams, "length_penalty": record["length_penalty"]}
+    options["max_new_tokens"] = record["max_new_tokens"]
+    started, first = time.time(), len(done)
+    with open(partial, "a", encoding="utf-8") as stream:
+        for start in range(len(done), len(sources), args.chunk_size):
+            chunk = sources[start : start + args.chunk_size]
+            translations = [one_line(t) for t in predictor.translate(chunk, **options)]
+            stream.write("".join(t + "\n" for t in translations))
+            stream.flush()
+            done += translations
+            rate = (len(done) - first) / (time.time() - started)
+            left = (len(sources) - len(done)) / rate
+            logger.info("translated %d/%d sources, %.1f a second, %.0f s to go", len(done), len(sources), rate, left)
+    partial.replace(output)
+    record["seconds"] += time.time() - started
+    record["finished"] = True
+    record["sentences_per_second"] = round(len(sources) / record["seconds"], 2) if record["seconds"] else None
+    record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return done
+
+
+MIXES = ("replace", "both")
+
+
+def with_distilled_targets(train, folder: str | Path, source_lang: str, target_lang: str, mix: str):
+    """The student's training pairs: each training source with the teacher's translation (``mix="replace"``), or
+    the original pairs followed by those (``"both"``). A source the teacher left untranslated keeps only its original
+    pair. Refused, naming the reason, when the folder's translations are not of these sources in this direction."""
+    from datasets import Dataset
+
+    if mix not in MIXES:
+        raise ValueError(f"--distillation_mix must be one of {', '.join(MIXES)}, got {mix!r}")
+    folder = Path(folder)
+    record_path = folder / RECORD_FILE
+    if not record_path.is_file():
+        raise FileNotFoundError(f"--distilled_targets {folder}: no {RECORD_FILE} (python -m recipes.multi30k.distill)")
+    record = json.loads(record_path.read_text(encoding="utf-8"))
+    pairs = train["translation"]
+    sources = [pair[source_lang] for pair in pairs]
+    if (record["source_lang"], record["target_lang"]) != (source_lang, target_lang):
+        raise ValueError(
+            f"--distilled_targets {folder} translates {record['source_lang']} -> {record['target_lang']}, "
+            f"not {source_lang} -> {target_lang}"
+        )
+    if not record.get("finished"):
+        raise ValueError(f"--distilled_targets {folder}: its decoding has not finished (run the distill step again)")
+    if record["sources_sha256"] != sha256_text(sources):
+        raise ValueError(
+            f"--distilled_targets {folder} holds translations of {record['sources']} other sources than these "
+            f"{len(sources)} training sources (another --max_train_samples or another data folder?)"
+        )
+    translations = (folder / f"train.{target_lang}").read_text(encoding="utf-8").split("\n")[:-1]
+    if len(translations) != len(sources):
+        raise ValueError(f"--distilled_targets {folder}: {len(translations)} translations for {len(sources)} sources")
+    distilled = [
+        {source_lang: source, target_lang: translation}
+        for source, translation in zip(sources, translations)
+        if translation.strip()
+    ]
+    rows = distilled if mix == "replace" else list(pairs) + distilled
+    logger.info("training pairs: %d (%s; %d teacher translations)", len(rows), mix, len(distilled))
+    return Dataset.from_dict({"translation": rows})
+
+
+def main(argv: list[str] | None = None) -> dict:
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    args, data_args = HfArgumentParser((DistillArguments, DataArguments)).parse_args_into_dataclasses(args=argv)
+    if args.num_beams < 1 or args.batch_size < 1 or args.chunk_size < 1:
+        raise ValueError("--num_beams, --batch_size and --chunk_size must be 1 or more")
+    sources = [pair[data_args.source_lang] for pair in data_args.splits()["train"]["translation"]]
+    record, members = decoding_record(args, data_args, sources)
+    saved_record(Path(args.output_dir), record)  # refused before the teacher is loaded
+    predictor = Predictor.from_pretrained(
+        members[0] if len(members) == 1 else members, batch_size=args.batch_size, device=args.device
+    )
+    logger.info("teacher: %s; %d training sources to translate", ", ".join(members), len(sources))
+    distill(predictor, sources, record, Path(args.output_dir), args)
+    return json.loads((Path(args.output_dir) / RECORD_FILE).read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()

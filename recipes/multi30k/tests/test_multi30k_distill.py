@@ -1,0 +1,197 @@
+"""Sequence-level distillation (python -m recipes.multi30k.distill, and the training step's --distilled_targets): the
+teacher's translations kept with what made them, continued after a stop, refused when they do not match, and trained
+on by the student."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from model_helpers import tiny_config
+from test_multi30k_train import TINY_MODEL, write_multi30k
+from transformers import AutoTokenizer
+
+from hf_transformer import Predictor, TransformerForConditionalGeneration
+from recipes.multi30k import distill
+from recipes.multi30k import train as train_step
+from recipes.multi30k.data import DataArguments
+
+WORDS = "the man woman dog cat runs sleeps eats red small big child house near green sees".split()
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    write_multi30k(root, sizes=(("train", 60), ("val", 8), ("test_2016_flickr", 8)))
+    return root
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory, data_dir):
+    """A random pre-LN translator with large weights (its beam outputs differ from its greedy ones), saved with a
+    tokenizer of the toy language pair."""
+    from hf_transformer.tokenization import train_tokenizer
+
+    texts = (data_dir / "multi30k" / "train.en").read_text().splitlines()
+    texts += (data_dir / "multi30k" / "train.de").read_text().splitlines()
+    tokenizer = train_tokenizer(texts, vocab_size=120, model_type="bpe", model_max_length=64, show_progress=False)
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=24, init_std=0.3, label_smoothing=0.0,
+        layer_norm_position="pre", pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    model = TransformerForConditionalGeneration(config).eval()
+    model.generation_config.max_new_tokens = 8
+    path = tmp_path_factory.mktemp("teacher")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def distill_args(teacher, output_dir, *extra):
+    return ["--teacher", str(teacher), "--output_dir", str(output_dir), "--batch_size", "16", *extra]
+
+
+def training_sources(data_dir, count=None):
+    lines = (data_dir / "multi30k" / "train.en").read_text().splitlines()
+    return lines[:count] if count else lines
+
+
+class CountingPredictor:
+    """Predictor.from_pretrained's result, counting the sources it is asked to translate."""
+
+    translated: list[str] = []
+
+    def __init__(self, predictor):
+        self.predictor = predictor
+
+    def translate(self, texts, **options):
+        CountingPredictor.translated += list(texts)
+        return self.predictor.translate(texts, **options)
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    CountingPredictor.translated = []
+    load = Predictor.from_pretrained
+    monkeypatch.setattr(distill.Predictor, "from_pretrained", lambda *a, **k: CountingPredictor(load(*a, **k)))
+    return CountingPredictor
+
+
+def test_the_teacher_translates_every_training_source_once_and_records_how(tmp_path, data_dir, teacher, counting):
+    output_dir = tmp_path / "distilled"
+    args = distill_args(teacher, output_dir, "--data_dir", str(data_dir), "--num_beams", "3", "--chunk_size", "25")
+    record = distill.main(args)
+    sources = training_sources(data_dir)
+    assert counting.translated == sources  # in three chunks, each source once
+    translations = (output_dir / "train.de").read_text(encoding="utf-8").split("\n")[:-1]
+    expected = Predictor.from_pretrained(teacher).translate(sources, num_beams=3, max_new_tokens=None)
+    assert translations == expected and len(translations) == 60
+    # Beam 3 is what ran: greedy decoding of this model gives other outputs for some sources.
+    assert translations != Predictor.from_pretrained(teacher).translate(sources, num_beams=1)
+    assert record["finished"] is True and record["sources"] == 60 and record["num_beams"] == 3
+    assert record["teacher"][0]["weights_sha256"] == distill.weights_sha256(teacher)
+    assert record["sources_sha256"] == distill.sha256_text(sources) and record["seconds"] > 0
+    assert not (output_dir / "train.de.partial").exists()
+
+    counting.translated = []  # a second run reuses the finished folder without decoding anything
+    assert distill.main(args)["finished"] and counting.translated == []
+    assert (output_dir / "train.de").read_text(encoding="utf-8").split("\n")[:-1] == translations
+
+
+def test_a_stopped_run_continues_where_it_stopped(tmp_path, data_dir, teacher, counting):
+    output_dir = tmp_path / "distilled"
+    args = distill_args(teacher, output_dir, "--data_dir", str(data_dir), "--chunk_size", "20")
+    distill.main(args)
+    whole = (output_dir / "train.de").read_text(encoding="utf-8")
+    # As a run stopped after its first chunk leaves the folder:
+    record = json.loads((output_dir / distill.RECORD_FILE).read_text())
+    (output_dir / distill.RECORD_FILE).write_text(json.dumps(record | {"finished": False}))
+    (output_dir / "train.de").unlink()
+    (output_dir / "train.de.partial").write_text("".join(whole.splitlines(keepends=True)[:20]), encoding="utf-8")
+    counting.translated = []
+    distill.main(args)
+    assert counting.translated == training_sources(data_dir)[20:]
+    assert (output_dir / "train.de").read_text(encoding="utf-8") == whole
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [
+        (["--num_beams", "2"], "num_beams 5 there, 2 here"),
+        (["--length_penalty", "0.6"], "length_penalty None there, 0.6 here"),
+        (["--max_train_samples", "30"], "sources 60 there, 30 here"),
+    ],
+)
+def test_a_folder_decoded_otherwise_is_refused(tmp_path, data_dir, teacher, change, named):
+    output_dir = tmp_path / "distilled"
+    distill.main(distill_args(teacher, output_dir, "--data_dir", str(data_dir)))
+    with pytest.raises(ValueError, match="decoded otherwise") as error:
+        distill.main(distill_args(teacher, output_dir, "--data_dir", str(data_dir), *change))
+    assert named in str(error.value)
+
+
+def test_another_teachers_weights_are_refused(tmp_path, data_dir, teacher):
+    output_dir = tmp_path / "distilled"
+    distill.main(distill_args(teacher, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "10"))
+    other = tmp_path / "other-teacher"
+    model = TransformerForConditionalGeneration.from_pretrained(teacher)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(1.01)
+    model.save_pretrained(other)
+    AutoTokenizer.from_pretrained(teacher).save_pretrained(other)
+    with pytest.raises(ValueError, match="the teacher's weights differ"):
+        distill.main(distill_args(other, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "10"))
+
+
+def train_split(data_dir, count=None):
+    data_args = DataArguments(data_dir=str(data_dir), max_train_samples=count)
+    return data_args.splits()["train"]
+
+
+def test_the_students_pairs_replace_or_join_the_originals(tmp_path, data_dir, teacher):
+    output_dir = tmp_path / "distilled"
+    distill.main(distill_args(teacher, output_dir, "--data_dir", str(data_dir)))
+    train = train_split(data_dir)
+    teacher_lines = (output_dir / "train.de").read_text(encoding="utf-8").split("\n")[:-1]
+    kept = [i for i, line in enumerate(teacher_lines) if line.strip()]
+    replaced = list(distill.with_distilled_targets(train, output_dir, "en", "de", "replace")["translation"])
+    assert [row["de"] for row in replaced] == [teacher_lines[i] for i in kept]
+    assert [row["en"] for row in replaced] == [train[i]["translation"]["en"] for i in kept]
+    both = list(distill.with_distilled_targets(train, output_dir, "en", "de", "both")["translation"])
+    assert both == list(train["translation"]) + replaced
+
+
+def test_the_student_refuses_translations_of_other_sources_or_direction_or_unfinished(tmp_path, data_dir, teacher):
+    output_dir = tmp_path / "distilled"
+    distill.main(distill_args(teacher, output_dir, "--data_dir", str(data_dir)))
+    with pytest.raises(ValueError, match="other sources than these 30"):
+        distill.with_distilled_targets(train_split(data_dir, 30), output_dir, "en", "de", "replace")
+    with pytest.raises(ValueError, match="translates en -> de, not de -> en"):
+        distill.with_distilled_targets(train_split(data_dir), output_dir, "de", "en", "replace")
+    with pytest.raises(ValueError, match="--distillation_mix must be one of replace, both"):
+        distill.with_distilled_targets(train_split(data_dir), output_dir, "en", "de", "teacher")
+    record = json.loads((output_dir / distill.RECORD_FILE).read_text())
+    (output_dir / distill.RECORD_FILE).write_text(json.dumps(record | {"finished": False}))
+    with pytest.raises(ValueError, match="has not finished"):
+        distill.with_distilled_targets(train_split(data_dir), output_dir, "en", "de", "replace")
+    with pytest.raises(FileNotFoundError, match="no distillation.json"):
+        distill.with_distilled_targets(train_split(data_dir), tmp_path, "en", "de", "replace")
+
+
+def test_the_training_step_trains_the_student_on_the_teachers_pairs(tmp_path, data_dir, teacher):
+    distilled = tmp_path / "distilled"
+    distill.main(distill_args(teacher, distilled, "--data_dir", str(data_dir)))
+    kept = sum(bool(line.strip()) for line in (distilled / "train.de").read_text(encoding="utf-8").split("\n")[:-1])
+    common = ["--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de", *TINY_MODEL]
+    common += ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_beams", "1", "--seed", "1"]
+    common += ["--distilled_targets", str(distilled)]
+    results = train_step.main(["--output_dir", str(tmp_path / "both"), *common, "--distillation_mix", "both"])
+    assert results["train_samples"] == 60 + kept
+    assert results["distilled_targets"] == str(distilled) and results["distillation_mix"] == "both"
+    card = (tmp_path / "both" / "README.md").read_text(encoding="utf-8")
+    assert "translated by a teacher model" in card
+    with pytest.raises(ValueError, match="--distillation_mix must be one of"):
+        train_step.main(["--output_dir", str(tmp_path / "x"), *common, "--distillation_mix", "mixed"])
