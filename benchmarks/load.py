@@ -119,7 +119,10 @@ def load(name: str, scratch: Path):
     else:
         raise ValueError(f"unknown load {name!r}; choose from {', '.join(LOADS)}")
     # A process group of their own (to stop them with their children), in this session like a user's shell jobs.
-    processes = [subprocess.Popen(command, process_group=0, stdout=subprocess.DEVNULL) for command in commands]
+    processes = [
+        subprocess.Popen(command, process_group=0, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for command in commands
+    ]
     try:
         time.sleep(2)  # the load running before the first step
         yield
