@@ -1,14 +1,15 @@
-"""How torch's OpenMP threads wait between parallel regions: spin briefly, then sleep.
+"""How torch's OpenMP threads wait between parallel regions: on a busy machine, spin briefly, then sleep.
 
 torch's Linux CPU build runs its intra-op threads on GNU OpenMP (libgomp). A thread that has finished its share of a
 parallel region spins before it sleeps, by default for ``GOMP_SPINCOUNT=300000`` turns (some 3 ms). On a quiet
 machine the spin saves a wake-up between the many short regions of a training step. On a machine whose cores are
 busy with other processes it is what makes training collapse: the spinning thread burns the time slice that its
-descheduled partner needs to finish the region, so every region waits for a scheduler slice, step after step.
-A short spin (:data:`SPIN_COUNT` turns, some 10 microseconds) still bridges the gaps of a quiet step and lets a
-waiting thread give its core away when its partner is not running (``benchmarks/load.py``; the figures are in
-``docs/performance.md``). ``OMP_WAIT_POLICY=PASSIVE`` (no spin at all) is as robust under load but slows a quiet
-machine.
+descheduled partner needs to finish the region, so every region waits for a scheduler slice, step after step
+(training beside two busy processes on 2 cores ran 4-5x slower than quiet, beside one 3-4x). A short spin
+(:data:`SPIN_COUNT` turns) lets a waiting thread give its core away when its partner is not running, and brings
+those slow-downs to about 2x and 1.7x; on a quiet machine it cost up to a tenth of the speed, so it is chosen only
+where other processes are using the cores when the package is imported (``benchmarks/load.py``; the figures are in
+``docs/performance.md``).
 
 libgomp reads its settings once, when torch loads it; setting them later changes nothing in the process. So this
 module runs first when the package is imported (``hf_transformer/__init__.py``), and the scripts import the
@@ -21,20 +22,58 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 SPIN_COUNT = 1000
-"""libgomp's spin turns before a waiting thread sleeps (its default is 300,000)."""
+"""libgomp's spin turns before a waiting thread sleeps on a busy machine (its default is 300,000)."""
 
+BUSY_CORES = 0.5
+"""Other processes' CPU use, in cores, from which the machine counts as busy."""
+
+SAMPLE_SECONDS = 0.1
 USER_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
+PROC_STAT = Path("/proc/stat")
 
 
-def wait_briefly_before_sleeping() -> bool:
-    """Set ``GOMP_SPINCOUNT`` for the OpenMP runtime torch is about to load; True if it was set here."""
+def busy_seconds(cores: set[int], proc_stat: Path = PROC_STAT) -> float:
+    """CPU seconds all processes have spent on `cores` since boot (idle and I/O wait excluded)."""
+    busy = 0
+    for line in proc_stat.read_text().splitlines():
+        name, *values = line.split()
+        if not name.startswith("cpu") or name == "cpu" or int(name[3:]) not in cores:
+            continue
+        counts = [int(value) for value in values[:8]]  # user nice system idle iowait irq softirq steal
+        busy += sum(counts) - counts[3] - counts[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def others_busy_cores(sample: float = SAMPLE_SECONDS) -> float | None:
+    """The cores' worth of CPU time other processes used on this process's cores over `sample` seconds; None where
+    the system does not tell (no /proc/stat)."""
+    if not PROC_STAT.is_file() or not hasattr(os, "sched_getaffinity"):
+        return None
+    cores = os.sched_getaffinity(0)
+    started, busy, own = time.monotonic(), busy_seconds(cores), sum(os.times()[:2])
+    time.sleep(sample)
+    elapsed = time.monotonic() - started
+    others = (busy_seconds(cores) - busy) - (sum(os.times()[:2]) - own)
+    return max(0.0, others) / elapsed
+
+
+def wait_briefly_before_sleeping(measure: Callable[[], float | None] = others_busy_cores) -> bool:
+    """Set ``GOMP_SPINCOUNT`` for the OpenMP runtime torch is about to load where other processes keep the cores
+    busy; True if it was set here."""
     if "torch" in sys.modules or any(name in os.environ for name in USER_SETTINGS):
+        return False
+    others = measure()
+    if others is None or others < BUSY_CORES:
         return False
     os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     return True
 
 
 SET_ON_IMPORT = wait_briefly_before_sleeping()
-"""Whether importing the package set ``GOMP_SPINCOUNT`` (False: the user's setting, or torch was loaded first)."""
+"""Whether importing the package set ``GOMP_SPINCOUNT`` (False: a quiet machine, the user's setting, or torch was
+loaded first)."""

@@ -1,9 +1,11 @@
-"""torch's OpenMP threads spin briefly before they sleep when the package is imported first (hf_transformer.openmp),
-and every entry point imports the package before torch, so that the setting reaches the runtime.
+"""On a busy machine torch's OpenMP threads spin briefly before they sleep when the package is imported first
+(hf_transformer.openmp), and every entry point imports the package before torch, so that the setting reaches the
+runtime.
 
 The speed it buys is measured by ``benchmarks/load.py``, not here; these tests pin what it rests on: torch's CPU build
-runs GNU OpenMP (libgomp, which reads ``GOMP_SPINCOUNT``), the variable is set before torch loads, the user's own
-setting wins, and a script that imported torch first would silently lose it.
+runs GNU OpenMP (libgomp, which reads ``GOMP_SPINCOUNT``), other processes' CPU use is measured, the variable is set
+before torch loads where they keep a core busy, the user's own setting wins, and a script that imported torch first
+would silently lose it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,16 @@ from hf_transformer import openmp
 
 REPO = Path(__file__).resolve().parent.parent
 LOADERS_OF_TORCH = {"torch", "transformers", "datasets", "accelerate", "safetensors", "peft", "evaluate"}
+
+
+@pytest.fixture
+def busy_core():
+    """Another process keeping one core busy for the duration of the test."""
+    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.3)
+    yield
+    process.kill()
+    process.wait()
 
 
 def in_fresh_python(code: str, **settings: str) -> dict:
@@ -47,7 +60,13 @@ print(json.dumps({{
 """
 
 
-def test_importing_the_package_first_sets_a_short_spin_before_torch_loads_gnu_openmp():
+@pytest.mark.skipif(not openmp.PROC_STAT.is_file(), reason="measures other processes through /proc/stat (Linux)")
+def test_other_processes_cpu_use_is_measured(busy_core):
+    assert 0.6 < openmp.others_busy_cores(0.3) < 2.5  # one busy loop, and whatever else the machine runs
+
+
+@pytest.mark.skipif(not openmp.PROC_STAT.is_file(), reason="measures other processes through /proc/stat (Linux)")
+def test_importing_the_package_first_on_a_busy_machine_sets_a_short_spin_before_torch_loads(busy_core):
     report = in_fresh_python(REPORT.format(imports="import hf_transformer\nimport torch"))
     assert report["spin"] == str(openmp.SPIN_COUNT) and report["set_here"] is True
     if report["linux"]:
@@ -59,12 +78,12 @@ def test_importing_the_package_first_sets_a_short_spin_before_torch_loads_gnu_op
     "settings, expected_spin",
     [({"OMP_WAIT_POLICY": "ACTIVE"}, None), ({"OMP_WAIT_POLICY": "PASSIVE"}, None), ({"GOMP_SPINCOUNT": "7"}, "7")],
 )
-def test_the_users_own_waiting_setting_is_kept(settings, expected_spin):
+def test_the_users_own_waiting_setting_is_kept(settings, expected_spin, busy_core):
     report = in_fresh_python(REPORT.format(imports="import hf_transformer"), **settings)
     assert report["set_here"] is False and report["spin"] == expected_spin
 
 
-def test_nothing_is_set_when_torch_was_loaded_first():
+def test_nothing_is_set_when_torch_was_loaded_first(busy_core):
     # Too late for this process; setting it anyway would give child processes a setting their parent lacks.
     report = in_fresh_python(REPORT.format(imports="import torch\nimport hf_transformer"))
     assert report["set_here"] is False and report["spin"] is None
@@ -73,12 +92,26 @@ def test_nothing_is_set_when_torch_was_loaded_first():
 def test_the_decision_itself(monkeypatch):
     for name in openmp.USER_SETTINGS:
         monkeypatch.delenv(name, raising=False)
+    busy, quiet, unknown = (lambda: 1.2), (lambda: 0.2), (lambda: None)
     assert "torch" in sys.modules
-    assert openmp.wait_briefly_before_sleeping() is False and "GOMP_SPINCOUNT" not in os.environ
+    assert openmp.wait_briefly_before_sleeping(busy) is False and "GOMP_SPINCOUNT" not in os.environ
     monkeypatch.delitem(sys.modules, "torch")
-    assert openmp.wait_briefly_before_sleeping() is True and os.environ["GOMP_SPINCOUNT"] == str(openmp.SPIN_COUNT)
+    # A quiet machine (or one that cannot tell) keeps the runtime's default: the quiet speed is the one it was.
+    assert openmp.wait_briefly_before_sleeping(quiet) is False and "GOMP_SPINCOUNT" not in os.environ
+    assert openmp.wait_briefly_before_sleeping(unknown) is False and "GOMP_SPINCOUNT" not in os.environ
+    assert openmp.wait_briefly_before_sleeping(busy) is True and os.environ["GOMP_SPINCOUNT"] == str(openmp.SPIN_COUNT)
     monkeypatch.setenv("GOMP_SPINCOUNT", "5")
-    assert openmp.wait_briefly_before_sleeping() is False and os.environ["GOMP_SPINCOUNT"] == "5"
+    assert openmp.wait_briefly_before_sleeping(busy) is False and os.environ["GOMP_SPINCOUNT"] == "5"
+
+
+def test_busy_seconds_reads_the_processs_own_cores(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text(
+        "cpu  900 0 90 5000 10 0 0 0 0 0\ncpu0 100 0 10 2000 5 0 0 0 0 0\ncpu1 800 0 80 3000 5 0 0 0 0 0\nintr 12345\n"
+    )
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert openmp.busy_seconds({1}, stat) == pytest.approx(880 / ticks)  # user + system, not idle or I/O wait
+    assert openmp.busy_seconds({0, 1}, stat) == pytest.approx(990 / ticks)
 
 
 def entry_points() -> list[Path]:
