@@ -12,7 +12,8 @@ process each time, and reports its steps per second after the first ``--skip`` s
 
 and under each OpenMP waiting setting (``--settings``):
 
-- ``package``: what the scripts do now (``hf_transformer.openmp``: a short spin before a waiting thread sleeps);
+- ``package``: what the scripts do now (``hf_transformer.openmp``: passive waiting where other processes keep the
+  cores busy at import, the runtime's default on a quiet machine);
 - ``libgomp-default``: ``GOMP_SPINCOUNT=300000``, the OpenMP runtime's own default, as before the package set it;
 - ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (no spin at all).
 

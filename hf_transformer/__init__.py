@@ -1,8 +1,8 @@
 """hf_transformer: the Transformer of "Attention Is All You Need" as a HuggingFace model.
 
 Importing the package registers the configuration and the models with the Auto classes. Imported before torch on a
-machine whose cores other processes keep busy, it also makes torch's OpenMP threads spin only briefly before they
-sleep (``hf_transformer.openmp``), which keeps training from collapsing there.
+machine whose cores other processes keep busy, it also makes torch's OpenMP threads sleep instead of spinning while
+they wait (``hf_transformer.openmp``), which keeps training from collapsing there.
 """
 
 # First, before anything below loads torch: its OpenMP runtime reads the waiting setting when it loads.

@@ -1,15 +1,15 @@
-"""How torch's OpenMP threads wait between parallel regions: on a busy machine, spin briefly, then sleep.
+"""How torch's OpenMP threads wait between parallel regions: on a busy machine, they sleep instead of spinning.
 
 torch's Linux CPU build runs its intra-op threads on GNU OpenMP (libgomp). A thread that has finished its share of a
 parallel region spins before it sleeps, by default for ``GOMP_SPINCOUNT=300000`` turns (some 3 ms). On a quiet
 machine the spin saves a wake-up between the many short regions of a training step. On a machine whose cores are
 busy with other processes it is what makes training collapse: the spinning thread burns the time slice that its
 descheduled partner needs to finish the region, so every region waits for a scheduler slice, step after step
-(training beside two busy processes on 2 cores ran 4-5x slower than quiet, beside one 3-4x). A short spin
-(:data:`SPIN_COUNT` turns) lets a waiting thread give its core away when its partner is not running, and brings
-those slow-downs to about 2x and 1.7x; on a quiet machine it cost up to a tenth of the speed, so it is chosen only
-where other processes are using the cores when the package is imported (``benchmarks/load.py``; the figures are in
-``docs/performance.md``).
+(training beside two busy processes on 2 cores ran 4.7-5.6x slower than quiet, beside one 3.7x). Passive waiting
+(``OMP_WAIT_POLICY=PASSIVE``: sleep at once) lets the waiting thread give its core away and brings those slow-downs
+to about 2x and 1.4x; a short spin (``GOMP_SPINCOUNT=1000``) did less (2.2x, 1.7x). On a quiet machine either cost up
+to a tenth of the speed, so passive waiting is chosen only where other processes are using the cores when the
+package is imported (``benchmarks/load.py``; the figures are in ``docs/performance.md``).
 
 libgomp reads its settings once, when torch loads it; setting them later changes nothing in the process. So this
 module runs first when the package is imported (``hf_transformer/__init__.py``), and the scripts import the
@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-SPIN_COUNT = 1000
-"""libgomp's spin turns before a waiting thread sleeps on a busy machine (its default is 300,000)."""
+BUSY_MACHINE_POLICY = "PASSIVE"
+"""The ``OMP_WAIT_POLICY`` set on a busy machine: a waiting thread sleeps at once."""
 
 BUSY_CORES = 0.5
 """Other processes' CPU use, in cores, from which the machine counts as busy."""
@@ -62,18 +62,18 @@ def others_busy_cores(sample: float = SAMPLE_SECONDS) -> float | None:
     return max(0.0, others) / elapsed
 
 
-def wait_briefly_before_sleeping(measure: Callable[[], float | None] = others_busy_cores) -> bool:
-    """Set ``GOMP_SPINCOUNT`` for the OpenMP runtime torch is about to load where other processes keep the cores
+def wait_passively_when_busy(measure: Callable[[], float | None] = others_busy_cores) -> bool:
+    """Set ``OMP_WAIT_POLICY`` for the OpenMP runtime torch is about to load where other processes keep the cores
     busy; True if it was set here."""
     if "torch" in sys.modules or any(name in os.environ for name in USER_SETTINGS):
         return False
     others = measure()
     if others is None or others < BUSY_CORES:
         return False
-    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+    os.environ["OMP_WAIT_POLICY"] = BUSY_MACHINE_POLICY
     return True
 
 
-SET_ON_IMPORT = wait_briefly_before_sleeping()
-"""Whether importing the package set ``GOMP_SPINCOUNT`` (False: a quiet machine, the user's setting, or torch was
+SET_ON_IMPORT = wait_passively_when_busy()
+"""Whether importing the package set ``OMP_WAIT_POLICY`` (False: a quiet machine, the user's setting, or torch was
 loaded first)."""

@@ -1,9 +1,9 @@
-"""On a busy machine torch's OpenMP threads spin briefly before they sleep when the package is imported first
+"""On a busy machine torch's OpenMP threads wait passively (sleep, not spin) when the package is imported first
 (hf_transformer.openmp), and every entry point imports the package before torch, so that the setting reaches the
 runtime.
 
 The speed it buys is measured by ``benchmarks/load.py``, not here; these tests pin what it rests on: torch's CPU build
-runs GNU OpenMP (libgomp, which reads ``GOMP_SPINCOUNT``), other processes' CPU use is measured, the variable is set
+runs GNU OpenMP (libgomp, which reads ``OMP_WAIT_POLICY``), other processes' CPU use is measured, the variable is set
 before torch loads where they keep a core busy, the user's own setting wins, and a script that imported torch first
 would silently lose it.
 """
@@ -53,6 +53,7 @@ maps = open('/proc/self/maps').read() if os.path.exists('/proc/self/maps') else 
 torch_dir = os.path.dirname(sys.modules['torch'].__file__)
 print(json.dumps({{
     'spin': os.environ.get('GOMP_SPINCOUNT'),
+    'policy': os.environ.get('OMP_WAIT_POLICY'),
     'set_here': sys.modules['hf_transformer.openmp'].SET_ON_IMPORT,
     'torch_libgomp': any('libgomp' in line and line.split()[-1].startswith(torch_dir) for line in maps.splitlines()),
     'linux': bool(maps),
@@ -66,9 +67,9 @@ def test_other_processes_cpu_use_is_measured(busy_core):
 
 
 @pytest.mark.skipif(not openmp.PROC_STAT.is_file(), reason="measures other processes through /proc/stat (Linux)")
-def test_importing_the_package_first_on_a_busy_machine_sets_a_short_spin_before_torch_loads(busy_core):
+def test_importing_the_package_first_on_a_busy_machine_sets_passive_waiting_before_torch_loads(busy_core):
     report = in_fresh_python(REPORT.format(imports="import hf_transformer\nimport torch"))
-    assert report["spin"] == str(openmp.SPIN_COUNT) and report["set_here"] is True
+    assert report["policy"] == "PASSIVE" and report["spin"] is None and report["set_here"] is True
     if report["linux"]:
         # The setting is libgomp's: were torch to ship another OpenMP runtime, it would do nothing (revisit then).
         assert report["torch_libgomp"], "torch's CPU build no longer loads its own libgomp"
@@ -81,12 +82,13 @@ def test_importing_the_package_first_on_a_busy_machine_sets_a_short_spin_before_
 def test_the_users_own_waiting_setting_is_kept(settings, expected_spin, busy_core):
     report = in_fresh_python(REPORT.format(imports="import hf_transformer"), **settings)
     assert report["set_here"] is False and report["spin"] == expected_spin
+    assert report["policy"] == settings.get("OMP_WAIT_POLICY")
 
 
 def test_nothing_is_set_when_torch_was_loaded_first(busy_core):
     # Too late for this process; setting it anyway would give child processes a setting their parent lacks.
     report = in_fresh_python(REPORT.format(imports="import torch\nimport hf_transformer"))
-    assert report["set_here"] is False and report["spin"] is None
+    assert report["set_here"] is False and report["spin"] is None and report["policy"] is None
 
 
 def test_the_decision_itself(monkeypatch):
@@ -94,14 +96,15 @@ def test_the_decision_itself(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     busy, quiet, unknown = (lambda: 1.2), (lambda: 0.2), (lambda: None)
     assert "torch" in sys.modules
-    assert openmp.wait_briefly_before_sleeping(busy) is False and "GOMP_SPINCOUNT" not in os.environ
+    assert openmp.wait_passively_when_busy(busy) is False and "OMP_WAIT_POLICY" not in os.environ
     monkeypatch.delitem(sys.modules, "torch")
     # A quiet machine (or one that cannot tell) keeps the runtime's default: the quiet speed is the one it was.
-    assert openmp.wait_briefly_before_sleeping(quiet) is False and "GOMP_SPINCOUNT" not in os.environ
-    assert openmp.wait_briefly_before_sleeping(unknown) is False and "GOMP_SPINCOUNT" not in os.environ
-    assert openmp.wait_briefly_before_sleeping(busy) is True and os.environ["GOMP_SPINCOUNT"] == str(openmp.SPIN_COUNT)
+    assert openmp.wait_passively_when_busy(quiet) is False and "OMP_WAIT_POLICY" not in os.environ
+    assert openmp.wait_passively_when_busy(unknown) is False and "OMP_WAIT_POLICY" not in os.environ
+    assert openmp.wait_passively_when_busy(busy) is True and os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.delenv("OMP_WAIT_POLICY")
     monkeypatch.setenv("GOMP_SPINCOUNT", "5")
-    assert openmp.wait_briefly_before_sleeping(busy) is False and os.environ["GOMP_SPINCOUNT"] == "5"
+    assert openmp.wait_passively_when_busy(busy) is False and "OMP_WAIT_POLICY" not in os.environ
 
 
 def test_busy_seconds_reads_the_processs_own_cores(tmp_path):
