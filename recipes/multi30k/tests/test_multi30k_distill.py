@@ -195,3 +195,17 @@ def test_the_training_step_trains_the_student_on_the_teachers_pairs(tmp_path, da
     assert "translated by a teacher model" in card
     with pytest.raises(ValueError, match="--distillation_mix must be one of"):
         train_step.main(["--output_dir", str(tmp_path / "x"), *common, "--distillation_mix", "mixed"])
+
+
+def test_the_readmes_distill_command_parses():
+    from pathlib import Path
+
+    from transformers import HfArgumentParser
+
+    readme = (Path(distill.__file__).parent / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    (line,) = [line for line in readme.splitlines() if line.startswith("python -m recipes.multi30k.distill")]
+    args, data_args = HfArgumentParser((distill.DistillArguments, DataArguments)).parse_args_into_dataclasses(
+        args=line.split()[3:]
+    )
+    assert args.teacher == ["runs/m30k-en-de-ensemble"] and args.num_beams == 5
+    assert (data_args.source_lang, data_args.target_lang) == ("en", "de")
