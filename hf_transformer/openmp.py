@@ -4,12 +4,11 @@ torch's Linux CPU build runs its intra-op threads on GNU OpenMP (libgomp). A thr
 parallel region spins before it sleeps, by default for ``GOMP_SPINCOUNT=300000`` turns (some 3 ms). On a quiet
 machine the spin saves a wake-up between the many short regions of a training step. On a machine whose cores are
 busy with other processes it is what makes training collapse: the spinning thread burns the time slice that its
-descheduled partner needs to finish the region, so every region waits for a scheduler slice, step after step
-(training beside two busy processes on 2 cores ran 4.7-5.6x slower than quiet, beside one 3.7x). Passive waiting
-(``OMP_WAIT_POLICY=PASSIVE``: sleep at once) lets the waiting thread give its core away and brings those slow-downs
-to about 2x and 1.4x; a short spin (``GOMP_SPINCOUNT=1000``) did less (2.2x, 1.7x). On a quiet machine either cost up
-to a tenth of the speed, so passive waiting is chosen only where other processes are using the cores when the
-package is imported (``benchmarks/load.py``; the figures are in ``docs/performance.md``).
+descheduled partner needs to finish the region, so every region waits for a scheduler slice, step after step, and
+one busy process is enough to slow training several times over. Passive waiting (``OMP_WAIT_POLICY=PASSIVE``: sleep
+at once) lets the waiting thread give its core away and did better under every measured load than a short spin; on
+a quiet machine both cost some speed, so passive waiting is chosen only where other processes are using the cores
+when the package is imported (``benchmarks/load.py``; the figures are in ``docs/performance.md``).
 
 libgomp reads its settings once, when torch loads it; setting them later changes nothing in the process. So this
 module runs first when the package is imported (``hf_transformer/__init__.py``), and the scripts import the
