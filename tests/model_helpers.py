@@ -46,6 +46,25 @@ def tiny_config(**overrides) -> TransformerConfig:
     return TransformerConfig(**settings)
 
 
+def save_random_translator(folder, tokenizer, *, max_position_embeddings: int, max_new_tokens: int):
+    """A random translator, pre-LN with large weights so that its beam candidates differ (from each other and from
+    greedy decoding), with the tokenizer's special tokens; saved with the tokenizer in ``folder``, returned."""
+    from hf_transformer import TransformerForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = tiny_config(
+        vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=max_position_embeddings, init_std=0.3,
+        label_smoothing=0.0, layer_norm_position="pre", pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )  # fmt: skip
+    model = TransformerForConditionalGeneration(config).eval()
+    model.generation_config.max_new_tokens = max_new_tokens
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def batch_with_padding():
     """Source (B=3, S=7) and target (B=3, T=5), right-padded with id 0; row 2 of the source is the longest."""
     source = torch.tensor([[5, 6, 7, 8, 3, 0, 0], [9, 10, 3, 0, 0, 0, 0], [11, 12, 13, 14, 15, 16, 3]])

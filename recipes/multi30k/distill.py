@@ -36,9 +36,17 @@ from recipes.multi30k.rerank import model_folders
 logger = logging.getLogger("recipes.multi30k.distill")
 
 RECORD_FILE = "distillation.json"
-# What must be equal for a folder's translations to be reused or continued (the rest of the record is its history).
-DECODING_KEYS = ("source_lang", "target_lang", "sources", "sources_sha256", "teacher", "num_beams", "length_penalty")
-DECODING_KEYS += ("max_new_tokens",)
+# What must be equal, with the teacher's weights, for a folder's translations to be reused or continued (the rest of
+# the record is its history).
+DECODING_KEYS = (
+    "source_lang",
+    "target_lang",
+    "sources",
+    "sources_sha256",
+    "num_beams",
+    "length_penalty",
+    "max_new_tokens",
+)
 
 
 @dataclass
@@ -99,18 +107,17 @@ def decoding_record(args: DistillArguments, data_args: DataArguments, sources: l
 
 def check_reusable(saved: dict, record: dict, output_dir: Path) -> None:
     """Refuse a folder whose translations came from other sources, another teacher or other settings."""
-    differing = []
-    for key in DECODING_KEYS:
-        if saved.get(key) != record[key]:
-            ours = record[key]
-            if key == "teacher":  # the folders may have moved; the weights decide
-                ours = [member["weights_sha256"] for member in record[key]]
-                theirs = [member.get("weights_sha256") for member in saved.get(key) or []]
-                if ours == theirs:
-                    continue
-                differing.append("the teacher's weights differ")
-                continue
-            differing.append(f"{key} {saved.get(key)!r} there, {ours!r} here")
+    differing = [
+        f"{key} {saved.get(key)!r} there, {record[key]!r} here"
+        for key in DECODING_KEYS
+        if saved.get(key) != record[key]
+    ]
+
+    def weights(found: dict) -> list:  # the teacher's folders may have moved since: its weights decide
+        return [member.get("weights_sha256") for member in found.get("teacher") or []]
+
+    if weights(saved) != weights(record):
+        differing.append("the teacher's weights differ")
     if differing:
         raise ValueError(
             f"{output_dir} holds translations decoded otherwise ({'; '.join(differing)}): give another --output_dir"

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from model_helpers import tiny_config
+from model_helpers import save_random_translator
 from test_multi30k_train import TINY_MODEL, write_multi30k
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
@@ -37,18 +37,9 @@ def tokenizer():
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory, tokenizer):
     """A random model, pre-LN with large weights so that its beam candidates differ, saved with the tokenizer."""
-    torch.manual_seed(0)
-    config = tiny_config(
-        vocab_size=len(tokenizer), n_layer=2, max_position_embeddings=16, init_std=0.3, label_smoothing=0.0,
-        layer_norm_position="pre", pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id,
-    )  # fmt: skip
-    model = TransformerForConditionalGeneration(config).eval()
-    model.generation_config.max_new_tokens = 6
-    path = tmp_path_factory.mktemp("model")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_random_translator(
+        tmp_path_factory.mktemp("model"), tokenizer, max_position_embeddings=16, max_new_tokens=6
+    )
 
 
 def test_sequence_log_probs_are_the_models_own_loss_summed_whatever_the_batching(folder, tokenizer):
