@@ -81,12 +81,16 @@ def script_calls(shell_text: str) -> list[tuple[str, str]]:
 
 
 def job_commands(
-    script: Path, variables: dict[str, str], precision: list[str], arrays: dict[str, list[str]] | None = None
+    script: Path,
+    variables: dict[str, str],
+    precision: list[str],
+    arrays: dict[str, list[str]] | None = None,
+    passed: tuple[str, ...] | list[str] = (),
 ) -> dict[str, list[str]]:
     """A script's or module's name (``script_calls``) -> its arguments in a bash job script, with the script's shell
     variables (``$name``) and arrays (``"${name[@]}"``) filled in, ``precision_args``
-    (recipes/common/precision_args.sh) and any array set inside a branch (``arrays``) given, and output redirections
-    and a trailing ``&`` left out."""
+    (recipes/common/precision_args.sh) and any array set inside a branch (``arrays``) given, the script's own
+    arguments passed on (``"${@:N}"``) as ``passed``, and output redirections and a trailing ``&`` left out."""
     arrays = job_arrays(script) | (arrays or {})
     arrays["precision_args"] = precision
     commands = {}
@@ -98,6 +102,9 @@ def job_commands(
                 next(shell_words, None)
                 continue
             if word in ("&", "2>&1"):
+                continue
+            if re.fullmatch(r"\$\{@:\d+\}", word):  # the options a caller gives after the script's positionals
+                words += passed
                 continue
             array = re.fullmatch(r"\$\{(\w+)\[@\]\}", word)
             if array:  # an array's words may name variables too; one not given stays as written

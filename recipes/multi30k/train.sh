@@ -4,11 +4,13 @@
 #   pairs -> average the last eight epochs' weights -> choose beam 5's length penalty on validation -> score test2016
 #   (cased sacreBLEU and lowercased Moses-tokenised BLEU) -> save the model folder with its test output.
 #
-#   bash recipes/multi30k/train.sh SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR]
+#   bash recipes/multi30k/train.sh SOURCE_LANG TARGET_LANG [DATA_DIR] [OUTPUT_DIR] [TRAINING OPTIONS...]
 #
 # SOURCE_LANG TARGET_LANG: en de or de en. DATA_DIR holds multi30k/ (default: $HF_TRANSFORMER_DATA, else ./data);
-# OUTPUT_DIR defaults to runs/m30k-SOURCE-TARGET. Needs the package with its `train` extra (sacreBLEU, sacremoses):
-# pip install -e ".[train]" (the README's test install has it); .venv is used unless another environment is active.
+# OUTPUT_DIR defaults to runs/m30k-SOURCE-TARGET. Options after OUTPUT_DIR go to recipes.multi30k.train after the
+# recipe's own, so that a later one wins (a distilled student's, recipes/multi30k/README.md). Needs the package with
+# its `train` extra (sacreBLEU, sacremoses): pip install -e ".[train]" (the README's test install has it); .venv is
+# used unless another environment is active.
 # Both directions side by side on a 2-core machine: one thread each (OMP_NUM_THREADS=1), about 100 minutes each with
 # bfloat16 arithmetic, about 115 in float32 on a CPU with AVX-512 and twice that on an AVX2-only one
 # (recipes/multi30k/records/notes.md).
@@ -36,4 +38,4 @@ python -m recipes.multi30k.train \
     --eval_strategy steps --eval_steps 1816 --save_strategy epoch --save_total_limit 8 --average_checkpoints 8 \
     --num_beams 5 --length_penalty 1.0 1.4 1.8 \
     --logging_steps 100 --report_to none --seed 42 --disable_tqdm true \
-    "${precision_args[@]}"
+    "${precision_args[@]}" "${@:5}"

@@ -200,5 +200,5 @@ def test_the_readmes_distill_command_parses():
     args, data_args = HfArgumentParser((distill.DistillArguments, DataArguments)).parse_args_into_dataclasses(
         args=line.split()[3:]
     )
-    assert args.teacher == ["runs/m30k-en-de-ensemble"] and args.num_beams == 5
+    assert args.teacher == ["runs/m30k-reranked/en-de"] and args.num_beams == 5 and args.device == "cuda"
     assert (data_args.source_lang, data_args.target_lang) == ("en", "de")

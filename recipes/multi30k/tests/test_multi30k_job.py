@@ -447,3 +447,35 @@ def test_ensemble_job_trains_the_tokenizer_the_members_were_given(tmp_path):
     german = (tmp_path / "multi30k" / "train.de").read_text(encoding="utf-8").splitlines()
     texts = tokenizer.training_texts(str(tmp_path))
     assert texts == [english[0], german[0], english[1], german[1], english[2], german[2]]
+
+
+def test_the_readmes_student_command_is_the_recipe_on_the_teachers_targets():
+    # The README's distilled student: train.sh with options after its output folder, which come after the recipe's
+    # own (a later option wins). Twice the pairs a step sees for half the epochs, a checkpoint every 453 steps: the
+    # recipe's updates, schedule and averaged checkpoints (to a batch an epoch), on the original pairs and the
+    # teacher's.
+    readme = (RECIPE / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    (line,) = [line for line in readme.splitlines() if "train.sh" in line and "--distilled_targets" in line]
+    words = shlex.split(line, comments=True)
+    positional, passed = words[2:6], words[6:]
+    source, target, data_dir, output_dir = positional
+    variables = {"data_dir": data_dir, "output_dir": output_dir, "source_lang": source, "target_lang": target}
+    student = _parse(job_commands(JOB, variables, [], passed=passed)[TRAIN])
+    recipe = _parse(job_commands(JOB, variables, [])[TRAIN])
+    assert student[1].distilled_targets == f"runs/distilled-{source}-{target}"
+    assert student[1].distillation_mix == "both"
+    assert student[0] == recipe[0]  # the same model, tokenizer and scoring
+    pairs = 29_000
+    recipe_steps = -(-pairs // recipe[2].per_device_train_batch_size) * recipe[2].num_train_epochs
+    student_steps = -(-2 * pairs // student[2].per_device_train_batch_size) * student[2].num_train_epochs
+    assert abs(student_steps - recipe_steps) <= recipe[2].num_train_epochs  # one last partial batch an epoch
+    # A checkpoint every epoch of the recipe (the last batch of an epoch falls in the next interval).
+    assert (student[2].save_strategy, student[2].save_steps) == (
+        "steps",
+        pairs // recipe[2].per_device_train_batch_size,
+    )
+    changed = {"distilled_targets", "distillation_mix", "num_train_epochs", "save_strategy", "save_steps"}
+    for settings, recipe_settings in ((vars(student[1]), vars(recipe[1])), (student[2].to_dict(), recipe[2].to_dict())):
+        assert {k: v for k, v in settings.items() if k not in changed} == {
+            k: v for k, v in recipe_settings.items() if k not in changed
+        }
