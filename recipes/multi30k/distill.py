@@ -5,17 +5,20 @@ sources once with a teacher and keep the translations, for a student to train on
         --data_dir ../shared/data --source_lang en --target_lang de --num_beams 5 --batch_size 64
     python -m recipes.multi30k.train --distilled_targets runs/distilled-en-de --distillation_mix both ...
 
-The teacher is a model folder, several (decoded as their ensemble, :mod:`hf_transformer.ensemble`), or an ensemble
+The teacher is a model folder, several (decoded as their ensemble, :mod:`hf_transformer.ensemble`), an ensemble
 folder ``recipes.multi30k.evaluate`` wrote (its members, and the length penalty its scoring chose on validation unless
-``--length_penalty`` is given). Decoding is beam search over sentences batched by length, with progress; it runs on
-``--device`` (a GPU decodes it many times faster where there is one).
+``--length_penalty`` is given), or a reranking's folder ``recipes.multi30k.rerank`` wrote: then each source's n-best
+list from its forward models is rescored with its channel models and the setting its validation grid chose (channel
+weight and length exponent, or MBR), as that step chose its test outputs. Decoding is beam search over sentences
+batched by length, with progress; it runs on ``--device`` (a GPU decodes it many times faster where there is one).
 
 The output folder holds ``train.<target>`` (one translation per training source, line for line) and
 ``distillation.json``: what was decoded (the direction, the training sources' count and SHA-256), by which teacher
-(each member's folder and the SHA-256 of its weights) and how (beam size, length penalty, length limit), and, once
-finished, the time it took. The translations are appended chunk by chunk as they finish: a run stopped part way
-continues where it stopped; a folder decoded from other sources, by another teacher or with other settings is refused,
-naming what differs, and a finished one is reused as it is.
+(each member's folder and the SHA-256 of its weights, a reranking's channel models too) and how (beam size, length
+penalty, length limit, a reranking's chosen setting), and, once finished, the time it took. The translations are
+appended chunk by chunk as they finish: a run stopped part way continues where it stopped; a folder decoded from other
+sources, by another teacher or with other settings is refused, naming what differs, and a finished one is reused as
+it is.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +36,7 @@ from transformers import HfArgumentParser
 from hf_transformer import Predictor
 from recipes.multi30k.data import DataArguments
 from recipes.multi30k.rerank import model_folders
+from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, sequence_log_probs
 
 logger = logging.getLogger("recipes.multi30k.distill")
 
@@ -46,16 +51,25 @@ DECODING_KEYS = (
     "num_beams",
     "length_penalty",
     "max_new_tokens",
+    "reranking",
 )
+# The setting a reranking's folder (recipes.multi30k.rerank's results.json) records as chosen on validation.
+RERANKING_KEYS = ("channel_weight", "length_exponent", "mbr_scale")
 
 
 @dataclass
 class DistillArguments:
     teacher: list[str] = field(
-        metadata={"help": "model folders (one, or several decoded as their ensemble) or an ensemble folder"}
+        metadata={
+            "help": "model folders (one, or several decoded as their ensemble), an ensemble folder, or a reranking's "
+            "folder (recipes.multi30k.rerank: its n-best lists rescored with its channel and chosen setting)"
+        }
     )
     output_dir: str = field(metadata={"help": "where train.<target> and distillation.json go (or are continued)"})
-    num_beams: int = field(default=5, metadata={"help": "beam size of the teacher's decoding"})
+    num_beams: int | None = field(
+        default=None,
+        metadata={"help": "beam size of the teacher's decoding (default 5; a reranking's: its n-best size)"},
+    )
     length_penalty: float | None = field(
         default=None,
         metadata={"help": "beam search's length penalty (default: the ensemble folder's choice, else the teacher's)"},
@@ -88,21 +102,66 @@ def weights_sha256(folder: str | Path) -> str:
     return digest.hexdigest()
 
 
-def decoding_record(args: DistillArguments, data_args: DataArguments, sources: list[str]) -> tuple[dict, list[str]]:
-    """What this run decodes, by which teacher and how; and the teacher's member folders."""
-    members, ensemble_length_penalty = model_folders(args.teacher)
-    length_penalty = args.length_penalty if args.length_penalty is not None else ensemble_length_penalty
+@dataclass
+class Teacher:
+    """The folders that translate: the forward members and, for a reranking, the channel's and its chosen setting."""
+
+    members: list[str]
+    length_penalty: float | None = None
+    channel: list[str] = field(default_factory=list)
+    reranking: dict | None = None  # RERANKING_KEYS and num_candidates, for a reranking's folder
+
+
+def find_teacher(folders: list[str]) -> Teacher:
+    """The teacher ``--teacher`` names: a reranking's folder (results.json with channel models and the chosen
+    setting, no config.json), else model folders or ensemble folders (recipes.multi30k.rerank.model_folders)."""
+    recorded = Path(folders[0]) / "results.json"
+    if len(folders) == 1 and not (Path(folders[0]) / "config.json").is_file() and recorded.is_file():
+        scored = json.loads(recorded.read_text(encoding="utf-8"))
+        if "channel_models" in scored:
+            missing = [
+                key for key in ("models", "num_candidates", "length_penalty", *RERANKING_KEYS) if key not in scored
+            ]
+            if missing:
+                raise ValueError(f"teacher {folders[0]}: its reranking record lacks {', '.join(missing)}")
+            members, _ = model_folders(scored["models"])
+            channel, _ = model_folders(scored["channel_models"])
+            reranking = {key: scored[key] for key in (*RERANKING_KEYS, "num_candidates")}
+            return Teacher(members, scored["length_penalty"], channel, reranking)
+    members, length_penalty = model_folders(folders)
+    return Teacher(members, length_penalty)
+
+
+def member_records(folders: list[str]) -> list[dict]:
+    return [{"folder": str(Path(m).resolve()), "weights_sha256": weights_sha256(m)} for m in folders]
+
+
+def decoding_record(args: DistillArguments, data_args: DataArguments, sources: list[str]) -> tuple[dict, Teacher]:
+    """What this run decodes, by which teacher and how; and the teacher's folders."""
+    teacher = find_teacher(args.teacher)
+    length_penalty = args.length_penalty if args.length_penalty is not None else teacher.length_penalty
+    num_beams = args.num_beams
+    if teacher.reranking is not None:
+        if num_beams not in (None, teacher.reranking["num_candidates"]):
+            raise ValueError(
+                f"--num_beams {num_beams}: the reranking {args.teacher[0]} chose among "
+                f"{teacher.reranking['num_candidates']}-best lists (leave --num_beams out)"
+            )
+        num_beams = teacher.reranking["num_candidates"]
     record = {
         "source_lang": data_args.source_lang,
         "target_lang": data_args.target_lang,
         "sources": len(sources),
         "sources_sha256": sha256_text(sources),
-        "teacher": [{"folder": str(Path(m).resolve()), "weights_sha256": weights_sha256(m)} for m in members],
-        "num_beams": args.num_beams,
+        "teacher": member_records(teacher.members),
+        "num_beams": 5 if num_beams is None else num_beams,
         "length_penalty": length_penalty,
         "max_new_tokens": args.max_new_tokens,
+        "reranking": teacher.reranking,
     }
-    return record, members
+    if teacher.channel:
+        record["channel"] = member_records(teacher.channel)
+    return record, teacher
 
 
 def check_reusable(saved: dict, record: dict, output_dir: Path) -> None:
@@ -114,7 +173,7 @@ def check_reusable(saved: dict, record: dict, output_dir: Path) -> None:
     ]
 
     def weights(found: dict) -> list:  # the teacher's folders may have moved since: its weights decide
-        return [member.get("weights_sha256") for member in found.get("teacher") or []]
+        return [member.get("weights_sha256") for part in ("teacher", "channel") for member in found.get(part) or []]
 
     if weights(saved) != weights(record):
         differing.append("the teacher's weights differ")
@@ -139,7 +198,35 @@ def one_line(text: str) -> str:
     return " ".join(text.splitlines()).strip()
 
 
-def distill(predictor, sources: list[str], record: dict, output_dir: Path, args: DistillArguments) -> list[str]:
+def load_translator(teacher: Teacher, record: dict, args: DistillArguments) -> Callable[[list[str]], list[str]]:
+    """Sources -> the teacher's translations: beam search (``record``'s settings), or for a reranking its n-best
+    lists rescored with the channel and the chosen setting."""
+
+    def load(folders: list[str]) -> Predictor:
+        return Predictor.from_pretrained(
+            folders[0] if len(folders) == 1 else folders, batch_size=args.batch_size, device=args.device
+        )
+
+    forward = load(teacher.members)
+    options = {"num_beams": record["num_beams"], "length_penalty": record["length_penalty"]}
+    options["max_new_tokens"] = record["max_new_tokens"]
+    if teacher.reranking is None:
+        return lambda sources: forward.translate(sources, **options)
+    channel = load(teacher.channel)
+    chosen = {key: teacher.reranking[key] for key in RERANKING_KEYS}
+
+    def translate(sources: list[str]) -> list[str]:
+        nbest = candidates(forward, sources, record["num_beams"], **options)
+        xs = [source for source, row in zip(sources, nbest) for _ in row]
+        ys = [candidate for row in nbest for candidate in row]
+        forward_scores, channel_scores = sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs)
+        utilities = mbr_utilities(nbest) if chosen["mbr_scale"] is not None else None
+        return rerank(nbest, forward_scores, channel_scores, **chosen, utilities=utilities)
+
+    return translate
+
+
+def distill(translate, sources: list[str], record: dict, output_dir: Path, args: DistillArguments) -> list[str]:
     """The teacher's translation of every source: read from ``output_dir`` where finished, else decoded from where
     an earlier run stopped, chunk by chunk, each chunk appended as it finishes."""
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -160,13 +247,11 @@ def distill(predictor, sources: list[str], record: dict, output_dir: Path, args:
     done = partial.read_text(encoding="utf-8").split("\n")[:-1] if partial.is_file() else []
     if done:
         logger.info("continuing after the %d translations already in %s", len(done), partial)
-    options = {"num_beams": args.num_beams, "length_penalty": record["length_penalty"]}
-    options["max_new_tokens"] = record["max_new_tokens"]
     started, first = time.time(), len(done)
     with open(partial, "a", encoding="utf-8") as stream:
         for start in range(len(done), len(sources), args.chunk_size):
             chunk = sources[start : start + args.chunk_size]
-            translations = [one_line(t) for t in predictor.translate(chunk, **options)]
+            translations = [one_line(t) for t in translate(chunk)]
             stream.write("".join(t + "\n" for t in translations))
             stream.flush()
             done += translations
@@ -227,16 +312,15 @@ def with_distilled_targets(train, folder: str | Path, source_lang: str, target_l
 def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     args, data_args = HfArgumentParser((DistillArguments, DataArguments)).parse_args_into_dataclasses(args=argv)
-    if args.num_beams < 1 or args.batch_size < 1 or args.chunk_size < 1:
+    if (args.num_beams is not None and args.num_beams < 1) or args.batch_size < 1 or args.chunk_size < 1:
         raise ValueError("--num_beams, --batch_size and --chunk_size must be 1 or more")
     sources = [pair[data_args.source_lang] for pair in data_args.splits()["train"]["translation"]]
-    record, members = decoding_record(args, data_args, sources)
+    record, teacher = decoding_record(args, data_args, sources)
     saved_record(Path(args.output_dir), record)  # refused before the teacher is loaded
-    predictor = Predictor.from_pretrained(
-        members[0] if len(members) == 1 else members, batch_size=args.batch_size, device=args.device
-    )
-    logger.info("teacher: %s; %d training sources to translate", ", ".join(members), len(sources))
-    distill(predictor, sources, record, Path(args.output_dir), args)
+    translate = load_translator(teacher, record, args)
+    channel = f", reranked with {', '.join(teacher.channel)} ({teacher.reranking})" if teacher.channel else ""
+    logger.info("teacher: %s%s; %d training sources to translate", ", ".join(teacher.members), channel, len(sources))
+    distill(translate, sources, record, Path(args.output_dir), args)
     return json.loads((Path(args.output_dir) / RECORD_FILE).read_text(encoding="utf-8"))
 
 

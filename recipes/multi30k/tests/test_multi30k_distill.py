@@ -139,6 +139,69 @@ def test_another_teachers_weights_are_refused(tmp_path, data_dir, teacher):
         distill.main(distill_args(other, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "10"))
 
 
+@pytest.fixture(scope="module")
+def channel(tmp_path_factory, teacher):
+    """A second random model on the same tokenizer, scoring sources given candidates (the reverse direction's role)."""
+    model = TransformerForConditionalGeneration.from_pretrained(teacher)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.3 * torch.randn(parameter.shape, generator=generator))
+    folder = tmp_path_factory.mktemp("channel")
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(teacher).save_pretrained(folder)
+    return folder
+
+
+def reranking_folder(path, forward, channel, **chosen):
+    """A folder as recipes.multi30k.rerank leaves it (results.json only), with the setting ``chosen``."""
+    path.mkdir(parents=True)
+    record = {"task": "translation_en_to_de", "models": [str(forward)], "channel_models": [str(channel)]}
+    record |= {"num_candidates": 3, "length_penalty": 1.0, "channel_weight": 1.0, "length_exponent": 0.5}
+    (path / "results.json").write_text(json.dumps(record | {"mbr_scale": None} | chosen))
+    return path
+
+
+@pytest.mark.parametrize("chosen", [{}, {"mbr_scale": 1.0, "length_exponent": None}], ids=["argmax", "mbr"])
+def test_a_reranked_teacher_translates_as_its_reranking_chose(tmp_path, data_dir, teacher, channel, chosen):
+    from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, sequence_log_probs
+
+    reranked = reranking_folder(tmp_path / "reranked", teacher, channel, **chosen)
+    output_dir = tmp_path / "distilled"
+    args = distill_args(reranked, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "30")
+    record = distill.main([*args, "--chunk_size", "20"])
+    translations = (output_dir / "train.de").read_text(encoding="utf-8").split("\n")[:-1]
+    sources = training_sources(data_dir, 30)
+    # The reranking's own functions on the step's chunks and batches: each source's 3-best rescored with the channel.
+    forward, reverse = (
+        Predictor.from_pretrained(teacher, batch_size=16),
+        Predictor.from_pretrained(channel, batch_size=16),
+    )
+    setting = {"channel_weight": 1.0, "length_exponent": 0.5, "mbr_scale": None} | chosen
+    expected, best = [], []
+    for start in (0, 20):
+        chunk = sources[start : start + 20]
+        nbest = candidates(forward, chunk, 3, num_beams=3, length_penalty=1.0, max_new_tokens=None)
+        xs = [source for source, row in zip(chunk, nbest) for _ in row]
+        ys = [candidate for row in nbest for candidate in row]
+        scores = sequence_log_probs(forward, xs, ys), sequence_log_probs(reverse, ys, xs)
+        utilities = mbr_utilities(nbest) if setting["mbr_scale"] is not None else None
+        expected += rerank(nbest, *scores, **setting, utilities=utilities)
+        best += [row[0] for row in nbest]
+    assert translations == expected
+    assert translations != best  # the reranking chose other candidates than beam search's first for some sources
+    assert record["num_beams"] == 3 and record["reranking"] == setting | {"num_candidates": 3}
+    assert record["channel"][0]["weights_sha256"] == distill.weights_sha256(channel)
+    assert record["teacher"][0]["weights_sha256"] == distill.weights_sha256(teacher)
+
+    # Another chosen setting (the reranking run again with another grid) does not reuse these translations.
+    other = reranking_folder(tmp_path / "reranked-again", teacher, channel, **(chosen | {"channel_weight": 0.5}))
+    with pytest.raises(ValueError, match="decoded otherwise.*reranking"):
+        distill.main(distill_args(other, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "30"))
+    with pytest.raises(ValueError, match="chose among 3-best lists"):
+        distill.main([*args, "--num_beams", "4"])
+
+
 def train_split(data_dir, count=None):
     data_args = DataArguments(data_dir=str(data_dir), max_train_samples=count)
     return data_args.splits()["train"]
