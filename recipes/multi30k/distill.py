@@ -33,10 +33,9 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
-from hf_transformer import Predictor
 from recipes.multi30k.data import DataArguments
-from recipes.multi30k.rerank import model_folders
-from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, sequence_log_probs
+from recipes.multi30k.rerank import load, model_folders
+from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, score_both_ways
 
 logger = logging.getLogger("recipes.multi30k.distill")
 
@@ -202,24 +201,17 @@ def load_translator(teacher: Teacher, record: dict, args: DistillArguments) -> C
     """Sources -> the teacher's translations: beam search (``record``'s settings), or for a reranking its n-best
     lists rescored with the channel and the chosen setting."""
 
-    def load(folders: list[str]) -> Predictor:
-        return Predictor.from_pretrained(
-            folders[0] if len(folders) == 1 else folders, batch_size=args.batch_size, device=args.device
-        )
-
-    forward = load(teacher.members)
+    forward = load(teacher.members, args.batch_size, args.device)
     options = {"num_beams": record["num_beams"], "length_penalty": record["length_penalty"]}
     options["max_new_tokens"] = record["max_new_tokens"]
     if teacher.reranking is None:
         return lambda sources: forward.translate(sources, **options)
-    channel = load(teacher.channel)
+    channel = load(teacher.channel, args.batch_size, args.device)
     chosen = {key: teacher.reranking[key] for key in RERANKING_KEYS}
 
     def translate(sources: list[str]) -> list[str]:
         nbest = candidates(forward, sources, record["num_beams"], **options)
-        xs = [source for source, row in zip(sources, nbest) for _ in row]
-        ys = [candidate for row in nbest for candidate in row]
-        forward_scores, channel_scores = sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs)
+        forward_scores, channel_scores = score_both_ways(forward, channel, sources, nbest)
         utilities = mbr_utilities(nbest) if chosen["mbr_scale"] is not None else None
         return rerank(nbest, forward_scores, channel_scores, **chosen, utilities=utilities)
 

@@ -44,7 +44,7 @@ from recipes.multi30k.reranking import (
     choose_weights,
     mbr_utilities,
     rerank,
-    sequence_log_probs,
+    score_both_ways,
 )
 from recipes.multi30k.scoring import headline, lc_tok_references, lowercases, task_fields
 
@@ -203,10 +203,8 @@ def decode_and_score(
         nbest = candidates(
             forward, split_sources, args.num_candidates, length_penalty=decoding["length_penalty"], progress=True
         )
-        pairs = [(source, candidate) for source, row in zip(split_sources, nbest) for candidate in row]
-        xs, ys = [x for x, _ in pairs], [y for _, y in pairs]
-        logger.info("%s: scoring %d candidates both ways", split, len(pairs))
-        scored[split] = (nbest, sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs))
+        logger.info("%s: scoring %d candidates both ways", split, sum(map(len, nbest)))
+        scored[split] = (nbest, *score_both_ways(forward, channel, split_sources, nbest))
     save_candidates(output_dir / CANDIDATES_FILE, decoding, sources, scored)
     return scored
 

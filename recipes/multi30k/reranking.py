@@ -137,6 +137,16 @@ def sequence_log_probs(
     return SequenceScores(log_probs, lengths)
 
 
+def score_both_ways(
+    forward: Predictor, channel: Predictor, sources: Sequence[str], nbest: Sequence[Sequence[str]]
+) -> tuple[SequenceScores, SequenceScores]:
+    """Every candidate's forward score log p(y|x) and channel score log p(x|y), the candidates of ``nbest`` (one row
+    per source) flattened in order, as :func:`rerank` takes them."""
+    xs = [source for source, row in zip(sources, nbest, strict=True) for _ in row]
+    ys = [candidate for row in nbest for candidate in row]
+    return sequence_log_probs(forward, xs, ys), sequence_log_probs(channel, ys, xs)
+
+
 def mbr_utilities(nbest: Sequence[Sequence[str]]) -> list[list[list[float]]]:
     """For each source, ``utilities[i][j]``: sentence BLEU (sacreBLEU, effective n-gram order) of candidate i
     against candidate j as the reference; a candidate against itself scores 100."""

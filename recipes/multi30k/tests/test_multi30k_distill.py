@@ -67,7 +67,7 @@ class CountingPredictor:
 def counting(monkeypatch):
     CountingPredictor.translated = []
     load = Predictor.from_pretrained
-    monkeypatch.setattr(distill.Predictor, "from_pretrained", lambda *a, **k: CountingPredictor(load(*a, **k)))
+    monkeypatch.setattr(Predictor, "from_pretrained", lambda *a, **k: CountingPredictor(load(*a, **k)))
     return CountingPredictor
 
 
