@@ -17,8 +17,10 @@ and under each OpenMP waiting setting (``--settings``):
 - ``libgomp-default``: ``GOMP_SPINCOUNT=300000``, the OpenMP runtime's own default, as before the package set it;
 - ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (no spin at all).
 
-Settings alternate within each round, so that a drift of the machine touches them alike; each load's rounds run
-back to back with the load running throughout. A slow-down is the quiet median over the loaded median, per setting.
+Each round runs every load in turn (the load started before its runs and stopped after them) and, within a load,
+every setting in turn, so that a drift of the machine over the hour touches quiet and loaded runs alike. A slow-down
+is the quiet median over the loaded median, per setting; beside it, the range of the per-round slow-downs (each
+round's quiet run over its loaded run), which a drift between the quiet and the loaded runs cannot move.
 Time it on a machine with nothing else running: the loads are the only other work.
 
     python benchmarks/load.py --data_dir ../shared/data                  # 4 loads x 3 settings x 3 rounds: ~45 min
@@ -163,6 +165,8 @@ def summarize(runs: dict[str, dict[str, list[float]]]) -> dict:
             quiet = runs.get("quiet", {}).get(setting)
             if quiet:
                 row["slowdown"] = statistics.median(quiet) / row["median"]
+                by_round = [quiet_speed / speed for quiet_speed, speed in zip(quiet, speeds, strict=True)]
+                row["slowdown_by_round"] = by_round
             table.setdefault(load_name, {})[setting] = row
     return table
 
@@ -175,7 +179,8 @@ def write_results(table: dict, meta: dict, output: Path) -> None:
         "",
         f"`python benchmarks/load.py {' '.join(meta['argv'])}` on {meta['cpu']} ({meta['cores']} cores), "
         f"{meta['precision']}, {meta['steps']} steps timed after the first {meta['skip']}, {meta['rounds']} rounds.",
-        "Steps per second: median (quartiles); slow-down: the same setting's quiet median over this one.",
+        "Steps per second: median (quartiles); slow-down: the same setting's quiet median over this one (in brackets:",
+        "the range of each round's quiet run over its loaded run).",
         "",
         "| load | " + " | ".join(meta["settings"]) + " |",
         "|---|" + "---|" * len(meta["settings"]),
@@ -186,7 +191,8 @@ def write_results(table: dict, meta: dict, output: Path) -> None:
             row = by_setting[setting]
             cell = f"{row['median']:.2f} ({row['q1']:.2f}-{row['q3']:.2f})"
             if load_name != "quiet" and "slowdown" in row:
-                cell += f", {row['slowdown']:.2f}x"
+                by_round = row["slowdown_by_round"]
+                cell += f", {row['slowdown']:.2f}x (rounds {min(by_round):.2f}-{max(by_round):.2f}x)"
             cells.append(cell)
         lines.append(f"| {load_name} | " + " | ".join(cells) + " |")
     output.with_suffix(".md").write_text("\n".join(lines) + "\n")
@@ -253,9 +259,9 @@ def main(argv: list[str] | None = None) -> dict:
         scratch = Path(scratch)
         reviews, tokenizer, precision = prepare(args.data_dir, scratch, args.precision)
         runs: dict[str, dict[str, list[float]]] = {}
-        for load_name in args.loads:
-            with load(load_name, scratch):
-                for round_index in range(args.rounds):
+        for round_index in range(args.rounds):
+            for load_name in args.loads:
+                with load(load_name, scratch):
                     for setting in args.settings:
                         command = pretraining_command(reviews, tokenizer, scratch / "run", args.steps, precision)
                         speed = steps_per_second(command, clean_environment(SETTINGS[setting]), args.skip)
