@@ -15,10 +15,11 @@ batched by length, with progress; it runs on ``--device`` (a GPU decodes it many
 The output folder holds ``train.<target>`` (one translation per training source, line for line) and
 ``distillation.json``: what was decoded (the direction, the training sources' count and SHA-256), by which teacher
 (each member's folder and the SHA-256 of its weights, a reranking's channel models too) and how (beam size, length
-penalty, length limit, a reranking's chosen setting), and, once finished, the time it took. The translations are
-appended chunk by chunk as they finish: a run stopped part way continues where it stopped; a folder decoded from other
-sources, by another teacher or with other settings is refused, naming what differs, and a finished one is reused as
-it is.
+penalty, length limit, a reranking's chosen setting), and the time it took: each run of the step as a session (host,
+device, sentences translated, seconds, sentences a second; updated after every chunk) and their total. The
+translations are appended chunk by chunk as they finish: a run stopped part way continues where it stopped, on this
+machine or another; a folder decoded from other sources, by another teacher or with other settings is refused, naming
+what differs, and a finished one is reused as it is.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -218,6 +220,12 @@ def load_translator(teacher: Teacher, record: dict, args: DistillArguments) -> C
     return translate
 
 
+def write_record(path: Path, record: dict) -> None:
+    """``record`` with its total decoding time (the sum of its sessions') in ``path``."""
+    record["seconds"] = round(sum(session["seconds"] for session in record.get("sessions", [])), 2)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+
+
 def distill(translate, sources: list[str], record: dict, output_dir: Path, args: DistillArguments) -> list[str]:
     """The teacher's translation of every source: read from ``output_dir`` where finished, else decoded from where
     an earlier run stopped, chunk by chunk, each chunk appended as it finishes."""
@@ -232,13 +240,16 @@ def distill(translate, sources: list[str], record: dict, output_dir: Path, args:
             if len(lines) == len(sources):
                 logger.info("reusing the %d translations in %s", len(lines), output)
                 return lines
-        record = saved | record  # keeps the time already spent
-    record.setdefault("seconds", 0.0)
+        record = saved | record  # keeps the sessions already run
     record["finished"] = False
-    record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     done = partial.read_text(encoding="utf-8").split("\n")[:-1] if partial.is_file() else []
     if done:
         logger.info("continuing after the %d translations already in %s", len(done), partial)
+    # Each run of the step is a session of its own (a stopped run may be continued on another machine and device),
+    # recorded after every chunk so that a stop keeps its time.
+    session = {"host": platform.node(), "device": args.device, "translated": 0, "seconds": 0.0}
+    record["sessions"] = [*record.get("sessions", []), session]
+    write_record(record_path, record)
     started, first = time.time(), len(done)
     with open(partial, "a", encoding="utf-8") as stream:
         for start in range(len(done), len(sources), args.chunk_size):
@@ -247,14 +258,18 @@ def distill(translate, sources: list[str], record: dict, output_dir: Path, args:
             stream.write("".join(t + "\n" for t in translations))
             stream.flush()
             done += translations
-            rate = (len(done) - first) / (time.time() - started)
-            left = (len(sources) - len(done)) / rate
-            logger.info("translated %d/%d sources, %.1f a second, %.0f s to go", len(done), len(sources), rate, left)
+            elapsed = time.time() - started
+            session.update(translated=len(done) - first, seconds=round(elapsed, 2))
+            session["sentences_per_second"] = round(session["translated"] / elapsed, 2)
+            write_record(record_path, record)
+            left = (len(sources) - len(done)) / session["sentences_per_second"]
+            logger.info(
+                "translated %d/%d sources, %.1f a second, %.0f s to go",
+                len(done), len(sources), session["sentences_per_second"], left,
+            )  # fmt: skip
     partial.replace(output)
-    record["seconds"] += time.time() - started
     record["finished"] = True
-    record["sentences_per_second"] = round(len(sources) / record["seconds"], 2) if record["seconds"] else None
-    record_path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    write_record(record_path, record)
     return done
 
 

@@ -105,9 +105,33 @@ def test_a_stopped_run_continues_where_it_stopped(tmp_path, data_dir, teacher, c
     (output_dir / "train.de").unlink()
     (output_dir / "train.de.partial").write_text("".join(whole.splitlines(keepends=True)[:20]), encoding="utf-8")
     counting.translated = []
-    distill.main(args)
+    record = distill.main(args)
     assert counting.translated == training_sources(data_dir)[20:]
     assert (output_dir / "train.de").read_text(encoding="utf-8") == whole
+    # Each run is a session of the record: the first translated all 60, the continuation the last 40.
+    assert [session["translated"] for session in record["sessions"]] == [60, 40]
+    assert record["seconds"] == pytest.approx(sum(session["seconds"] for session in record["sessions"]), abs=0.02)
+
+
+def test_a_stopped_run_keeps_the_time_it_spent(tmp_path, data_dir, teacher, counting, monkeypatch):
+    output_dir = tmp_path / "distilled"
+    args = distill_args(teacher, output_dir, "--data_dir", str(data_dir), "--chunk_size", "20")
+    translate = CountingPredictor.translate
+
+    def stop_after_two_chunks(self, texts, **options):
+        if len(CountingPredictor.translated) >= 40:
+            raise KeyboardInterrupt
+        return translate(self, texts, **options)
+
+    monkeypatch.setattr(CountingPredictor, "translate", stop_after_two_chunks)
+    with pytest.raises(KeyboardInterrupt):
+        distill.main(args)
+    record = json.loads((output_dir / distill.RECORD_FILE).read_text())
+    assert record["finished"] is False and len(record["sessions"]) == 1
+    session = record["sessions"][0]
+    assert session["translated"] == 40 and session["seconds"] > 0 and record["seconds"] == session["seconds"]
+    assert session["device"] == "cpu" and session["host"]
+    assert len((output_dir / "train.de.partial").read_text(encoding="utf-8").splitlines()) == 40
 
 
 @pytest.mark.parametrize(
