@@ -16,6 +16,7 @@ from hf_transformer import TransformerForConditionalGeneration, TransformerForSe
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from hf_transformer.export.ctranslate2_export import (  # noqa: E402
+    PATIENCE_FOR_HEURISTIC_STOPPING,
     CTranslate2Generator,
     check_convertible,
     ctranslate2_generate,
@@ -127,7 +128,7 @@ def test_ctranslate2_decodes_what_generate_decodes(converted, tokenizer, case, n
     model, output_dir = converted(case)
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
     assert not batch["attention_mask"].all(), "the batch should hold padding"
-    # CTranslate2 stops beam search once num_beams hypotheses have finished: HF's early_stopping=True.
+    # With patience 1, CTranslate2 stops beam search once num_beams hypotheses have finished: HF's early_stopping=True.
     expected, expected_scores = hf_tokens(model, batch, num_beams=num_beams, early_stopping=True)
     assert len({tuple(row) for row in expected}) > 1, "a degenerate model: every input gives the same output"
 
@@ -137,6 +138,7 @@ def test_ctranslate2_decodes_what_generate_decodes(converted, tokenizer, case, n
         batch["attention_mask"],
         num_beams=num_beams,
         max_new_tokens=MAX_NEW_TOKENS,
+        early_stopping=True,
         return_scores=True,
     )
     assert tokens == expected
@@ -162,7 +164,7 @@ def test_generation_past_the_decoder_position_table_stops_where_generate_stops(t
         with pytest.warns(UserWarning, match=told), torch.no_grad():
             expected = model.generate(**batch, **settings, early_stopping=True)
         with pytest.warns(UserWarning, match=told):
-            tokens = generator.generate(batch["input_ids"], batch["attention_mask"], **settings)
+            tokens = generator.generate(batch["input_ids"], batch["attention_mask"], **settings, early_stopping=True)
         assert expected.shape == (4, 7)  # the start token and the 6 the table holds
         assert tokens == expected[:, 1:].tolist()
 
@@ -212,11 +214,45 @@ def test_beam_search_with_end_tokens_and_length_penalties(tmp_path, tokenizer):
             num_beams=4,
             max_new_tokens=MAX_NEW_TOKENS,
             length_penalty=length_penalty,
+            early_stopping=True,
             return_scores=True,
         )
         assert any(row[-1] == eos for row in expected), "this model should finish some beams"
         assert tokens == expected, length_penalty
         torch.testing.assert_close(torch.tensor(scores), expected_scores, rtol=1e-4, atol=1e-4)
+
+
+def test_early_stopping_chooses_ctranslate2s_patience(tmp_path, tokenizer):
+    """True: patience 1, generate's own rule (tested above); False (generate's default, and the folder's unless it
+    says otherwise) and "never": the patience that comes closest; anything else is refused."""
+    model = random_model(tokenizer, **CASES["post_ln_sinusoidal_gelu"])
+    folder = save(model, tokenizer, tmp_path / "model")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+
+    class Recording:  # the translator, recording the patience of each call
+        def __init__(self, translator):
+            self.translator, self.patience = translator, []
+
+        def translate_batch(self, source, **options):
+            self.patience.append(options["patience"])
+            return self.translator.translate_batch(source, **options)
+
+    def patience_of(generator, **options):
+        generator.translator = Recording(generator.translator)
+        generator.generate(batch["input_ids"], batch["attention_mask"], num_beams=4, max_new_tokens=8, **options)
+        return generator.translator.patience[-1]
+
+    generator = CTranslate2Generator(to_ctranslate2(folder, tmp_path / "ct2"))
+    assert generator.generation_config.get("early_stopping", False) is False
+    assert patience_of(generator) == PATIENCE_FOR_HEURISTIC_STOPPING > 1
+    assert patience_of(generator, early_stopping=True) == 1
+    assert patience_of(generator, early_stopping="never") == PATIENCE_FOR_HEURISTIC_STOPPING
+    with pytest.raises(ValueError, match="early_stopping must be True, False or 'never', got 'sometimes'"):
+        generator.generate(batch["input_ids"], num_beams=4, max_new_tokens=8, early_stopping="sometimes")
+
+    model.generation_config.update(num_beams=4, early_stopping=True)  # a folder asking for the early stop gets it
+    folder = save(model, tokenizer, tmp_path / "early")
+    assert patience_of(CTranslate2Generator(to_ctranslate2(folder, tmp_path / "early-ct2"))) == 1
 
 
 @pytest.mark.parametrize("threads", [2, 3])
@@ -240,7 +276,11 @@ def test_workers_decode_parts_of_the_batch_in_input_order(converted, tokenizer, 
     for num_beams in (1, 4):
         expected, _ = hf_tokens(model, batch, num_beams=num_beams, early_stopping=True)
         tokens = generator.generate(
-            batch["input_ids"], batch["attention_mask"], num_beams=num_beams, max_new_tokens=MAX_NEW_TOKENS
+            batch["input_ids"],
+            batch["attention_mask"],
+            num_beams=num_beams,
+            max_new_tokens=MAX_NEW_TOKENS,
+            early_stopping=True,
         )
         assert tokens == expected
     assert generator.translator.max_batch_sizes == [-(-len(INPUTS) // threads)] * 2
@@ -289,7 +329,9 @@ def test_int8_conversion_decodes_close_to_float32_but_not_as_it(tmp_path, tokeni
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
     expected, _ = hf_tokens(model, batch, num_beams=2, early_stopping=True)
     generator = CTranslate2Generator(output_dir)
-    tokens = generator.generate(batch["input_ids"], batch["attention_mask"], num_beams=2, max_new_tokens=MAX_NEW_TOKENS)
+    tokens = generator.generate(
+        batch["input_ids"], batch["attention_mask"], num_beams=2, max_new_tokens=MAX_NEW_TOKENS, early_stopping=True
+    )
     # Rounding the weights to 8 bits moves this model's log-probabilities by about 0.05 a token (another model of
     # these sizes: about 12; float32 conversion: 1e-6): most translations stay float32's, the probabilities do not.
     assert sum(row == reference for row, reference in zip(tokens, expected)) >= len(INPUTS) // 2, (tokens, expected)

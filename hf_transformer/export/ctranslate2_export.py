@@ -40,11 +40,14 @@ output folder, and the model's own config is saved there as ``transformer_config
 * Length penalty: both rank finished beams by ``sum of log-probabilities / length ** length_penalty``, the length
   counting the generated tokens with the end token and without the start token (the same with
   ``return_end_token=True``).
-* Stopping of beam search: with ``length_penalty != 0`` CTranslate2 stops an input once ``num_beams``
-  hypotheses have finished: HF's ``early_stopping=True``. HF's default ``early_stopping=False`` goes on while its
-  heuristic says a running beam might still beat the worst finished one, so when the end token is generated the
-  two may return different beams. With ``length_penalty == 0`` CTranslate2 stops when the best beam finishes,
-  which gives the same best hypothesis as HF. At the length limit both keep the best ``num_beams`` running beams.
+* Stopping of beam search: CTranslate2 stops an input once ``patience * num_beams`` hypotheses have finished
+  (with ``length_penalty == 0``, once the best beam finishes, which gives HF's best hypothesis). Patience 1 is HF's
+  ``early_stopping=True``, passed for it. HF's default ``early_stopping=False`` goes on while its heuristic says a
+  running beam might still beat the worst finished one; CTranslate2 has no such rule, and
+  :data:`PATIENCE_FOR_HEURISTIC_STOPPING` finished hypotheses per beam come closest at little cost (the figures are
+  in docs/deployment.md), so that patience is passed for ``False`` (and for ``"never"``): the beams then agree with
+  generate's for most inputs, not all. The generation config's ``early_stopping`` decides unless the call gives it.
+  At the length limit both keep the best ``num_beams`` running beams.
 * Padding: CTranslate2 removes the padding of each input: the result equals ``model.generate`` on right-padded
   inputs (left padding shifts the sinusoidal positions of the HF model's real tokens).
 * A generated pad token: the HF model gives any pad token in the decoder input the padding position (row 0 of
@@ -90,6 +93,10 @@ MODEL_CONFIG_FILE = "transformer_config.json"
 # scores (logits processors) or return several sequences. `CTranslate2Generator` applies none of them and warns when
 # the folder sets one: CTranslate2's own `repetition_penalty`, `no_repeat_ngram_size` and `suppress_sequences` are
 # not passed for them, their semantics not having been checked against generate's.
+PATIENCE_FOR_HEURISTIC_STOPPING = 2.0
+"""CTranslate2's beam search patience passed for transformers' ``early_stopping=False``: it stops once twice
+``num_beams`` hypotheses have finished."""
+
 IGNORED_GENERATION_SETTINGS = {
     "do_sample": False,
     "no_repeat_ngram_size": 0,
@@ -488,6 +495,14 @@ class CTranslate2Generator:
             self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir))
         return self._tokenizer
 
+    def _patience(self, early_stopping: bool | str | None) -> float:
+        """CTranslate2's beam search patience for transformers' ``early_stopping`` (the folder's by default)."""
+        if early_stopping is None:
+            early_stopping = self.generation_config.get("early_stopping", False)
+        if early_stopping not in (True, False, "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+        return 1.0 if early_stopping is True else PATIENCE_FOR_HEURISTIC_STOPPING
+
     def _defaults(self, num_beams, max_new_tokens, min_new_tokens, length_penalty):
         gen = self.generation_config
         if num_beams is None:
@@ -526,13 +541,16 @@ class CTranslate2Generator:
         max_new_tokens: int | None = None,
         min_new_tokens: int | None = None,
         length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
         num_return_sequences: int = 1,
         return_scores: bool = False,
         max_batch_size: int = 0,
     ):
         """Generated ids per input (``num_return_sequences`` lists per input, one after the other, as
         ``model.generate`` orders them). With ``return_scores``, also the scores: the sum of the token
-        log-probabilities divided by ``length ** length_penalty`` (HF's ``sequences_scores`` in beam search)."""
+        log-probabilities divided by ``length ** length_penalty`` (HF's ``sequences_scores`` in beam search).
+        ``early_stopping`` as ``model.generate`` takes it: ``True`` stops beam search as generate does, ``False``
+        and ``"never"`` as closely as CTranslate2 can (the module's notes)."""
         if texts is not None:
             if input_ids is not None:
                 raise ValueError("Give `input_ids` or `texts`, not both.")
@@ -554,6 +572,7 @@ class CTranslate2Generator:
             beam_size=num_beams,
             num_hypotheses=num_return_sequences,
             length_penalty=length_penalty,
+            patience=self._patience(early_stopping),
             max_decoding_length=max_new_tokens,
             min_decoding_length=min_new_tokens,
             max_input_length=0,

@@ -7,9 +7,9 @@ Every engine decodes the same test sources, in the same length-sorted batches, g
 (the folder's beam size and length penalty):
 
 - `ctranslate2` (fp32) and `onnx` (ONNX Runtime): the share of sentences whose tokens are identical to
-  `generate`'s. CTranslate2's beam search stops once `num_beams` hypotheses are finished (transformers'
-  `early_stopping=True`), so its beam tokens are compared with `generate(early_stopping=True)`; the count
-  against the folder's own setting is reported too.
+  `generate`'s with the folder's settings, and for beam search also with `generate(early_stopping=True)`:
+  CTranslate2 has that stopping rule exactly and the folder's (transformers' default, `early_stopping=False`) only
+  approximately (`hf_transformer.export.ctranslate2_export`).
 - `ctranslate2_int8`, `onnx_int8` (ONNX Runtime's dynamic quantization) and `torch_int8`
   (`torch.ao.quantization.quantize_dynamic` of every `nn.Linear`): BLEU (cased
   sacreBLEU, and lowercased tokenised against the official references when `multi30k/tok/` is present) next to
@@ -203,7 +203,7 @@ def same(rows, reference) -> float:
 
 
 def torch_reference(model, test: TestSet, settings: dict, tokens: Tokens, batch_size: int) -> tuple[dict, dict]:
-    """``generate``'s outputs with each setting (and beam search stopping early, CTranslate2's rule), and its entry
+    """``generate``'s outputs with each setting (and beam search with ``early_stopping=True``), and its entry
     of the report: seconds and BLEU of each setting, the size of its weights."""
     reference, entry = {}, {}
     for name, options in settings.items():
@@ -279,8 +279,7 @@ def markdown(report: dict) -> str:
         "",
         f"{report['sentences']} sentences, batches of up to 32 sorted by length, {report['threads']} threads; beam "
         f"{report['num_beams']} with length penalty {report['length_penalty']}. `identical`: share of sentences "
-        "whose tokens equal `generate`'s with the same settings; `early`: against `generate(early_stopping=True)`, "
-        "CTranslate2's stopping rule.",
+        "whose tokens equal `generate`'s with the same settings; `early`: against `generate(early_stopping=True)`.",
         "",
         "| engine | weights MB | greedy BLEU | greedy identical | beam BLEU | beam lc-tok BLEU | beam identical "
         "| beam identical (early) | greedy s | beam s |",
