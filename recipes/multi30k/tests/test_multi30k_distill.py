@@ -287,5 +287,9 @@ def test_the_readmes_distill_command_parses():
     args, data_args = HfArgumentParser((distill.DistillArguments, DataArguments)).parse_args_into_dataclasses(
         args=line.split()[3:]
     )
-    assert args.teacher == ["runs/m30k-reranked/en-de"] and args.num_beams == 5 and args.device == "cuda"
+    # The reranking train_reranked.sh writes (in its default output folder), its n-best size left to the reranking.
+    assert args.teacher == ["runs/m30k-reranked/en-de-reranked"] and args.num_beams is None and args.device == "cuda"
+    script = (Path(distill.__file__).parent / "train_reranked.sh").read_text(encoding="utf-8")
+    assert "output_dir=${2:-runs/m30k-reranked}" in script
+    assert '--output_dir "$output_dir/$source_lang-$target_lang-reranked"' in script
     assert (data_args.source_lang, data_args.target_lang) == ("en", "de")
