@@ -357,6 +357,13 @@ def test_ctranslate2_engine_gives_the_torch_translations(translator, tokenizer, 
     exported = to_ctranslate2(folder, tmp_path / "ct2")
     predictor = Predictor.from_pretrained(exported, engine="ctranslate2", batch_size=3)
     assert predictor.translate(texts, num_beams=1) == torch_translations
+    # Beam search stopping as generate(early_stopping=True) does: CTranslate2's own rule, the same translations.
+    early = Predictor.from_pretrained(folder).translate(texts, num_beams=3, early_stopping=True)
+    assert predictor.translate(texts, num_beams=3, early_stopping=True) == early
+    with pytest.raises(
+        ValueError, match="early_stopping must be True, False or 'never', got 'x'"
+    ):  # it reaches the engine
+        predictor.translate(texts, num_beams=3, early_stopping="x")
     # Several candidates per text: each text keeps its own, best first, as CTranslate2 gives them for the batch.
     results = predictor(texts, num_beams=3, num_return_sequences=2)
 
