@@ -89,14 +89,14 @@ COPIED_FILES = (
 )
 PLACEHOLDER = "<ct2_unused_{}>"
 MODEL_CONFIG_FILE = "transformer_config.json"
-# Settings of a folder's generation_config.json, with their defaults, that make `model.generate` sample, change the
-# scores (logits processors) or return several sequences. `CTranslate2Generator` applies none of them and warns when
-# the folder sets one: CTranslate2's own `repetition_penalty`, `no_repeat_ngram_size` and `suppress_sequences` are
-# not passed for them, their semantics not having been checked against generate's.
 PATIENCE_FOR_HEURISTIC_STOPPING = 2.0
 """CTranslate2's beam search patience passed for transformers' ``early_stopping=False``: it stops once twice
 ``num_beams`` hypotheses have finished."""
 
+# Settings of a folder's generation_config.json, with their defaults, that make `model.generate` sample, change the
+# scores (logits processors) or return several sequences. `CTranslate2Generator` applies none of them and warns when
+# the folder sets one: CTranslate2's own `repetition_penalty`, `no_repeat_ngram_size` and `suppress_sequences` are
+# not passed for them, their semantics not having been checked against generate's.
 IGNORED_GENERATION_SETTINGS = {
     "do_sample": False,
     "no_repeat_ngram_size": 0,

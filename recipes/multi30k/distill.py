@@ -241,6 +241,8 @@ def distill(translate, sources: list[str], record: dict, output_dir: Path, args:
                 logger.info("reusing the %d translations in %s", len(lines), output)
                 return lines
         record = saved | record  # keeps the sessions already run
+        if "sessions" not in saved and saved.get("seconds"):  # a record written before sessions were kept
+            record["sessions"] = [{"host": None, "device": None, "translated": None, "seconds": saved["seconds"]}]
     record["finished"] = False
     done = partial.read_text(encoding="utf-8").split("\n")[:-1] if partial.is_file() else []
     if done:
@@ -260,13 +262,11 @@ def distill(translate, sources: list[str], record: dict, output_dir: Path, args:
             done += translations
             elapsed = time.time() - started
             session.update(translated=len(done) - first, seconds=round(elapsed, 2))
-            session["sentences_per_second"] = round(session["translated"] / elapsed, 2)
+            rate = session["translated"] / elapsed
+            session["sentences_per_second"] = round(rate, 2)
             write_record(record_path, record)
-            left = (len(sources) - len(done)) / session["sentences_per_second"]
-            logger.info(
-                "translated %d/%d sources, %.1f a second, %.0f s to go",
-                len(done), len(sources), session["sentences_per_second"], left,
-            )  # fmt: skip
+            left = (len(sources) - len(done)) / rate
+            logger.info("translated %d/%d sources, %.1f a second, %.0f s to go", len(done), len(sources), rate, left)
     partial.replace(output)
     record["finished"] = True
     write_record(record_path, record)

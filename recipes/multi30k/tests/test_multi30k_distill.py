@@ -134,6 +134,19 @@ def test_a_stopped_run_keeps_the_time_it_spent(tmp_path, data_dir, teacher, coun
     assert len((output_dir / "train.de.partial").read_text(encoding="utf-8").splitlines()) == 40
 
 
+def test_a_record_from_before_sessions_keeps_its_time(tmp_path, data_dir, teacher, counting):
+    output_dir = tmp_path / "distilled"
+    args = distill_args(teacher, output_dir, "--data_dir", str(data_dir), "--chunk_size", "20")
+    distill.main(args)
+    record = json.loads((output_dir / distill.RECORD_FILE).read_text())
+    legacy = {key: value for key, value in record.items() if key != "sessions"} | {"finished": False, "seconds": 5.0}
+    (output_dir / distill.RECORD_FILE).write_text(json.dumps(legacy))
+    (output_dir / "train.de").unlink()
+    record = distill.main(args)
+    assert [session["seconds"] for session in record["sessions"]][0] == 5.0 and len(record["sessions"]) == 2
+    assert record["seconds"] == pytest.approx(5.0 + record["sessions"][1]["seconds"], abs=0.02)
+
+
 @pytest.mark.parametrize(
     "change, named",
     [
