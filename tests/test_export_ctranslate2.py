@@ -222,6 +222,17 @@ def test_beam_search_with_end_tokens_and_length_penalties(tmp_path, tokenizer):
         torch.testing.assert_close(torch.tensor(scores), expected_scores, rtol=1e-4, atol=1e-4)
 
 
+class RecordingTranslator:
+    """A ``ctranslate2.Translator`` that records the options of each ``translate_batch`` call."""
+
+    def __init__(self, translator):
+        self.translator, self.calls = translator, []
+
+    def translate_batch(self, source, **options):
+        self.calls.append(options)
+        return self.translator.translate_batch(source, **options)
+
+
 def test_early_stopping_chooses_ctranslate2s_patience(tmp_path, tokenizer):
     """True: patience 1, generate's own rule (tested above); False (generate's default, and the folder's unless it
     says otherwise) and "never": the patience that comes closest; anything else is refused."""
@@ -229,18 +240,10 @@ def test_early_stopping_chooses_ctranslate2s_patience(tmp_path, tokenizer):
     folder = save(model, tokenizer, tmp_path / "model")
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
 
-    class Recording:  # the translator, recording the patience of each call
-        def __init__(self, translator):
-            self.translator, self.patience = translator, []
-
-        def translate_batch(self, source, **options):
-            self.patience.append(options["patience"])
-            return self.translator.translate_batch(source, **options)
-
     def patience_of(generator, **options):
-        generator.translator = Recording(generator.translator)
+        generator.translator = RecordingTranslator(generator.translator)
         generator.generate(batch["input_ids"], batch["attention_mask"], num_beams=4, max_new_tokens=8, **options)
-        return generator.translator.patience[-1]
+        return generator.translator.calls[-1]["patience"]
 
     generator = CTranslate2Generator(to_ctranslate2(folder, tmp_path / "ct2"))
     assert generator.generation_config.get("early_stopping", False) is False
@@ -264,15 +267,7 @@ def test_workers_decode_parts_of_the_batch_in_input_order(converted, tokenizer, 
     generator = CTranslate2Generator.for_cpu(output_dir, threads)
     assert generator.translator.num_translators == threads
 
-    class Recording:  # the translator, recording the batch size each call is split at
-        def __init__(self, translator):
-            self.translator, self.max_batch_sizes = translator, []
-
-        def translate_batch(self, source, **options):
-            self.max_batch_sizes.append(options["max_batch_size"])
-            return self.translator.translate_batch(source, **options)
-
-    generator.translator = Recording(generator.translator)
+    generator.translator = RecordingTranslator(generator.translator)
     for num_beams in (1, 4):
         expected, _ = hf_tokens(model, batch, num_beams=num_beams, early_stopping=True)
         tokens = generator.generate(
@@ -283,7 +278,8 @@ def test_workers_decode_parts_of_the_batch_in_input_order(converted, tokenizer, 
             early_stopping=True,
         )
         assert tokens == expected
-    assert generator.translator.max_batch_sizes == [-(-len(INPUTS) // threads)] * 2
+    batch_sizes = [call["max_batch_size"] for call in generator.translator.calls]  # each batch split at
+    assert batch_sizes == [-(-len(INPUTS) // threads)] * 2
 
 
 def test_a_generator_leaves_the_process_torch_threads_as_they_were(converted, tokenizer):
