@@ -276,21 +276,40 @@ def distill(translate, sources: list[str], record: dict, output_dir: Path, args:
 MIXES = ("replace", "both")
 
 
-def with_distilled_targets(train, folder: str | Path, source_lang: str, target_lang: str, mix: str):
+def with_distilled_targets(train, folders, source_lang: str, target_lang: str, mix: str):
     """The student's training pairs: each training source with the teacher's translation (``mix="replace"``), or
-    the original pairs followed by those (``"both"``). A source the teacher left untranslated keeps only its original
-    pair. Refused, naming the reason, when the folder's translations are not of these sources in this direction."""
+    the original pairs followed by those (``"both"``). ``folders``: one folder this step wrote, or several (teachers
+    of one direction): each adds its own translation of every source. A source a teacher left untranslated keeps no
+    pair of that teacher. Refused, naming the folder and the reason, when a folder's translations are not of these
+    sources in this direction."""
     from datasets import Dataset
 
     if mix not in MIXES:
         raise ValueError(f"--distillation_mix must be one of {', '.join(MIXES)}, got {mix!r}")
-    folder = Path(folder)
+    pairs = train["translation"]
+    sources = [pair[source_lang] for pair in pairs]
+    folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
+    if not folders:
+        raise ValueError("--distilled_targets: no folder given")
+    distilled = []
+    for folder in folders:
+        translations = _teacher_translations(Path(folder), sources, source_lang, target_lang)
+        distilled += [
+            {source_lang: source, target_lang: translation}
+            for source, translation in zip(sources, translations)
+            if translation.strip()
+        ]
+    rows = distilled if mix == "replace" else list(pairs) + distilled
+    logger.info("training pairs: %d (%s; %d teacher translations)", len(rows), mix, len(distilled))
+    return Dataset.from_dict({"translation": rows})
+
+
+def _teacher_translations(folder: Path, sources: list[str], source_lang: str, target_lang: str) -> list[str]:
+    """The finished translations of ``sources`` a distillation folder holds, line for line."""
     record_path = folder / RECORD_FILE
     if not record_path.is_file():
         raise FileNotFoundError(f"--distilled_targets {folder}: no {RECORD_FILE} (python -m recipes.multi30k.distill)")
     record = json.loads(record_path.read_text(encoding="utf-8"))
-    pairs = train["translation"]
-    sources = [pair[source_lang] for pair in pairs]
     if (record["source_lang"], record["target_lang"]) != (source_lang, target_lang):
         raise ValueError(
             f"--distilled_targets {folder} translates {record['source_lang']} -> {record['target_lang']}, "
@@ -306,14 +325,7 @@ def with_distilled_targets(train, folder: str | Path, source_lang: str, target_l
     translations = (folder / f"train.{target_lang}").read_text(encoding="utf-8").split("\n")[:-1]
     if len(translations) != len(sources):
         raise ValueError(f"--distilled_targets {folder}: {len(translations)} translations for {len(sources)} sources")
-    distilled = [
-        {source_lang: source, target_lang: translation}
-        for source, translation in zip(sources, translations)
-        if translation.strip()
-    ]
-    rows = distilled if mix == "replace" else list(pairs) + distilled
-    logger.info("training pairs: %d (%s; %d teacher translations)", len(rows), mix, len(distilled))
-    return Dataset.from_dict({"translation": rows})
+    return translations
 
 
 def main(argv: list[str] | None = None) -> dict:

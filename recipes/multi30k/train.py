@@ -115,11 +115,12 @@ class RecipeTrainingArguments(TranslationTrainingArguments):
 
 @dataclass
 class TrainDataArguments(DataArguments):
-    distilled_targets: str | None = field(
+    distilled_targets: list[str] | None = field(
         default=None,
         metadata={
-            "help": "a folder recipes.multi30k.distill wrote: train on its teacher's translations of the training "
-            "sources (sequence-level knowledge distillation); validation and test keep their references"
+            "help": "folders recipes.multi30k.distill wrote (one, or several teachers'): train on the teachers' "
+            "translations of the training sources (sequence-level knowledge distillation); validation and test keep "
+            "their references"
         },
     )
     distillation_mix: str = field(
@@ -248,6 +249,12 @@ def train(trainer, model, tokenizer, data_args: DataArguments, training_args) ->
     return results
 
 
+def teacher_models(distilled_targets) -> str:
+    """The card's words for the teachers of ``--distilled_targets`` (a list; one folder in earlier records)."""
+    count = 1 if isinstance(distilled_targets, str) else len(distilled_targets)
+    return "a teacher model" if count == 1 else f"{count} teacher models"
+
+
 def card_text(model_args: ModelArguments, data_args: DataArguments, results: dict, training_args, settings: dict):
     """What the run says about itself in its model card (hf_transformer.hub.model_card); ``settings``:
     hf_transformer.training.training_settings, to which the recipe's regularisers are added where they are on."""
@@ -264,7 +271,8 @@ def card_text(model_args: ModelArguments, data_args: DataArguments, results: dic
         title=f"Transformer {LANGUAGE_NAMES[source]} -> {LANGUAGE_NAMES[target]} on Multi30k",
         data=f"Multi30k task 1 ({source} -> {target})"
         + (
-            ", its targets translated by a teacher model (sequence-level distillation)"
+            f", its targets translated by {teacher_models(results.get('distilled_targets'))} (sequence-level "
+            "distillation)"
             if results.get("distilled_targets")
             else ""
         ),

@@ -255,6 +255,19 @@ def test_the_students_pairs_replace_or_join_the_originals(tmp_path, data_dir, te
     assert [row["en"] for row in replaced] == [train[i]["translation"]["en"] for i in kept]
     both = list(distill.with_distilled_targets(train, output_dir, "en", "de", "both")["translation"])
     assert both == list(train["translation"]) + replaced
+    # Several teachers: each adds its own translation of every source, in the order given.
+    other = tmp_path / "other"
+    other.mkdir()
+    other_lines = [f"{line} zwei" if line.strip() else "" for line in teacher_lines]
+    (other / "train.de").write_text("".join(line + "\n" for line in other_lines), encoding="utf-8")
+    (other / distill.RECORD_FILE).write_bytes((output_dir / distill.RECORD_FILE).read_bytes())
+    two = list(distill.with_distilled_targets(train, [output_dir, other], "en", "de", "both")["translation"])
+    assert two[: len(both)] == both
+    assert [row["de"] for row in two[len(both) :]] == [other_lines[i] for i in kept]
+    assert [row["en"] for row in two[len(both) :]] == [row["en"] for row in replaced]
+    (other / distill.RECORD_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match=f"--distilled_targets {other}: no distillation.json"):
+        distill.with_distilled_targets(train, [output_dir, other], "en", "de", "replace")
 
 
 def test_the_student_refuses_translations_of_other_sources_or_direction_or_unfinished(tmp_path, data_dir, teacher):
@@ -283,7 +296,7 @@ def test_the_training_step_trains_the_student_on_the_teachers_pairs(tmp_path, da
     common += ["--distilled_targets", str(distilled)]
     results = train_step.main(["--output_dir", str(tmp_path / "both"), *common, "--distillation_mix", "both"])
     assert results["train_samples"] == 60 + kept
-    assert results["distilled_targets"] == str(distilled) and results["distillation_mix"] == "both"
+    assert results["distilled_targets"] == [str(distilled)] and results["distillation_mix"] == "both"
     card = (tmp_path / "both" / "README.md").read_text(encoding="utf-8")
     assert "translated by a teacher model" in card
     with pytest.raises(ValueError, match="--distillation_mix must be one of"):

@@ -462,7 +462,7 @@ def test_the_readmes_student_command_is_the_recipe_on_the_teachers_targets():
     variables = {"data_dir": data_dir, "output_dir": output_dir, "source_lang": source, "target_lang": target}
     student = _parse(job_commands(JOB, variables, [], passed=passed)[TRAIN])
     recipe = _parse(job_commands(JOB, variables, [])[TRAIN])
-    assert student[1].distilled_targets == f"runs/distilled-{source}-{target}"
+    assert student[1].distilled_targets == [f"runs/distilled-{source}-{target}"]
     assert student[1].distillation_mix == "both"
     assert student[0] == recipe[0]  # the same model, tokenizer and scoring
     pairs = 29_000
