@@ -249,9 +249,9 @@ def train(trainer, model, tokenizer, data_args: DataArguments, training_args) ->
     return results
 
 
-def teacher_models(distilled_targets) -> str:
-    """The card's words for the teachers of ``--distilled_targets`` (a list; one folder in earlier records)."""
-    count = 1 if isinstance(distilled_targets, str) else len(distilled_targets)
+def teacher_models(distilled_targets: list[str]) -> str:
+    """The card's words for the teachers of ``--distilled_targets``."""
+    count = len(distilled_targets)
     return "a teacher model" if count == 1 else f"{count} teacher models"
 
 

@@ -300,7 +300,6 @@ def test_the_training_step_trains_the_student_on_the_teachers_pairs(tmp_path, da
     card = (tmp_path / "both" / "README.md").read_text(encoding="utf-8")
     assert "translated by a teacher model" in card
     assert train_step.teacher_models([str(distilled), str(distilled)]) == "2 teacher models"
-    assert train_step.teacher_models(str(distilled)) == "a teacher model"  # a record written before lists
     with pytest.raises(ValueError, match="--distillation_mix must be one of"):
         train_step.main(["--output_dir", str(tmp_path / "x"), *common, "--distillation_mix", "mixed"])
 
