@@ -153,6 +153,31 @@ def test_ctranslate2_decodes_what_generate_decodes(converted, tokenizer, case, n
         torch.testing.assert_close(torch.tensor(result.log_probs), reference, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("case", ["post_ln_sinusoidal_gelu", "pre_ln_learned_relu", "separate_vocabularies"])
+def test_score_gives_the_models_teacher_forced_log_probs(converted, tokenizer, case, threads):
+    """generator.score: per input, each label token's log-probability, the end token's last, as the model gives
+    them; labels with or without their end token score alike; workers keep the input order."""
+    model, output_dir = converted(case)
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    eos = model.config.eos_token_id
+    # Targets that are not the model's own output: other inputs' tokens, cut to different lengths.
+    others = tokenizer(INPUTS[::-1], add_special_tokens=False)["input_ids"]
+    labels = [row[: 2 + index] + [eos] for index, row in enumerate(others)]
+    generator = CTranslate2Generator.for_cpu(output_dir, threads)
+    scored = generator.score(batch["input_ids"], batch["attention_mask"], labels)
+    references = teacher_forced_log_probs(model, batch, labels)
+    assert [len(row) for row in scored] == [len(row) for row in labels]
+    for row, reference in zip(scored, references):
+        torch.testing.assert_close(torch.tensor(row), reference, rtol=1e-4, atol=1e-4)
+    without_end = generator.score(batch["input_ids"], batch["attention_mask"], [row[:-1] for row in labels])
+    torch.testing.assert_close(torch.tensor(sum(without_end, [])), torch.tensor(sum(scored, [])), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="4 inputs but 3 label sequences"):
+        generator.score(batch["input_ids"], batch["attention_mask"], labels[:3])
+    with pytest.raises(ValueError, match="exceeds the position table of 48 positions"):
+        generator.score(batch["input_ids"], batch["attention_mask"], [[5] * 48] * 4)
+
+
 @pytest.mark.parametrize("case", ["post_ln_sinusoidal_gelu", "pre_ln_learned_relu"])
 def test_generation_past_the_decoder_position_table_stops_where_generate_stops(tmp_path, tokenizer, case):
     model = random_model(tokenizer, **CASES[case], decoder_max_position_embeddings=6)

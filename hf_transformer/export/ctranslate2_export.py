@@ -588,6 +588,34 @@ class CTranslate2Generator:
                     scores.append(result.scores[index])
         return (sequences, scores) if return_scores else sequences
 
+    def score(
+        self,
+        input_ids: torch.Tensor | Sequence[Sequence[int]],
+        attention_mask: torch.Tensor | Sequence[Sequence[int]] | None,
+        labels: Sequence[Sequence[int]],
+        *,
+        max_batch_size: int = 0,
+    ) -> list[list[float]]:
+        """Teacher forcing: for each input, the log-probability of each of its ``labels`` tokens given the source and
+        the labels before it, as the model's log-softmax gathered at the labels gives them (the scores a reranker or
+        a forced alignment needs). ``labels``: target ids per input without padding; the end token is scored whether
+        the labels end with it or not (CTranslate2 appends it), and its log-probability is the last of the list."""
+        source = self._source_tokens(input_ids, attention_mask)
+        if len(source) != len(labels):
+            raise ValueError(f"{len(source)} inputs but {len(labels)} label sequences")
+        targets = []
+        for row in labels:
+            row = list(row)
+            if row and row[-1] == self.eos_token_id:
+                row = row[:-1]
+            targets.append([self.target_tokens[i] for i in row])
+        check_sequence_fits(max(map(len, source), default=0), self.source_positions)
+        check_sequence_fits(max(map(len, targets), default=0) + 1, self.position_table)
+        if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
+            max_batch_size = -(-len(source) // self.inter_threads)
+        results = self.translator.score_batch(source, targets, max_batch_size=max_batch_size, max_input_length=0)
+        return [list(result.log_probs) for result in results]
+
     def translate(self, texts: Sequence[str], **kwargs) -> list[str]:
         """Texts in, decoded texts out (special tokens skipped)."""
         sequences = self.generate(texts=texts, **kwargs)

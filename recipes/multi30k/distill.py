@@ -10,7 +10,9 @@ folder ``recipes.multi30k.evaluate`` wrote (its members, and the length penalty 
 ``--length_penalty`` is given), or a reranking's folder ``recipes.multi30k.rerank`` wrote: then each source's n-best
 list from its forward models is rescored with its channel models and the setting its validation grid chose (channel
 weight and length exponent, or MBR), as that step chose its test outputs. Decoding is beam search over sentences
-batched by length, with progress; it runs on ``--device`` (a GPU decodes it many times faster where there is one).
+batched by length, with progress; it runs on ``--device`` (a GPU decodes it many times faster where there is one)
+and on ``--engine`` (torch, or CTranslate2 for one model: many times faster on a CPU). A reranking decodes on the
+engine it was run with (recipes.multi30k.rerank --engine), whose scores chose its setting.
 
 The output folder holds ``train.<target>`` (one translation per training source, line for line) and
 ``distillation.json``: what was decoded (the direction, the training sources' count and SHA-256), by which teacher
@@ -36,7 +38,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from recipes.multi30k.data import DataArguments
-from recipes.multi30k.rerank import load, model_folders
+from recipes.multi30k.rerank import ENGINE_DEFAULTS, load, model_folders
 from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, score_both_ways
 
 logger = logging.getLogger("recipes.multi30k.distill")
@@ -53,6 +55,8 @@ DECODING_KEYS = (
     "length_penalty",
     "max_new_tokens",
     "reranking",
+    "engine",
+    "quantization",
 )
 # The setting a reranking's folder (recipes.multi30k.rerank's results.json) records as chosen on validation.
 RERANKING_KEYS = ("channel_weight", "length_exponent", "mbr_scale")
@@ -83,6 +87,16 @@ class DistillArguments:
         default=2048, metadata={"help": "sentences decoded between two appends to the output (the most a stop loses)"}
     )
     device: str = field(default="cpu", metadata={"help": "cpu, cuda, ..."})
+    engine: str | None = field(
+        default=None,
+        metadata={
+            "help": "torch or ctranslate2 (one model, converted on loading; many times faster on a CPU); default: a "
+            "reranking's own (the engine whose scores chose its setting), else torch"
+        },
+    )
+    quantization: str | None = field(
+        default=None, metadata={"help": "with --engine ctranslate2: int8 and the like (default: a reranking's own)"}
+    )
 
 
 def sha256_text(lines: list[str]) -> str:
@@ -111,6 +125,8 @@ class Teacher:
     length_penalty: float | None = None
     channel: list[str] = field(default_factory=list)
     reranking: dict | None = None  # RERANKING_KEYS and num_candidates, for a reranking's folder
+    engine: str = "torch"  # a reranking's: the engine whose scores its setting was chosen on
+    quantization: str | None = None
 
 
 def find_teacher(folders: list[str]) -> Teacher:
@@ -128,7 +144,8 @@ def find_teacher(folders: list[str]) -> Teacher:
             members, _ = model_folders(scored["models"])
             channel, _ = model_folders(scored["channel_models"])
             reranking = {key: scored[key] for key in (*RERANKING_KEYS, "num_candidates")}
-            return Teacher(members, scored["length_penalty"], channel, reranking)
+            engine = {key: scored.get(key, default) for key, default in ENGINE_DEFAULTS.items()}
+            return Teacher(members, scored["length_penalty"], channel, reranking, **engine)
     members, length_penalty = model_folders(folders)
     return Teacher(members, length_penalty)
 
@@ -149,6 +166,17 @@ def decoding_record(args: DistillArguments, data_args: DataArguments, sources: l
                 f"{teacher.reranking['num_candidates']}-best lists (leave --num_beams out)"
             )
         num_beams = teacher.reranking["num_candidates"]
+        for key in ENGINE_DEFAULTS:  # its setting was chosen on these scores
+            given, own = getattr(args, key), getattr(teacher, key)
+            if given is not None and given != own:
+                raise ValueError(
+                    f"--{key} {given}: the reranking {args.teacher[0]} chose its setting on {key} {own!r}'s scores "
+                    f"(leave --{key} out)"
+                )
+    engine = args.engine or teacher.engine
+    quantization = args.quantization if args.quantization is not None else teacher.quantization
+    if engine == "torch" and quantization is not None:
+        raise ValueError(f"--quantization {quantization} applies to --engine ctranslate2")
     record = {
         "source_lang": data_args.source_lang,
         "target_lang": data_args.target_lang,
@@ -159,6 +187,8 @@ def decoding_record(args: DistillArguments, data_args: DataArguments, sources: l
         "length_penalty": length_penalty,
         "max_new_tokens": args.max_new_tokens,
         "reranking": teacher.reranking,
+        "engine": engine,
+        "quantization": quantization,
     }
     if teacher.channel:
         record["channel"] = member_records(teacher.channel)
@@ -168,9 +198,9 @@ def decoding_record(args: DistillArguments, data_args: DataArguments, sources: l
 def check_reusable(saved: dict, record: dict, output_dir: Path) -> None:
     """Refuse a folder whose translations came from other sources, another teacher or other settings."""
     differing = [
-        f"{key} {saved.get(key)!r} there, {record[key]!r} here"
+        f"{key} {saved.get(key, ENGINE_DEFAULTS.get(key))!r} there, {record[key]!r} here"
         for key in DECODING_KEYS
-        if saved.get(key) != record[key]
+        if saved.get(key, ENGINE_DEFAULTS.get(key)) != record[key]  # records older than the engine key: torch's
     ]
 
     def weights(found: dict) -> list:  # the teacher's folders may have moved since: its weights decide
@@ -203,12 +233,13 @@ def load_translator(teacher: Teacher, record: dict, args: DistillArguments) -> C
     """Sources -> the teacher's translations: beam search (``record``'s settings), or for a reranking its n-best
     lists rescored with the channel and the chosen setting."""
 
-    forward = load(teacher.members, args.batch_size, args.device)
+    engine = (args.batch_size, args.device, record["engine"], record["quantization"])
+    forward = load(teacher.members, *engine)
     options = {"num_beams": record["num_beams"], "length_penalty": record["length_penalty"]}
     options["max_new_tokens"] = record["max_new_tokens"]
     if teacher.reranking is None:
         return lambda sources: forward.translate(sources, **options)
-    channel = load(teacher.channel, args.batch_size, args.device)
+    channel = load(teacher.channel, *engine)
     chosen = {key: teacher.reranking[key] for key in RERANKING_KEYS}
 
     def translate(sources: list[str]) -> list[str]:

@@ -35,6 +35,10 @@ over one that is likely but alone.
     utilities = mbr_utilities(nbest)                       # sentence BLEU of every pair, once per split
     best = rerank(nbest, forward_scores, channel_scores, channel_weight=0.2, mbr_scale=0.5, utilities=utilities)
 
+Both halves run on either engine of :class:`~hf_transformer.Predictor`: a predictor loaded with
+``engine="ctranslate2"`` proposes the candidates with CTranslate2's beam search and scores them with its teacher
+forcing, many times faster than torch on a CPU (one model each way, no ensemble).
+
 ``python -m recipes.multi30k.rerank`` runs the whole of it on Multi30k: the weights chosen on validation, test
 scored once.
 """
@@ -66,8 +70,8 @@ class SequenceScores:
 
 
 def _check_seq2seq(predictor: Predictor) -> None:
-    if predictor.task != SEQ2SEQ or predictor.model is None:
-        raise ValueError("reranking needs a seq2seq folder loaded with engine='torch' (it scores with the model)")
+    if predictor.task != SEQ2SEQ:
+        raise ValueError("reranking needs a seq2seq folder (a translation model) to propose and score candidates")
 
 
 def candidates(
@@ -91,7 +95,8 @@ def sequence_log_probs(
 ) -> SequenceScores:
     """log p(target | source) under the predictor's model (teacher forcing), summed over the target's tokens,
     its end token included, with the tokenizer and length limits the model was trained with: the source cut at
-    the encoder's limit, the target at the decoder's position table."""
+    the encoder's limit, the target at the decoder's position table. A predictor on the CTranslate2 engine scores
+    with it (``CTranslate2Generator.score``): the same figures to rounding, many times faster on a CPU."""
     _check_seq2seq(predictor)
     if len(sources) != len(targets):
         raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
@@ -119,22 +124,32 @@ def sequence_log_probs(
             truncation=True,
             max_length=target_limit,
         )["input_ids"]
-        device = model.device
-        labels = labels.masked_fill(labels == tokenizer.pad_token_id, IGNORE_INDEX).to(device)  # (B, T)
-        logits = model(
-            input_ids=batch["input_ids"].to(device),
-            attention_mask=batch["attention_mask"].to(device),
-            decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels),  # the labels shifted right
-            use_cache=False,
-        ).logits  # (B, T, V)
-        real = labels != IGNORE_INDEX
-        token_log_probs = F.log_softmax(logits.float(), dim=-1)
-        picked = token_log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
-        sums = (picked * real).sum(-1).tolist()
-        counts = real.sum(-1).tolist()
+        if predictor.engine == "ctranslate2":
+            padding = tokenizer.pad_token_id
+            rows = [[token for token in row if token != padding] for row in labels.tolist()]
+            token_log_probs = predictor.ctranslate2_generator.score(batch["input_ids"], batch["attention_mask"], rows)
+            sums, counts = [sum(row) for row in token_log_probs], [len(row) for row in token_log_probs]
+        else:
+            sums, counts = _model_log_probs(model, batch, labels, tokenizer.pad_token_id)
         for row, index in enumerate(indices):
             log_probs[index], lengths[index] = sums[row], counts[row]
     return SequenceScores(log_probs, lengths)
+
+
+def _model_log_probs(model, batch, labels: torch.Tensor, pad_token_id: int) -> tuple[list[float], list[int]]:
+    """Each row's summed log p(label tokens) under a torch model, and its count of tokens (padding left out)."""
+    device = model.device
+    labels = labels.masked_fill(labels == pad_token_id, IGNORE_INDEX).to(device)  # (B, T)
+    logits = model(
+        input_ids=batch["input_ids"].to(device),
+        attention_mask=batch["attention_mask"].to(device),
+        decoder_input_ids=model.prepare_decoder_input_ids_from_labels(labels),  # the labels shifted right
+        use_cache=False,
+    ).logits  # (B, T, V)
+    real = labels != IGNORE_INDEX
+    token_log_probs = F.log_softmax(logits.float(), dim=-1)
+    picked = token_log_probs.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (B, T)
+    return (picked * real).sum(-1).tolist(), real.sum(-1).tolist()
 
 
 def score_both_ways(

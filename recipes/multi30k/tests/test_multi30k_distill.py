@@ -239,6 +239,43 @@ def test_a_reranked_teacher_translates_as_its_reranking_chose(tmp_path, data_dir
         distill.main([*args, "--num_beams", "4"])
 
 
+def test_a_reranking_chosen_on_ctranslate2s_scores_decodes_with_ctranslate2(tmp_path, data_dir, teacher, channel):
+    """A reranking run with --engine ctranslate2 chose its setting on that engine's scores: its n-best lists and
+    scores come from CTranslate2 here too, the record says so, and another engine is refused."""
+    pytest.importorskip("ctranslate2")
+    from recipes.multi30k.reranking import candidates, rerank, score_both_ways
+
+    reranked = reranking_folder(tmp_path / "reranked", teacher, channel, engine="ctranslate2", quantization=None)
+    output_dir = tmp_path / "distilled"
+    args = distill_args(reranked, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "20")
+    record = distill.main(args)
+    assert record["engine"] == "ctranslate2" and record["quantization"] is None
+    forward = Predictor.from_pretrained(teacher, engine="ctranslate2", batch_size=16)
+    reverse = Predictor.from_pretrained(channel, engine="ctranslate2", batch_size=16)
+    sources = training_sources(data_dir, 20)
+    nbest = candidates(forward, sources, 3, num_beams=3, length_penalty=1.0, max_new_tokens=None)
+    setting = {"channel_weight": 1.0, "length_exponent": 0.5, "mbr_scale": None}
+    expected = rerank(nbest, *score_both_ways(forward, reverse, sources, nbest), **setting)
+    assert (output_dir / "train.de").read_text(encoding="utf-8").split("\n")[:-1] == expected
+    with pytest.raises(ValueError, match="chose its setting on engine 'ctranslate2'.s scores"):
+        distill.main([*args, "--engine", "torch"])
+
+    # A folder a torch reranking decoded, its record from before the engine was recorded (no engine keys): reused
+    # as torch's, and not continued with CTranslate2.
+    torch_reranked = reranking_folder(tmp_path / "torch-reranked", teacher, channel)
+    older = tmp_path / "older"
+    subset = ("--data_dir", str(data_dir), "--max_train_samples", "20")
+    distill.main(distill_args(torch_reranked, older, *subset))
+    saved = json.loads((older / distill.RECORD_FILE).read_text())
+    assert saved.pop("engine") == "torch" and saved.pop("quantization") is None
+    (older / distill.RECORD_FILE).write_text(json.dumps(saved))
+    assert distill.main(distill_args(torch_reranked, older, *subset))["finished"]
+    with pytest.raises(ValueError, match="engine 'torch' there, 'ctranslate2' here"):
+        distill.main(distill_args(reranked, older, *subset))
+    with pytest.raises(ValueError, match="--quantization int8 applies to --engine ctranslate2"):
+        distill.main(distill_args(teacher, tmp_path / "plain", *subset, "--quantization", "int8"))
+
+
 def train_split(data_dir, count=None):
     data_args = DataArguments(data_dir=str(data_dir), max_train_samples=count)
     return data_args.splits()["train"]

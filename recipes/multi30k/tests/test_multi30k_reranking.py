@@ -66,6 +66,24 @@ def test_sequence_log_probs_are_the_models_own_loss_summed_whatever_the_batching
         sequence_log_probs(predictor, sources, targets[:6])
 
 
+def test_ctranslate2_scores_and_candidates_are_the_models(folder, tokenizer):
+    """engine="ctranslate2" (the folder converted on loading): the same teacher-forced scores as torch's, to rounding,
+    and n-best lists whose first candidates are its own beam search's; an ensemble of folders stays torch's."""
+    pytest.importorskip("ctranslate2")
+    sources, targets = SENTENCES[:7], SENTENCES[7:14][::-1]
+    torch_scores = sequence_log_probs(Predictor.from_pretrained(folder), sources, targets)
+    engine = Predictor.from_pretrained(folder, engine="ctranslate2", batch_size=3)
+    scores = sequence_log_probs(engine, sources, targets)
+    assert scores.lengths == torch_scores.lengths
+    assert scores.log_probs == pytest.approx(torch_scores.log_probs, rel=1e-4, abs=1e-4)
+    assert len(set(scores.log_probs)) == len(sources)  # a scorer that ignores its inputs would not pass
+    nbest = candidates(engine, sources, 3)
+    assert [row[0] for row in nbest] == engine.translate(sources, num_beams=3)
+    assert sum(map(len, nbest)) > len(sources)
+    with pytest.raises(ValueError, match="engine 'ctranslate2' decodes one model; an ensemble of 2 folders"):
+        rerank_step.load([str(folder), str(folder)], 4, "cpu", "ctranslate2")
+
+
 def test_candidates_are_beam_searchs_distinct_outputs_best_first(folder, monkeypatch):
     predictor = Predictor.from_pretrained(folder, batch_size=4)
     sources = SENTENCES[:9]
