@@ -199,8 +199,8 @@ def load(
 
 
 def parameter_count(folders: list[str]) -> int:
-    """The parameters in the folders' safetensors weights (whatever engine runs them; a tied table counted once, as
-    it is stored once)."""
+    """The parameters in the folders' safetensors weights, for an engine that holds no torch model (a tied table
+    counted once, as it is stored once)."""
     from safetensors import safe_open
 
     count = 0
@@ -347,7 +347,10 @@ def main(argv: list[str] | None = None) -> dict:
     results = task_fields(data_args) | decoding | chosen
     results |= {"selected_on": f"eval_{selection}", f"eval_{selection}_by_setting": grid, **scores, **headline(scores)}
     results |= {
-        "parameters": parameter_count(decoding["models"] + decoding["channel_models"]),
+        "parameters": sum(
+            predictor.model.num_parameters() if predictor.model is not None else parameter_count(folders)
+            for predictor, folders in ((forward, decoding["models"]), (channel, decoding["channel_models"]))
+        ),
         "eval_samples": len(splits["validation"]),
         "test_samples": len(splits["test"]),
         "wall_seconds": round(time.time() - started, 1),

@@ -293,3 +293,26 @@ def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch
     assert from_ensembles["channel_models"] == [str(tmp_path / "de-en")]
     assert from_ensembles["length_penalty"] == 1.6
     assert from_ensembles["parameters"] == saved["parameters"]
+
+    # On CTranslate2 (each folder converted on loading): the engine recorded beside the lists, the parameters counted
+    # from the weights, and lists kept by one engine not reused as the other's.
+    pytest.importorskip("ctranslate2")
+
+    def on(engine: str, output: str, *options: str) -> dict:
+        return rerank_step.main(
+            [
+                "--model_dirs", str(tmp_path / "en-de"), "--channel_model_dirs", str(tmp_path / "de-en"),
+                "--output_dir", str(tmp_path / output), "--data_dir", str(data_dir), "--source_lang", "en",
+                "--target_lang", "de", "--num_candidates", "3", "--channel_weights", "0", "1",
+                "--length_exponents", "0.5", "1", "--engine", engine, *options,
+            ]
+        )  # fmt: skip
+
+    on_ctranslate2 = on("ctranslate2", "reranked-ct2")
+    assert on_ctranslate2["engine"] == "ctranslate2" and on_ctranslate2["quantization"] is None
+    assert on_ctranslate2["parameters"] == saved["parameters"]
+    assert on_ctranslate2["test_bleu"] > 25  # the toy language is translated on this engine too
+    kept = json.loads((tmp_path / "reranked-ct2" / "candidates.json").read_text())
+    assert kept["engine"] == "ctranslate2"
+    with pytest.raises(ValueError, match="engine 'ctranslate2' there, 'torch' here"):
+        on("torch", "again-torch", "--candidates_from", str(tmp_path / "reranked-ct2"))
