@@ -531,6 +531,12 @@ class CTranslate2Generator:
             for row, mask in zip(input_ids, attention_mask)
         ]
 
+    def _worker_batch_size(self, count: int, max_batch_size: int) -> int:
+        """The batch size each call passes: the caller's, else one part of the batch per worker."""
+        if not max_batch_size and self.inter_threads > 1:
+            return -(-count // self.inter_threads)
+        return max_batch_size
+
     def generate(
         self,
         input_ids: torch.Tensor | Sequence[Sequence[int]] | None = None,
@@ -565,8 +571,7 @@ class CTranslate2Generator:
         min_new_tokens = min(min_new_tokens, max_new_tokens)  # generate stops at the maximum; CTranslate2 would raise
         source = self._source_tokens(input_ids, attention_mask)
         check_sequence_fits(max(map(len, source), default=0), self.source_positions)  # the model's message
-        if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
-            max_batch_size = -(-len(source) // self.inter_threads)
+        max_batch_size = self._worker_batch_size(len(source), max_batch_size)
         results = self.translator.translate_batch(
             source,
             beam_size=num_beams,
@@ -611,8 +616,7 @@ class CTranslate2Generator:
             targets.append([self.target_tokens[i] for i in row])
         check_sequence_fits(max(map(len, source), default=0), self.source_positions)
         check_sequence_fits(max(map(len, targets), default=0) + 1, self.position_table)
-        if not max_batch_size and self.inter_threads > 1:  # one part of the batch per worker
-            max_batch_size = -(-len(source) // self.inter_threads)
+        max_batch_size = self._worker_batch_size(len(source), max_batch_size)
         results = self.translator.score_batch(source, targets, max_batch_size=max_batch_size, max_input_length=0)
         return [list(result.log_probs) for result in results]
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from recipes.multi30k.data import DataArguments
-from recipes.multi30k.rerank import ENGINE_DEFAULTS, load, model_folders
+from recipes.multi30k.rerank import ENGINE_DEFAULTS, load, model_folders, recorded_setting
 from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, score_both_ways
 
 logger = logging.getLogger("recipes.multi30k.distill")
@@ -144,7 +144,7 @@ def find_teacher(folders: list[str]) -> Teacher:
             members, _ = model_folders(scored["models"])
             channel, _ = model_folders(scored["channel_models"])
             reranking = {key: scored[key] for key in (*RERANKING_KEYS, "num_candidates")}
-            engine = {key: scored.get(key, default) for key, default in ENGINE_DEFAULTS.items()}
+            engine = {key: recorded_setting(scored, key) for key in ENGINE_DEFAULTS}
             return Teacher(members, scored["length_penalty"], channel, reranking, **engine)
     members, length_penalty = model_folders(folders)
     return Teacher(members, length_penalty)
@@ -198,9 +198,9 @@ def decoding_record(args: DistillArguments, data_args: DataArguments, sources: l
 def check_reusable(saved: dict, record: dict, output_dir: Path) -> None:
     """Refuse a folder whose translations came from other sources, another teacher or other settings."""
     differing = [
-        f"{key} {saved.get(key, ENGINE_DEFAULTS.get(key))!r} there, {record[key]!r} here"
+        f"{key} {recorded_setting(saved, key)!r} there, {record[key]!r} here"
         for key in DECODING_KEYS
-        if saved.get(key, ENGINE_DEFAULTS.get(key)) != record[key]  # records older than the engine key: torch's
+        if recorded_setting(saved, key) != record[key]
     ]
 
     def weights(found: dict) -> list:  # the teacher's folders may have moved since: its weights decide
@@ -233,13 +233,13 @@ def load_translator(teacher: Teacher, record: dict, args: DistillArguments) -> C
     """Sources -> the teacher's translations: beam search (``record``'s settings), or for a reranking its n-best
     lists rescored with the channel and the chosen setting."""
 
-    engine = (args.batch_size, args.device, record["engine"], record["quantization"])
-    forward = load(teacher.members, *engine)
+    loading = (args.batch_size, args.device, record["engine"], record["quantization"])
+    forward = load(teacher.members, *loading)
     options = {"num_beams": record["num_beams"], "length_penalty": record["length_penalty"]}
     options["max_new_tokens"] = record["max_new_tokens"]
     if teacher.reranking is None:
         return lambda sources: forward.translate(sources, **options)
-    channel = load(teacher.channel, *engine)
+    channel = load(teacher.channel, *loading)
     chosen = {key: teacher.reranking[key] for key in RERANKING_KEYS}
 
     def translate(sources: list[str]) -> list[str]:

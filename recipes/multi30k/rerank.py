@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from transformers import HfArgumentParser
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import Predictor
+from hf_transformer.hub import count_parameters
 from hf_transformer.metrics import bleu, require_scorers
 from recipes.multi30k.bleu import SCORERS, bleu_lc_tok
 from recipes.multi30k.data import DataArguments
@@ -162,9 +162,9 @@ def load_candidates(path: Path, settings: dict, sources: dict[str, list[str]]) -
         raise FileNotFoundError(f"--candidates_from: no {CANDIDATES_FILE} in {path.parent}")
     saved = json.loads(path.read_text(encoding="utf-8"))
     differing = [
-        f"{key} {saved.get(key, ENGINE_DEFAULTS.get(key))!r} there, {value!r} here"
+        f"{key} {recorded_setting(saved, key)!r} there, {value!r} here"
         for key, value in settings.items()
-        if saved.get(key, ENGINE_DEFAULTS.get(key)) != value  # lists decoded before the engine was recorded: torch's
+        if recorded_setting(saved, key) != value
     ]
     if differing:
         raise ValueError(f"--candidates_from {path.parent} was decoded otherwise: " + "; ".join(differing))
@@ -198,17 +198,9 @@ def load(
     return Predictor.from_pretrained(folder, batch_size=batch_size, device=device, **options)
 
 
-def parameter_count(folders: list[str]) -> int:
-    """The parameters in the folders' safetensors weights, for an engine that holds no torch model (a tied table
-    counted once, as it is stored once)."""
-    from safetensors import safe_open
-
-    count = 0
-    for folder in folders:
-        for path in sorted(Path(folder).glob("*.safetensors")):
-            with safe_open(str(path), framework="pt") as weights:
-                count += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
-    return count
+def recorded_setting(saved: dict, key: str):
+    """A setting as a kept record holds it; records from before the engine was recorded decoded with torch."""
+    return saved.get(key, ENGINE_DEFAULTS.get(key))
 
 
 class Scorer:
@@ -348,7 +340,9 @@ def main(argv: list[str] | None = None) -> dict:
     results |= {"selected_on": f"eval_{selection}", f"eval_{selection}_by_setting": grid, **scores, **headline(scores)}
     results |= {
         "parameters": sum(
-            predictor.model.num_parameters() if predictor.model is not None else parameter_count(folders)
+            predictor.model.num_parameters()
+            if predictor.model is not None
+            else sum(count_parameters(folder) or 0 for folder in folders)
             for predictor, folders in ((forward, decoding["models"]), (channel, decoding["channel_models"]))
         ),
         "eval_samples": len(splits["validation"]),
