@@ -85,11 +85,15 @@ def keep_freed_memory() -> bool:
     """Let the process keep the memory a training step frees, for the next step to reuse (glibc's malloc only).
 
     By default glibc hands large freed blocks back to the kernel (those above its mmap threshold, at most 32 MB,
-    and a heap top above its trim threshold), and each step then gets them back one zeroed page at a time:
-    about 48,000 page faults per base-small training step of this model (93,000 for MarianMTModel, whose logits
-    alone take 65 MB), 5-9% of the step on a 2-core CPU. With blocks up to 1 GB taken from the heap and its top
-    never trimmed, the step's memory stays mapped between steps (the resident size stays at the step's peak)
-    and is reused without faults. Returns False where the C library is not glibc (nothing is changed then).
+    and a heap top above its trim threshold), and each step then gets them back one zeroed page at a time, a
+    page fault per 4 kB page. With blocks up to 1 GB taken from the heap and its top never trimmed, the step's
+    memory stays mapped between steps and is reused without faults (the gain per step: docs/performance.md).
+
+    The price is memory: the heap is never given back, and where batch shapes change from step to step (batches
+    grouped by length) freed blocks do not fit the next step's tensors exactly, so the heap keeps growing past a
+    step's peak, faster than glibc's own, which also grows (``benchmarks/training_memory.py``). Leave it out
+    where resident memory matters more than step time. Returns False where the C library is not glibc (nothing
+    is changed then).
     """
     try:
         import ctypes

@@ -335,3 +335,21 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
         assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
     results = REPO / "benchmarks" / "results"
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
+
+
+def test_training_memory_reports_each_setting_from_a_process_of_its_own(tmp_path):
+    from benchmarks import training_memory
+
+    output = tmp_path / "memory.json"
+    shape = ["--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--vocab_size", "100", "--batch_size", "4"]
+    results = training_memory.main(["--steps", "6", "--report_every", "3", *shape, "--output", str(output)])
+    assert list(results) == ["glibc", "keep_freed_memory"]
+    for setting, reports in results.items():
+        assert [report["step"] for report in reports] == [3, 6]
+        for report in reports:
+            assert report["setting"] == setting
+            assert 0 < report["in_use_mib"] <= report["heap_mib"] < report["resident_mib"]
+            assert report["median_step_ms"] > 0
+    assert json.loads(output.read_text())["results"] == results
+    table = output.with_suffix(".md").read_text()
+    assert table.count("| glibc |") == 2 and table.count("| keep_freed_memory |") == 2
