@@ -337,6 +337,7 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap statistics and /proc/self/status")
 def test_training_memory_reports_each_setting_from_a_process_of_its_own(tmp_path):
     from benchmarks import training_memory
 
