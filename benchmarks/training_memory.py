@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks.load import cpu_name
+
 SETTINGS = ("glibc", "keep_freed_memory")
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -171,13 +173,6 @@ def plot(results: dict[str, list[dict]], meta: dict, path: Path) -> None:
     axes.legend(fontsize=8)
     figure.tight_layout()
     save_figure(figure, path)
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
