@@ -665,7 +665,9 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, size: int) -> float:
     return best
 
 
-def _resident_mb(key: str) -> float | None:
+def process_memory_mb(key: str) -> float | None:
+    """A memory figure of this process from /proc/self/status in MiB (``VmRSS``: resident now, ``VmHWM``: its
+    peak); None where the file or the key is missing."""
     try:
         with open("/proc/self/status") as status:
             for line in status:
@@ -694,9 +696,9 @@ def training_memory_mb(runner: Runner, batch: dict, device: torch.device) -> flo
             clear.write("5")  # resets the peak resident set (VmHWM) to the current one
     except OSError:
         return None
-    before = _resident_mb("VmRSS")
+    before = process_memory_mb("VmRSS")
     runner.train_step(batch)
-    peak = _resident_mb("VmHWM")
+    peak = process_memory_mb("VmHWM")
     return None if before is None or peak is None else peak - before
 
 

@@ -51,17 +51,11 @@ def heap() -> dict[str, float]:
     }
 
 
-def resident_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
 def child(setting: str, args: argparse.Namespace) -> None:
     """Trains in this process with ``setting`` and prints a JSON line per report."""
     import torch
 
+    from benchmarks.benchmark import process_memory_mb
     from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
     from hf_transformer.training import keep_freed_memory
 
@@ -103,7 +97,10 @@ def child(setting: str, args: argparse.Namespace) -> None:
         optimizer.zero_grad(set_to_none=True)
         times.append(time.perf_counter() - start)
         if step % args.report_every == 0:
-            report = {"setting": setting, "step": step, "resident_mib": resident_mib(), **heap()}
+            resident = process_memory_mb("VmRSS")
+            if resident is None:
+                raise RuntimeError("no VmRSS in /proc/self/status: the resident size cannot be read here")
+            report = {"setting": setting, "step": step, "resident_mib": resident, **heap()}
             report["median_step_ms"] = 1000 * statistics.median(times[-args.report_every :])
             print(json.dumps(report), flush=True)
 
