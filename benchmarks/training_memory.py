@@ -8,7 +8,9 @@ The model has the Multi30k recipe's shape (d_model 256, 3+3 layers, 8,000 tokens
 source and target lengths are drawn anew (6-41 tokens), as batches grouped by length come in random order. Each
 setting runs in a fresh process (malloc's settings must come before the heap grows), one after the other, at one
 thread. Every ``--report_every`` steps a child reports its resident size, glibc's heap (``mallinfo2``: the arena
-taken from the kernel, the bytes in use, the free bytes inside it) and the median step time of the last steps.
+taken from the kernel, the bytes in use, the free bytes inside it) and the median step time of the last steps;
+its last report also says whether its malloc kept a large freed block (``large_blocks_kept``: keep_freed_memory's
+settings in effect), and a run whose setting did not take effect is refused.
 The times are only a guide (run quiet for them: ``benchmarks/load.py`` and the lab notes hold the speed figures);
 the memory figures do not depend on the machine's load.
 
@@ -49,6 +51,29 @@ def heap() -> dict[str, float]:
         "in_use_mib": (info.uordblks + info.hblkhd) / mib,
         "free_mib": info.fordblks / mib,
     }
+
+
+PROBE_BYTES = 64 << 20  # above glibc's default ceiling of its mmap threshold (32 MiB), below keep_freed_memory's
+
+
+def large_blocks_kept() -> bool:
+    """Whether malloc keeps a large freed block in its heap, as with keep_freed_memory's settings: a 64 MiB block
+    is taken from the heap (not mapped apart, as glibc's defaults map every block above 32 MiB) and its memory is
+    still in the heap once freed (not trimmed). Allocates and frees that block once, untouched."""
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = _MallInfo2
+    libc.malloc.restype = ctypes.c_void_p
+    libc.malloc.argtypes = [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    before = libc.mallinfo2()
+    block = libc.malloc(PROBE_BYTES)
+    if not block:
+        raise MemoryError(f"malloc({PROBE_BYTES}) failed")
+    held = libc.mallinfo2()
+    libc.free(block)
+    after = libc.mallinfo2()
+    mapped_apart = held.hblkhd - before.hblkhd >= PROBE_BYTES
+    return not mapped_apart and after.arena >= held.arena
 
 
 def child(setting: str, args: argparse.Namespace) -> None:
@@ -102,6 +127,8 @@ def child(setting: str, args: argparse.Namespace) -> None:
                 raise RuntimeError("no VmRSS in /proc/self/status: the resident size cannot be read here")
             report = {"setting": setting, "step": step, "resident_mib": resident, **heap()}
             report["median_step_ms"] = 1000 * statistics.median(times[-args.report_every :])
+            if step + args.report_every > args.steps:  # the last report, its figures read: the setting's check
+                report["large_blocks_kept"] = large_blocks_kept()
             print(json.dumps(report), flush=True)
 
 
@@ -121,6 +148,12 @@ def run_setting(setting: str, argv: list[str]) -> list[dict]:
             )
     if process.returncode:
         raise RuntimeError(f"the {setting} run failed (exit status {process.returncode}): {' '.join(command)}")
+    expected = setting == "keep_freed_memory"
+    if not reports or reports[-1].get("large_blocks_kept") is not expected:
+        raise RuntimeError(
+            f"the {setting} run's malloc {'did not keep' if expected else 'kept'} a large freed block: its setting "
+            "did not take effect (GLIBC_TUNABLES or MALLOC_*_ in the environment? another malloc?)"
+        )
     return reports
 
 

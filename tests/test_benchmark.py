@@ -345,6 +345,8 @@ def test_training_memory_reports_each_setting_from_a_process_of_its_own(tmp_path
     shape = ["--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--vocab_size", "100", "--batch_size", "4"]
     results = training_memory.main(["--steps", "6", "--report_every", "3", *shape, "--output", str(output)])
     assert list(results) == ["glibc", "keep_freed_memory"]
+    # Each child says whether its setting took effect: only keep_freed_memory's malloc keeps a large freed block.
+    assert [reports[-1]["large_blocks_kept"] for reports in results.values()] == [False, True]
     for setting, reports in results.items():
         assert [report["step"] for report in reports] == [3, 6]
         for report in reports:
