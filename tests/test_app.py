@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from launch_utils import load_script
-from model_helpers import tiny_config
+from model_helpers import record_calls, tiny_config
 
 from hf_transformer import (
     Predictor,
@@ -29,13 +29,36 @@ from hf_transformer import app as demo_app  # noqa: E402
 
 WORDS = "a dog runs on the grass . the red cat sits on a small ball . ein hund läuft auf dem gras".split()
 SENTENCE = "a dog runs on the grass"
+SENTENCES = [SENTENCE, "the red cat sits", "ein hund", "a small ball", "on the grass", "a red ball"]
+
+
+def train_reverser(tokenizer, ids: dict, steps: int = 60) -> TransformerForConditionalGeneration:
+    """A tiny translator trained for a few steps (a second or two) to reverse the order of a phrase's words: its
+    outputs are words, not empty, and it is unsure enough that beam search, the length penalty and the length
+    limit each change some of them."""
+    torch.manual_seed(0)
+    model = TransformerForConditionalGeneration(tiny_config(**ids, decoder_start_token_id=ids["bos_token_id"]))
+    phrases = [" ".join(WORDS[i : i + n]) for n in range(2, 7) for i in range(len(WORDS) - n)]
+    sources = tokenizer(phrases, return_tensors="pt", padding=True)
+    labels = tokenizer(text_target=[" ".join(p.split()[::-1]) for p in phrases], return_tensors="pt", padding=True)
+    labels = labels["input_ids"].masked_fill(labels["input_ids"] == tokenizer.pad_token_id, -100)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    draws = torch.Generator().manual_seed(0)
+    model.train()
+    for _ in range(steps):
+        rows = torch.randint(0, len(phrases), (16,), generator=draws)
+        batch = {"input_ids": sources["input_ids"][rows], "attention_mask": sources["attention_mask"][rows]}
+        model(**batch, labels=labels[rows]).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    return model.eval()
 
 
 def make_folders(root: Path) -> dict[str, Path]:
-    """Tiny saved seq2seq and classifier folders with a trained tokenizer (untrained weights)."""
+    """Tiny saved seq2seq (briefly trained) and classifier (untrained) folders with a trained tokenizer."""
     torch.manual_seed(0)
     texts = [" ".join(WORDS[i : i + 6]) for i in range(len(WORDS))] * 10
-    tokenizer = train_tokenizer(texts, vocab_size=60, show_progress=False)
+    tokenizer = train_tokenizer(texts, vocab_size=60, model_type="bpe", show_progress=False)
     ids = dict(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
@@ -43,7 +66,7 @@ def make_folders(root: Path) -> dict[str, Path]:
         eos_token_id=tokenizer.eos_token_id,
     )
     folders = {"seq2seq": root / "seq2seq", "classifier": root / "classifier"}
-    TransformerForConditionalGeneration(tiny_config(**ids)).eval().save_pretrained(folders["seq2seq"])
+    train_reverser(tokenizer, ids).save_pretrained(folders["seq2seq"])
     classifier = TransformerForSequenceClassification(
         tiny_config(
             **ids, num_labels=2, id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}
@@ -79,19 +102,51 @@ def test_the_module_imports_gradio_only_inside_functions():
     assert not [name for name in names if name.split(".")[0] == "gradio"], names
 
 
+def option_settings(defaults: dict) -> dict[str, list[tuple]]:
+    """Settings of the options (beams, max new tokens, length penalty) in pairs that differ in one option."""
+    longest = defaults["max_new_tokens"]
+    return {
+        "num_beams": [(1, longest, 1.0), (3, longest, 1.0)],
+        "max_new_tokens": [(1, longest, 1.0), (1, 3, 1.0)],
+        "length_penalty": [(3, longest, 0.2), (3, longest, 2.0)],
+    }
+
+
+def check_options_reach_the_predictor(app_outputs, predictor: Predictor, defaults: dict, lines=SENTENCES) -> None:
+    """``app_outputs(lines, beams, new_tokens, penalty)`` is ``predictor``'s translation of ``lines`` with these
+    options, at every setting; and each option changes some translation (were it dropped, this would fail)."""
+    for option, settings in option_settings(defaults).items():
+        seen = []
+        for beams, new_tokens, penalty in settings:
+            options = dict(num_beams=beams, max_new_tokens=new_tokens)
+            if beams > 1:
+                options["length_penalty"] = penalty
+            expected = predictor.translate(lines, **options)
+            assert app_outputs(lines, beams, new_tokens, penalty) == expected, (option, beams, new_tokens, penalty)
+            seen.append(expected)
+        assert seen[0] != seen[1], f"{option} changes no translation here: the test cannot see it dropped"
+
+
 def test_translation_is_predictors(translator, folders):
     predictor = Predictor.from_pretrained(folders["seq2seq"])
-    assert translator.translate(SENTENCE) == predictor.translate([SENTENCE])[0]
-    options = dict(num_beams=3, max_new_tokens=5, length_penalty=0.6)
-    expected = predictor.translate([SENTENCE], **options)[0]
-    assert translator.translate(f"  {SENTENCE}\n", 3.0, 5.0, 0.6, "torch") == expected
+    assert translator.translate(SENTENCE) == predictor.translate([SENTENCE])[0] != ""
+
+    def sentence_tab(lines, *options):
+        return [translator.translate(f"  {line}\n", *options, "torch") for line in lines]
+
+    check_options_reach_the_predictor(sentence_tab, predictor, translator.defaults())
 
 
 def test_batch_gives_one_line_per_line(translator, folders):
-    lines = [SENTENCE, "", "the red cat sits", "ein hund"]
-    expected = Predictor.from_pretrained(folders["seq2seq"]).translate(lines, num_beams=2, max_new_tokens=6)
-    assert translator.run_lines("\n".join(lines) + "\n", 2, 6, 1.0, "torch").split("\n") == expected
-    assert expected[1] == ""
+    lines = [SENTENCE, "", "the red cat sits", "ein hund", "a red ball"]
+    predictor = Predictor.from_pretrained(folders["seq2seq"])
+
+    def batch_tab(lines, *options):
+        return translator.run_lines("\n".join(lines) + "\n", *options, "torch").split("\n")
+
+    check_options_reach_the_predictor(batch_tab, predictor, translator.defaults(), lines)
+    assert predictor.translate(lines, num_beams=2, max_new_tokens=6)[1] == ""  # a blank line gets a blank line
+    assert all(predictor.translate(lines)[i] for i in (0, 2, 3, 4))
 
 
 def test_classifier_gives_label_and_scores(classifier, folders):
@@ -135,9 +190,8 @@ def test_the_app_shows_messages_not_stack_traces(folders):
     assert isinstance(app, gr.Blocks)
     handler = demo_app._shown(gr, app.demo.translate)
     defaults = app.demo.defaults()
-    assert handler(SENTENCE, defaults["num_beams"], defaults["max_new_tokens"], 1.0, "torch") == app.demo.translate(
-        SENTENCE
-    )
+    expected = Predictor.from_pretrained(folders["seq2seq"]).translate([SENTENCE])[0]
+    assert handler(SENTENCE, defaults["num_beams"], defaults["max_new_tokens"], 1.0, "torch") == expected != ""
     with pytest.raises(gr.Error, match="the input is empty"):
         handler("", 1, 5, 1.0, "torch")
     with pytest.raises(gr.Error, match="RuntimeError: broken"):
@@ -150,11 +204,31 @@ def test_classifier_app_builds(folders):
     assert isinstance(app, gr.Blocks) and app.demo.task == "classification"
 
 
-def test_ctranslate2_engine_is_predictors(translator, folders):
+def test_ctranslate2_engine_is_predictors(translator, folders, monkeypatch):
+    """The engine chosen in the page decodes: CTranslate2's generator, the app's own, and not torch's generate; its
+    outputs are a CTranslate2 Predictor's (compared within the engine) in both tabs, with every option."""
     pytest.importorskip("ctranslate2")
-    expected = Predictor.from_pretrained(folders["seq2seq"], engine="ctranslate2").translate([SENTENCE])[0]
+    from hf_transformer.export.ctranslate2_export import CTranslate2Generator
+
+    predictor = Predictor.from_pretrained(folders["seq2seq"], engine="ctranslate2")
     defaults = translator.defaults()
-    assert translator.translate(SENTENCE, 1, defaults["max_new_tokens"], 1.0, "ctranslate2") == expected
+    expected = predictor.translate([SENTENCE])[0]
+    generators = record_calls(monkeypatch, CTranslate2Generator, "generate")
+    torch_models = record_calls(monkeypatch, TransformerForConditionalGeneration, "generate")
+    assert translator.translate(SENTENCE, 1, defaults["max_new_tokens"], 1.0, "ctranslate2") == expected != ""
+    app_generator = translator.predictor("ctranslate2").ctranslate2_generator
+    assert generators and all(generator is app_generator for generator in generators)
+    assert not torch_models
+
+    def sentence_tab(lines, *options):
+        return [translator.translate(line, *options, "ctranslate2") for line in lines]
+
+    def batch_tab(lines, *options):
+        return translator.run_lines("\n".join(lines), *options, "ctranslate2").split("\n")
+
+    for tab in (sentence_tab, batch_tab):
+        check_options_reach_the_predictor(tab, predictor, defaults)
+    assert not torch_models
 
 
 @pytest.mark.parametrize(
