@@ -8,7 +8,7 @@ import json
 
 import pytest
 import torch
-from model_helpers import save_random_translator
+from model_helpers import record_calls, save_random_translator
 from test_multi30k_train import TINY_MODEL, write_multi30k
 from transformers import AutoTokenizer
 
@@ -239,17 +239,25 @@ def test_a_reranked_teacher_translates_as_its_reranking_chose(tmp_path, data_dir
         distill.main([*args, "--num_beams", "4"])
 
 
-def test_a_reranking_chosen_on_ctranslate2s_scores_decodes_with_ctranslate2(tmp_path, data_dir, teacher, channel):
+def test_a_reranking_chosen_on_ctranslate2s_scores_decodes_with_ctranslate2(
+    tmp_path, data_dir, teacher, channel, monkeypatch
+):
     """A reranking run with --engine ctranslate2 chose its setting on that engine's scores: its n-best lists and
     scores come from CTranslate2 here too, the record says so, and another engine is refused."""
     pytest.importorskip("ctranslate2")
+    from hf_transformer.export.ctranslate2_export import CTranslate2Generator
     from recipes.multi30k.reranking import candidates, rerank, score_both_ways
 
     reranked = reranking_folder(tmp_path / "reranked", teacher, channel, engine="ctranslate2", quantization=None)
     output_dir = tmp_path / "distilled"
     args = distill_args(reranked, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "20")
-    record = distill.main(args)
+    with monkeypatch.context() as spying:  # both engines give these toy models' tokens: the calls tell them apart
+        generated = record_calls(spying, CTranslate2Generator, "generate")
+        scored = record_calls(spying, CTranslate2Generator, "score")
+        record = distill.main(args)
     assert record["engine"] == "ctranslate2" and record["quantization"] is None
+    # CTranslate2 proposed the candidates (the forward model) and scored them both ways (the forward and the channel).
+    assert len({id(generator) for generator in generated}) == 1 and len({id(g) for g in scored}) == 2
     forward = Predictor.from_pretrained(teacher, engine="ctranslate2", batch_size=16)
     reverse = Predictor.from_pretrained(channel, engine="ctranslate2", batch_size=16)
     sources = training_sources(data_dir, 20)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from model_helpers import save_random_translator
+from model_helpers import record_calls, save_random_translator
 from test_multi30k_train import TINY_MODEL, write_multi30k
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
@@ -308,7 +308,14 @@ def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch
             ]
         )  # fmt: skip
 
-    on_ctranslate2 = on("ctranslate2", "reranked-ct2")
+    from hf_transformer.export.ctranslate2_export import CTranslate2Generator
+
+    with monkeypatch.context() as spying:  # both engines give these models' tokens: the calls tell them apart
+        generated = record_calls(spying, CTranslate2Generator, "generate")
+        scored = record_calls(spying, CTranslate2Generator, "score")
+        on_ctranslate2 = on("ctranslate2", "reranked-ct2")
+    # CTranslate2 proposed the candidates (the forward model) and scored them both ways (the forward and the channel).
+    assert len({id(generator) for generator in generated}) == 1 and len({id(g) for g in scored}) == 2
     assert on_ctranslate2["engine"] == "ctranslate2" and on_ctranslate2["quantization"] is None
     assert on_ctranslate2["parameters"] == saved["parameters"]
     assert on_ctranslate2["test_bleu"] > 25  # the toy language is translated on this engine too
