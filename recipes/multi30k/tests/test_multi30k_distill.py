@@ -332,14 +332,43 @@ def test_the_student_refuses_translations_of_other_sources_or_direction_or_unfin
         distill.with_distilled_targets(train_split(data_dir), tmp_path, "en", "de", "replace")
 
 
-def test_the_training_step_trains_the_student_on_the_teachers_pairs(tmp_path, data_dir, teacher):
+def test_the_training_step_trains_the_student_on_the_teachers_pairs(tmp_path, data_dir, teacher, monkeypatch):
     distilled = tmp_path / "distilled"
     distill.main(distill_args(teacher, distilled, "--data_dir", str(data_dir)))
-    kept = sum(bool(line.strip()) for line in (distilled / "train.de").read_text(encoding="utf-8").split("\n")[:-1])
+    teacher_lines = (distilled / "train.de").read_text(encoding="utf-8").split("\n")[:-1]
+    originals = list(train_split(data_dir)["translation"])
+    teachers_pairs = [{"en": pair["en"], "de": line} for pair, line in zip(originals, teacher_lines) if line.strip()]
+    kept = len(teachers_pairs)
+
+    def as_tuples(rows) -> set[tuple[str, str]]:
+        return {(row["en"], row["de"]) for row in rows}
+
+    assert kept and not as_tuples(teachers_pairs) & as_tuples(originals)  # the teacher's targets are not the references
     common = ["--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de", *TINY_MODEL]
     common += ["--max_steps", "2", "--per_device_train_batch_size", "8", "--num_beams", "1", "--seed", "1"]
     common += ["--distilled_targets", str(distilled)]
-    results = train_step.main(["--output_dir", str(tmp_path / "both"), *common, "--distillation_mix", "both"])
+
+    def trained_on(output: str, *options: str) -> tuple[dict, list[dict]]:
+        """The step's results and the training pairs it tokenized for training."""
+        tokenized = []
+        tokenize = train_step.tokenize
+
+        def recording(splits, *args, **kwargs):
+            tokenized.append(list(splits["train"]["translation"]))
+            return tokenize(splits, *args, **kwargs)
+
+        with monkeypatch.context() as spying:
+            spying.setattr(train_step, "tokenize", recording)
+            results = train_step.main(["--output_dir", str(tmp_path / output), *common, *options])
+        (pairs,) = tokenized
+        return results, pairs
+
+    # The default, replace: the teacher's pairs alone.
+    results, pairs = trained_on("replace")
+    assert results["distillation_mix"] == "replace" and results["train_samples"] == kept
+    assert pairs == teachers_pairs
+    results, pairs = trained_on("both", "--distillation_mix", "both")
+    assert pairs == originals + teachers_pairs
     assert results["train_samples"] == 60 + kept
     assert results["distilled_targets"] == [str(distilled)] and results["distillation_mix"] == "both"
     card = (tmp_path / "both" / "README.md").read_text(encoding="utf-8")
