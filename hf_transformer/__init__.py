@@ -1,14 +1,9 @@
 """hf_transformer: the Transformer of "Attention Is All You Need" as a HuggingFace model.
 
-Importing the package registers the configuration and the models with the Auto classes. Imported before torch on a
-machine whose cores other processes keep busy, it also makes torch's OpenMP threads sleep instead of spinning while
-they wait (``hf_transformer.openmp``), which keeps training from collapsing there.
+Importing the package registers its classes with transformers' Auto classes and its translation pipeline; it changes
+nothing else in the process (no environment variable: how torch's threads wait on a busy machine is chosen where a
+job starts, ``hf_transformer.openmp``).
 """
-
-# First, before anything below loads torch: its OpenMP runtime reads the waiting setting when it loads.
-from .openmp import SET_ON_IMPORT  # noqa: F401
-
-# isort: split
 
 from transformers import (
     AutoConfig,

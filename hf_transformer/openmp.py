@@ -1,4 +1,4 @@
-"""How torch's OpenMP threads wait between parallel regions: on a busy machine, they sleep instead of spinning.
+"""How torch's OpenMP threads wait between parallel regions: on a busy machine, they should sleep instead of spinning.
 
 torch's Linux CPU build runs its intra-op threads on GNU OpenMP (libgomp). A thread that has finished its share of a
 parallel region spins before it sleeps, by default for ``GOMP_SPINCOUNT=300000`` turns (some 3 ms). On a quiet
@@ -8,13 +8,19 @@ descheduled partner needs to finish the region, so every region waits for a sche
 one busy process is enough to slow training several times over. Passive waiting (``OMP_WAIT_POLICY=PASSIVE``: sleep
 at once) lets the waiting thread give its core away and did better under every measured load than a short spin; on
 a quiet machine both cost some speed, so passive waiting is chosen only where other processes are using the cores
-when the package is imported (``benchmarks/load.py``; the figures are in ``docs/performance.md``).
+(``benchmarks/load.py``; the figures are in ``docs/performance.md``).
 
-libgomp reads its settings once, when torch loads it; setting them later changes nothing in the process. So this
-module runs first when the package is imported (``hf_transformer/__init__.py``), and the scripts import the
-package before torch. It changes nothing when the user has chosen a waiting policy or a spin count, or when torch
-is already loaded (the process keeps the runtime's settings; child processes would then start with a setting the
-parent does not have).
+libgomp reads its settings once, when torch loads it: a process that has imported torch (as importing this package
+does) can only set them for the processes it starts. Importing the package sets nothing. The choice is made where a
+job starts, before it starts any process of its own (a torchrun job's ranks would count as each other's load):
+
+- ``python -m hf_transformer.openmp`` prints the policy for a job's processes, ``PASSIVE`` or nothing; the job
+  scripts export it (``recipes/common/wait_policy.sh``, one sourced line);
+- ``wait_passively_when_busy()`` sets it in ``os.environ``, for the processes a Python launcher starts;
+- ``restart_waiting_passively_when_busy()``, the training scripts' first call, runs the program again under it when
+  it was started without a waiting setting on a busy machine.
+
+Each changes nothing where the user has chosen a waiting policy or a spin count.
 """
 
 from __future__ import annotations
@@ -31,9 +37,11 @@ BUSY_MACHINE_POLICY = "PASSIVE"
 BUSY_CORES = 0.5
 """Other processes' CPU use, in cores, from which the machine counts as busy."""
 
-SAMPLE_SECONDS = 0.1
+SAMPLE_SECONDS = 0.5
 USER_SETTINGS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
 PROC_STAT = Path("/proc/stat")
+JOB_RANK_VARIABLES = ("LOCAL_RANK", "TORCHELASTIC_RUN_ID")
+"""Set in each process of a torchrun or accelerate job: its launcher, not the rank, chooses."""
 
 
 def busy_seconds(cores: set[int], proc_stat: Path = PROC_STAT) -> float:
@@ -61,18 +69,69 @@ def others_busy_cores(sample: float = SAMPLE_SECONDS) -> float | None:
     return max(0.0, others) / elapsed
 
 
-def wait_passively_when_busy(measure: Callable[[], float | None] = others_busy_cores) -> bool:
-    """Set ``OMP_WAIT_POLICY`` for the OpenMP runtime torch is about to load where other processes keep the cores
-    busy; True if it was set here."""
-    if "torch" in sys.modules or any(name in os.environ for name in USER_SETTINGS):
-        return False
+def busy_machine_policy(measure: Callable[[], float | None] = others_busy_cores) -> str | None:
+    """``BUSY_MACHINE_POLICY`` where other processes keep the cores busy and the environment holds no waiting setting
+    of the user's; None otherwise (a quiet machine keeps libgomp's default, and so does one that cannot tell)."""
+    if any(name in os.environ for name in USER_SETTINGS):
+        return None
     others = measure()
-    if others is None or others < BUSY_CORES:
+    return BUSY_MACHINE_POLICY if others is not None and others >= BUSY_CORES else None
+
+
+def wait_passively_when_busy(measure: Callable[[], float | None] = others_busy_cores) -> bool:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` in ``os.environ`` where other processes keep the cores busy and no waiting
+    setting is chosen; True if it was set here.
+
+    It reaches the processes started from here afterwards (a launcher's training processes), and this process's
+    own OpenMP runtime only where torch has not been loaded yet."""
+    policy = busy_machine_policy(measure)
+    if policy is not None:
+        os.environ["OMP_WAIT_POLICY"] = policy
+    return policy is not None
+
+
+def restart_waiting_passively_when_busy(
+    measure: Callable[[], float | None] = others_busy_cores, execv: Callable[[str, list[str]], object] = os.execv
+) -> bool:
+    """A program's first call (in its ``if __name__ == "__main__":`` block): where it was started without a waiting
+    setting on a busy machine, after torch loaded its OpenMP runtime, run it again from the start with
+    ``OMP_WAIT_POLICY=PASSIVE`` (``os.execv``: the same process, arguments and open files). Returns False where it
+    keeps running as it is: a setting chosen already (by the user or the job's launcher), a process of a torchrun or
+    accelerate job (its launcher chooses), one intra-op thread (no partner to wait for), torch not loaded yet (the
+    setting then reaches it without a restart), or a quiet machine."""
+    if any(name in os.environ for name in (*USER_SETTINGS, *JOB_RANK_VARIABLES)):
         return False
-    os.environ["OMP_WAIT_POLICY"] = BUSY_MACHINE_POLICY
-    return True
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() <= 1:
+        return False
+    if not wait_passively_when_busy(measure) or torch is None:
+        return False
+    print(
+        "Other processes keep this machine's cores busy: restarting with OMP_WAIT_POLICY=PASSIVE (torch's OpenMP "
+        "threads sleep instead of spinning while they wait; hf_transformer.openmp).",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    return True  # only where `execv` returns (a test's stand-in)
 
 
-SET_ON_IMPORT = wait_passively_when_busy()
-"""Whether importing the package set ``OMP_WAIT_POLICY`` (False: a quiet machine, the user's setting, or torch was
-loaded first)."""
+def main() -> None:
+    """Print the waiting policy for a job's processes (``PASSIVE`` or nothing), and on stderr why."""
+    chosen = [f"{name}={os.environ[name]}" for name in USER_SETTINGS if name in os.environ]
+    others = None if chosen else others_busy_cores()
+    policy = None if chosen else busy_machine_policy(lambda: others)
+    if chosen:
+        reason = f"kept as set: {' '.join(chosen)}"
+    elif others is None:
+        reason = "other processes' CPU use unknown here: libgomp's default waiting"
+    else:
+        waiting = f"OMP_WAIT_POLICY={policy}" if policy else "libgomp's default waiting"
+        reason = f"other processes use {others:.2f} of this process's cores: {waiting}"
+    print(f"OpenMP waiting: {reason}", file=sys.stderr)
+    print(policy or "")
+
+
+if __name__ == "__main__":
+    main()

@@ -186,6 +186,20 @@ def no_unused_parameters(training_args) -> None:
         training_args.ddp_find_unused_parameters = False
 
 
+def set_up_training_process(training_args) -> None:
+    """What every training script does once its arguments are parsed, before any work: pinned memory only with an
+    accelerator (``pin_memory_only_with_accelerator``), no search for unused parameters (``no_unused_parameters``),
+    freed memory kept for the next step (``keep_freed_memory``), log lines with their time and logger at INFO, and a
+    warning where ``--bf16`` would compute in emulated bfloat16 (``warn_of_emulated_bfloat16``).
+
+    How torch's threads wait on a busy machine is chosen before torch loads, not here (``hf_transformer.openmp``)."""
+    pin_memory_only_with_accelerator(training_args)
+    no_unused_parameters(training_args)
+    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    warn_of_emulated_bfloat16(training_args)
+
+
 def training_settings(trainer) -> dict:
     """How a finished run trained, for its model card: the optimizer, the peak learning rate and its schedule, the
     warm-up steps and weight decay taken, the rows per optimizer step over all processes and accumulation steps, the

@@ -17,10 +17,6 @@ passed the other two. Exit status 1 when a test fails that `KNOWN_BY_DESIGN` doe
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import argparse
 import json
 import os

@@ -13,10 +13,6 @@ weights; after ``import hf_transformer``, ``AutoModel.from_pretrained(OUT_DIR)``
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import argparse
 import json
 import sys

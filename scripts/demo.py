@@ -9,10 +9,6 @@ Needs no data and no network; about a minute on two CPU cores. Writes the model 
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import argparse
 import json
 import random

@@ -14,10 +14,6 @@ Library: `hf_transformer.attention_view.attention_page`.
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import argparse
 from pathlib import Path
 

@@ -28,6 +28,7 @@ started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
 reviews_dir="$output_dir-data"
 model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
+. recipes/common/wait_policy.sh  # passive OpenMP waiting where other processes keep the cores busy
 
 # bfloat16 autocast where it trains the pretraining's model faster on this machine, else float32
 # (recipes/common/precision_args.sh; the fine-tuning takes the same).

@@ -19,10 +19,6 @@ figure is drawn.
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import argparse
 import logging
 from collections.abc import Sequence

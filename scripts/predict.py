@@ -17,10 +17,6 @@ the model's position table (or the tokenizer's `model_max_length`, if smaller) a
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import argparse
 import sys
 from pathlib import Path

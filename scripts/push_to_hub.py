@@ -24,10 +24,6 @@ is written, never uploaded: ``hf upload --repo-type space SPACE_ID DIR`` does th
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import argparse
 import tempfile
 from pathlib import Path

@@ -18,10 +18,6 @@ folder: safetensors weights, config, tokenizer, `results.json` and a model card 
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import logging
 import sys
 import time
@@ -35,20 +31,18 @@ from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config
 from hf_transformer.hub import CardText
+from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
     average_last_checkpoints,
     check_checkpoint_averaging,
     end_process_group,
-    keep_freed_memory,
-    no_unused_parameters,
     one_tokenizer,
-    pin_memory_only_with_accelerator,
     process_report,
     save_run,
+    set_up_training_process,
     train_metrics,
     training_settings,
-    warn_of_emulated_bfloat16,
 )
 
 logger = logging.getLogger("train_classifier")
@@ -199,11 +193,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, ClassifierTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
-    pin_memory_only_with_accelerator(training_args)
-    no_unused_parameters(training_args)
-    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    warn_of_emulated_bfloat16(training_args)
+    set_up_training_process(training_args)
     started = time.time()
     set_seed(training_args.seed)
 
@@ -242,5 +232,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    restart_waiting_passively_when_busy()  # before any work: torch's OpenMP threads sleep on a busy machine
     main()
     end_process_group()

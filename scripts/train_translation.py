@@ -27,10 +27,6 @@ The output folder holds the model (safetensors, config, generation config, token
 
 from __future__ import annotations
 
-import hf_transformer  # noqa: F401  (first, before torch loads: hf_transformer.openmp)
-
-# isort: split
-
 import logging
 import time
 
@@ -38,17 +34,15 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, set_seed
 
 from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.metrics import require_scorers, select_and_score, translation_metrics
+from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
     average_last_checkpoints,
     end_process_group,
-    keep_freed_memory,
-    no_unused_parameters,
     one_tokenizer,
-    pin_memory_only_with_accelerator,
     process_report,
+    set_up_training_process,
     train_metrics,
     training_settings,
-    warn_of_emulated_bfloat16,
 )
 from hf_transformer.translation_training import (
     TranslationFileArguments,
@@ -67,11 +61,7 @@ def parse(argv: list[str] | None):
     """The arguments, checked before any work; the process set up for training."""
     parser = HfArgumentParser((TranslationModelArguments, TranslationFileArguments, TranslationTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    pin_memory_only_with_accelerator(training_args)
-    no_unused_parameters(training_args)
-    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    warn_of_emulated_bfloat16(training_args)
+    set_up_training_process(training_args)
     check_translation_arguments(training_args)
     require_scorers()  # before any training: the scores come at the first evaluation
     return model_args, data_args, training_args
@@ -171,5 +161,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    restart_waiting_passively_when_busy()  # before any work: torch's OpenMP threads sleep on a busy machine
     main()
     end_process_group()

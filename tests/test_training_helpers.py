@@ -127,6 +127,8 @@ def test_end_process_group_closes_the_group_and_is_a_no_op_without_one(tmp_path)
 def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monkeypatch):
     from launch_utils import load_script
 
+    import hf_transformer.training
+
     script = load_script(script_name)
     checked = []
 
@@ -137,7 +139,7 @@ def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monk
         checked.append(training_args.bf16)
         raise Stopped  # nothing after the check runs
 
-    monkeypatch.setattr(script, "warn_of_emulated_bfloat16", record_and_stop)
+    monkeypatch.setattr(hf_transformer.training, "warn_of_emulated_bfloat16", record_and_stop)  # the set-up's
     with pytest.raises(Stopped):
         script.main(
             ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "unread.jsonl")]

@@ -42,18 +42,16 @@ from hf_transformer.data import (
     tokenize_translation,
 )
 from hf_transformer.metrics import require_scorers
+from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
     BidirectionalEpochs,
     average_last_checkpoints,
     end_process_group,
-    keep_freed_memory,
-    no_unused_parameters,
     one_tokenizer,
-    pin_memory_only_with_accelerator,
     process_report,
+    set_up_training_process,
     train_metrics,
     training_settings,
-    warn_of_emulated_bfloat16,
 )
 from hf_transformer.translation_training import (
     TranslationModelArguments,
@@ -147,11 +145,7 @@ def parse(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, Recipe
     model_args, data_args, training_args = argument_parser().parse_args_into_dataclasses(args=argv)
     if data_args.distillation_mix not in MIXES:
         raise ValueError(f"--distillation_mix must be one of {', '.join(MIXES)}, got {data_args.distillation_mix!r}")
-    pin_memory_only_with_accelerator(training_args)
-    no_unused_parameters(training_args)
-    keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    warn_of_emulated_bfloat16(training_args)
+    set_up_training_process(training_args)
     check_translation_arguments(training_args)
     require_scorers(SCORERS)  # before any training: the scores come at the first evaluation
     bidirectional = training_args.bidirectional_epochs
@@ -337,5 +331,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    restart_waiting_passively_when_busy()  # before any work: torch's OpenMP threads sleep on a busy machine
     main()
     end_process_group()

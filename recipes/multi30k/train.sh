@@ -19,6 +19,8 @@ cd "$(dirname "$0")/../.."
 . recipes/multi30k/args.sh "$@"  # .venv, source_lang, target_lang, data_dir
 output_dir=${4:-runs/m30k-$source_lang-$target_lang}
 
+. recipes/common/wait_policy.sh  # passive OpenMP waiting where other processes keep the cores busy
+
 # bfloat16 autocast where it trains this model faster on this machine (at the thread count the training will have),
 # else float32 (recipes/common/precision_args.sh; the shape of the model below, sentences of about 32 tokens).
 . recipes/common/precision_args.sh --task seq2seq --vocab_size 8000 --max_length 32 --batch_size 64 \

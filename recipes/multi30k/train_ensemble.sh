@@ -35,6 +35,8 @@ mkdir -p "$output_dir"
 # Each member trains at one thread, beside the others.
 export OMP_NUM_THREADS=1
 
+. recipes/common/wait_policy.sh  # passive OpenMP waiting where other processes keep the cores busy
+
 # bfloat16 autocast where it trains a member faster on this machine at one thread, else float32
 # (recipes/common/precision_args.sh; the members' shape, sentences of about 32 tokens).
 . recipes/common/precision_args.sh --task seq2seq --vocab_size 8000 --max_length 32 --batch_size 64 \

@@ -41,6 +41,7 @@ cpu_schedule=(--num_train_epochs 16 --per_device_train_batch_size 128 --per_devi
     --learning_rate 4e-3 --warmup_steps 1500 --save_total_limit 6 --average_checkpoints 6 \
     --eval_strategy no --logging_steps 100 --use_cpu true)
 
+. recipes/common/wait_policy.sh  # passive OpenMP waiting where other processes keep the cores busy
 device=$(python -c "import torch; print('cuda' if torch.cuda.is_available() else 'cpu')")
 if [ "$device" = cuda ]; then
     schedule=("${gpu_schedule[@]}")
