@@ -12,9 +12,10 @@ process each time, and reports its steps per second after the first ``--skip`` s
 
 and under each OpenMP waiting setting (``--settings``):
 
-- ``package``: what the scripts do now (``hf_transformer.openmp``: passive waiting where other processes keep the
-  cores busy at import, the runtime's default on a quiet machine);
-- ``libgomp-default``: ``GOMP_SPINCOUNT=300000``, the OpenMP runtime's own default, as before the package set it;
+- ``job``: what the job scripts do (``recipes/common/wait_policy.sh``: ``python -m hf_transformer.openmp``, run
+  with the load already running, exports ``OMP_WAIT_POLICY=PASSIVE`` where other processes keep the cores busy; a
+  quiet machine keeps the runtime's default, and the training script, finding it quiet too, runs on);
+- ``libgomp-default``: ``GOMP_SPINCOUNT=300000``, the OpenMP runtime's own default, set as a user would (nothing then chooses for the run);
 - ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (no spin at all).
 
 Each round runs every load in turn (the load started before its runs and stopped after them) and, within a load,
@@ -24,7 +25,7 @@ round's quiet run over its loaded run), which a drift between the quiet and the 
 Time it on a machine with nothing else running: the loads are the only other work.
 
     python benchmarks/load.py --data_dir ../shared/data                  # 4 loads x 3 settings x 3 rounds: ~45 min
-    python benchmarks/load.py --data_dir ../shared/data --loads quiet busy-2 --settings package --rounds 1
+    python benchmarks/load.py --data_dir ../shared/data --loads quiet busy-2 --settings job --rounds 1
 
 Writes ``benchmarks/results/load.md``, ``.json`` and ``.png`` (``--output``) and prints each run as it ends.
 """
@@ -47,7 +48,7 @@ REPOSITORY = Path(__file__).resolve().parent.parent
 LOG_EVERY = 10
 
 SETTINGS = {
-    "package": {},
+    "job": None,  # chosen per load and round, as the job scripts choose
     "libgomp-default": {"GOMP_SPINCOUNT": "300000"},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
 }
@@ -69,6 +70,13 @@ def pretraining_command(reviews: Path, tokenizer: Path, output_dir: Path, steps:
         "--max_eval_samples", "100", "--logging_steps", str(LOG_EVERY), "--report_to", "none", "--seed", "42",
         *precision,
     ]  # fmt: skip
+
+
+def job_setting() -> dict[str, str]:
+    """The waiting setting the job scripts give their steps here and now (recipes/common/wait_policy.sh)."""
+    policy = subprocess.run([sys.executable, "-m", "hf_transformer.openmp"], cwd=REPOSITORY, env=clean_environment({}),
+                            check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return {"OMP_WAIT_POLICY": policy} if policy else {}
 
 
 def clean_environment(setting: dict[str, str]) -> dict[str, str]:
@@ -181,6 +189,11 @@ def write_results(table: dict, meta: dict, output: Path) -> None:
         f"{meta['precision']}, {meta['steps']} steps timed after the first {meta['skip']}, {meta['rounds']} rounds.",
         "Steps per second: median (quartiles); slow-down: the same setting's quiet median over this one (in brackets:",
         "the range of each round's quiet run over its loaded run).",
+        *(
+            [f"`job`: the waiting the job's check chose, per load and round: {meta['job_choices']}."]
+            if meta.get("job_choices")
+            else []
+        ),
         "",
         "| load | " + " | ".join(meta["settings"]) + " |",
         "|---|" + "---|" * len(meta["settings"]),
@@ -216,8 +229,8 @@ def plot(table: dict, meta: dict, path: Path) -> None:
             [table[n][setting]["q3"] - table[n][setting]["median"] for n in loads],
         ]
         axes.bar(xs, medians, width, yerr=errors, label=setting, capsize=2)
-    if "quiet" in table and "package" in settings:
-        half = table["quiet"]["package"]["median"] / 2
+    if "quiet" in table and "job" in settings:
+        half = table["quiet"]["job"]["median"] / 2
         axes.axhline(half, color="grey", linestyle="--", linewidth=1, label="half the quiet speed")
     axes.set_xticks([position + 0.4 - width / 2 for position in range(len(loads))], loads)
     axes.set_ylabel("training steps per second")
@@ -259,15 +272,22 @@ def main(argv: list[str] | None = None) -> dict:
         scratch = Path(scratch)
         reviews, tokenizer, precision = prepare(args.data_dir, scratch, args.precision)
         runs: dict[str, dict[str, list[float]]] = {}
+        job_choices: dict[str, list[str]] = {}
         for round_index in range(args.rounds):
             for load_name in args.loads:
                 with load(load_name, scratch):
                     for setting in args.settings:
+                        environment = SETTINGS[setting]
+                        if environment is None:
+                            environment = job_setting()
+                            chosen = environment.get("OMP_WAIT_POLICY", "default")
+                            job_choices.setdefault(load_name, []).append(chosen)
                         command = pretraining_command(reviews, tokenizer, scratch / "run", args.steps, precision)
-                        speed = steps_per_second(command, clean_environment(SETTINGS[setting]), args.skip)
+                        speed = steps_per_second(command, clean_environment(environment), args.skip)
                         runs.setdefault(load_name, {}).setdefault(setting, []).append(speed)
+                        waiting = " ".join(f"{name}={value}" for name, value in environment.items())
                         print(f"{load_name:9s} round {round_index + 1}/{args.rounds} {setting:16s} {speed:6.2f} "
-                              "steps/s", flush=True)  # fmt: skip
+                              f"steps/s {waiting}", flush=True)  # fmt: skip
     table = summarize(runs)
     meta = {
         "argv": sys.argv[1:] if argv is None else list(argv),
@@ -278,6 +298,7 @@ def main(argv: list[str] | None = None) -> dict:
         "skip": args.skip,
         "rounds": args.rounds,
         "settings": args.settings,
+        "job_choices": job_choices,
     }
     write_results(table, meta, args.output)
     print(f"written {args.output}", flush=True)
