@@ -168,17 +168,26 @@ def test_general_scripts_import_only_the_library():
     assert not offenders, offenders
 
 
+# Budgets, not targets: well above today's sizes, they catch a page that sprawls, not a change that adds a paragraph.
+# What matters is that a reader finds the right file for a question at the first try.
+MODEL_FILE_LINES = 1500
+README_BYTES = 12 * 1024
+DOCS_PAGE_BYTES = 48 * 1024
+
+
 def test_the_model_file_stays_a_readable_length():
     lines = len((PACKAGE / "modeling_transformer.py").read_text(encoding="utf-8").splitlines())
-    assert lines <= 1100, f"modeling_transformer.py has {lines} lines"
+    assert lines <= MODEL_FILE_LINES, f"modeling_transformer.py has {lines} lines"
 
 
 def test_pages_stay_short():
-    assert (REPO / "README.md").stat().st_size <= 8 * 1024
+    assert (REPO / "README.md").stat().st_size <= README_BYTES
     long_pages = {
-        p.name: p.stat().st_size for p in (REPO / "docs").rglob("*") if p.is_file() and p.stat().st_size > 40 * 1024
+        p.name: p.stat().st_size
+        for p in (REPO / "docs").rglob("*")
+        if p.is_file() and p.stat().st_size > DOCS_PAGE_BYTES
     }
-    assert not long_pages, f"pages over 40 KB in docs/: {long_pages}"
+    assert not long_pages, f"pages over {DOCS_PAGE_BYTES // 1024} KB in docs/: {long_pages}"
 
 
 def test_docs_hold_guides_not_run_records():
