@@ -12,8 +12,7 @@ line. A classifier folder gives the label and every label's score. The outputs a
 folder that is not a model folder with one line, before starting.
 
 The app runs offline on localhost: no share link, no analytics, no font or script from elsewhere (gradio serves
-its own). ``write_space(folder, output_dir)`` writes a Space's files: ``app.py``, ``requirements.txt``, its
-``README.md`` (the Space's settings), this package's source and, for a local folder, the model.
+its own). A Hugging Face Space of the app is written by ``hf_transformer.hub.write_space``.
 
 gradio is imported inside the functions that need it: ``import hf_transformer`` does not load it.
 """
@@ -23,20 +22,16 @@ from __future__ import annotations
 import argparse
 import html
 import importlib.util
-import json
 import os
-import re
-import shutil
-from importlib import metadata
 from pathlib import Path
-from types import SimpleNamespace
 
-from .folders import CLASSIFICATION, SEQ2SEQ, is_adapter_folder, looks_like_a_path, task_of
-from .hub import TOKENIZER_FILES
+from .folders import CLASSIFICATION, SEQ2SEQ, FolderTaskError, looks_like_a_path
 from .inference import Predictor
+from .saved_folder import FolderError, read_folder
 
-__all__ = ["Demo", "InputError", "build_app", "check_folder", "write_space", "main"]
+__all__ = ["Demo", "InputError", "SERVES", "build_app", "check_folder", "main"]
 
+SERVES = (SEQ2SEQ, CLASSIFICATION)  # the tasks of the folders the app shows
 ENGINES = ("torch", "ctranslate2")
 MAX_BEAMS = 8
 MAX_LINES = 500  # of a batch: the app answers while the user waits
@@ -49,31 +44,16 @@ class InputError(ValueError):
 
 def check_folder(folder) -> str | None:
     """Why ``folder`` cannot be shown (one line), or None: a path must be a model folder (``config.json`` of a
-    classifier or seq2seq model, and a tokenizer) or an adapter folder; a name that is not a path is a Hub repo id."""
-    path = Path(folder)
-    if not path.exists():
-        return f"no folder at {folder}" if looks_like_a_path(str(folder)) else None
-    if not path.is_dir():
-        return f"{folder} is a file, not a model folder"
-    if is_adapter_folder(path):
+    classifier or seq2seq model, and a tokenizer) or an adapter folder on one; a name that is not a path is a Hub
+    repo id, read when the app loads it."""
+    if not Path(folder).exists() and not looks_like_a_path(str(folder)):
         return None
-    if not (path / "config.json").is_file():
-        return f"{folder} is not a model folder: it has no config.json"
     try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return f"{folder}/config.json cannot be read: {error}"
-    saved = SimpleNamespace(
-        architectures=config.get("architectures"), is_encoder_decoder=config.get("is_encoder_decoder")
-    )
-    try:
-        task = task_of(saved)
-    except ValueError as error:
-        return f"{folder}: {error}"
-    if task not in (SEQ2SEQ, CLASSIFICATION):
-        return f"{folder} holds a {task} model: the demo app serves translation (seq2seq) and classifier folders"
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
-        return f"{folder} has no tokenizer (tokenizer.json): save the tokenizer into it"
+        read_folder(folder, hub=False).check("the demo app", SERVES, tokenizer=True)
+    except (FolderError, FolderTaskError) as error:  # what the folder is not, in a line naming it
+        return str(error)
+    except (OSError, ValueError) as error:  # a configuration that does not read
+        return f"{folder}: {(str(error).strip() or type(error).__name__).splitlines()[0]}"
     return None
 
 
@@ -350,93 +330,6 @@ def launch(app, *, host: str = "127.0.0.1", port: int = 7860, **options):
     return app.launch(
         server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False, pwa=False, **options
     )
-
-
-# -- a Space's files -----------------------------------------------------------------------------------------
-
-SPACE_APP = '''"""A Hugging Face Space: the hf_transformer demo app (hf_transformer.app) for {what}."""
-
-from pathlib import Path
-
-from hf_transformer.app import build_app
-
-MODEL = {model!r}  # a folder beside this file, else a Hub repo id
-HERE = Path(__file__).resolve().parent
-
-demo = build_app(HERE / MODEL if (HERE / MODEL).is_dir() else MODEL)
-
-if __name__ == "__main__":
-    demo.launch()
-'''
-
-SPACE_README = """---
-title: {title}
-sdk: gradio
-sdk_version: {gradio_version}
-app_file: app.py
-pinned: false
----
-
-The hf_transformer demo app for {what}: `python app.py` runs it here too (`pip install -r requirements.txt`).
-"""
-
-
-def space_requirements() -> list[str]:
-    """The package's requirements (it is copied beside the app, not installed) and gradio's, from its metadata."""
-    required = metadata.requires("hf_transformer") or []
-    plain = [req for req in required if "extra ==" not in req]
-    demo = [req.split(";")[0].strip() for req in required if re.search(r"extra\s*==\s*['\"]demo['\"]", req)]
-    return plain + demo
-
-
-def _gradio_version(requirements: list[str]) -> str:
-    try:
-        return metadata.version("gradio")
-    except metadata.PackageNotFoundError:
-        for req in requirements:
-            if (found := re.match(r"gradio\b.*?>=\s*([\w.]+)", req)) is not None:
-                return found.group(1)
-    raise metadata.PackageNotFoundError("gradio: install the demo extra")
-
-
-def write_space(folder, output_dir) -> Path:
-    """Writes a Hugging Face Space into ``output_dir``: ``app.py`` (builds the app of ``folder``), ``requirements.txt``
-    (the package's requirements and gradio), ``README.md`` (the Space's settings) and this package's source,
-    which the Space runs as it is here. A local ``folder`` is copied into ``output_dir/model`` (its files, not
-    its subfolders such as checkpoints); anything else is a Hub repo id that the Space loads. Returns
-    ``output_dir``."""
-    from .folders import refuse_replacing
-
-    output_dir = Path(output_dir)
-    local = Path(folder).is_dir()
-    if local:
-        if (problem := check_folder(folder)) is not None:
-            raise ValueError(problem)
-        refuse_replacing(folder, output_dir, "model folder")
-    elif looks_like_a_path(str(folder)):
-        raise FileNotFoundError(f"No folder at {folder}.")
-    requirements = space_requirements()
-    output_dir.mkdir(parents=True, exist_ok=True)
-    package = output_dir / "hf_transformer"
-    if package.exists():
-        shutil.rmtree(package)
-    shutil.copytree(Path(__file__).resolve().parent, package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    if local:
-        model = output_dir / "model"
-        model.mkdir(exist_ok=True)
-        for path in sorted(Path(folder).iterdir()):
-            if path.is_file():
-                shutil.copy2(path, model / path.name)
-        name, what = "model", f"the model folder {Path(folder).resolve().name} (copied into model/)"
-    else:
-        name, what = str(folder), f"the Hub model {folder}"
-    (output_dir / "app.py").write_text(SPACE_APP.format(model=name, what=what), encoding="utf-8")
-    (output_dir / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
-    title = (Path(folder).resolve().name if local else str(folder).rpartition("/")[2]) or "hf_transformer demo"
-    (output_dir / "README.md").write_text(
-        SPACE_README.format(title=title, gradio_version=_gradio_version(requirements), what=what), encoding="utf-8"
-    )
-    return output_dir
 
 
 # -- the command ---------------------------------------------------------------------------------------------

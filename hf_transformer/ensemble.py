@@ -27,10 +27,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoConfig, AutoTokenizer, DynamicCache, EncoderDecoderCache
+from transformers import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 
-from .folders import SEQ2SEQ, check_task
+from .folders import SEQ2SEQ
 from .generation import (
     TransformerGenerationMixin,
     accepts_either_cache_name,
@@ -40,6 +40,7 @@ from .generation import (
 )
 from .input_checks import check_labels_in_range
 from .modeling_transformer import TransformerForConditionalGeneration, TransformerPreTrainedModel
+from .saved_folder import read_folder
 
 __all__ = ["EnsembleCache", "TransformerEnsemble"]
 
@@ -145,25 +146,25 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
 
     @classmethod
     def from_folders(cls, folders: Sequence[str | Path], **load_options) -> tuple[TransformerEnsemble, object]:
-        """Load each saved seq2seq folder (``from_pretrained`` with ``load_options``) and the first folder's
-        tokenizer; every folder's tokenizer must have the same vocabulary."""
-        folders = [str(folder) for folder in folders]
+        """Load each saved seq2seq folder (``from_pretrained`` with ``load_options``; an adapter folder merged into
+        its base model) and the first folder's tokenizer; every folder's tokenizer must have the same vocabulary."""
+        folders = [read_folder(folder) for folder in folders]
         if not folders:
             raise ValueError("an ensemble needs at least one model folder")
         for folder in folders:  # a masked-token folder would load as a member with a decoder of random weights
-            check_task(AutoConfig.from_pretrained(folder), folder, "an ensemble", (SEQ2SEQ,))
-        tokenizer = AutoTokenizer.from_pretrained(folders[0])
+            folder.check("an ensemble", (SEQ2SEQ,), tokenizer=True)
+        tokenizer = folders[0].load_tokenizer()
         vocabulary = tokenizer.get_vocab()
         for folder in folders[1:]:
-            other = AutoTokenizer.from_pretrained(folder).get_vocab()
+            other = folder.load_tokenizer().get_vocab()
             if other != vocabulary:
                 differing = sorted(set(other.items()) ^ set(vocabulary.items()))
                 raise ValueError(
-                    f"the tokenizer of {folder} differs from that of {folders[0]} ({len(differing)} (token, id) pairs "
-                    f"differ, e.g. {differing[:3]}): an ensemble's members must share one vocabulary; train them "
-                    "with one tokenizer (train_translation.py --tokenizer FOLDER)"
+                    f"the tokenizer of {folder.path} differs from that of {folders[0].path} ({len(differing)} (token, "
+                    f"id) pairs differ, e.g. {differing[:3]}): an ensemble's members must share one vocabulary; train "
+                    "them with one tokenizer (train_translation.py --tokenizer FOLDER)"
                 )
-        members = [TransformerForConditionalGeneration.from_pretrained(folder, **load_options) for folder in folders]
+        members = [folder.load_model(**load_options) for folder in folders]
         return cls(members).eval(), tokenizer
 
     def get_encoder(self, modality: str | None = None) -> EnsembleEncoder:

@@ -1,7 +1,8 @@
-"""What a folder on disk is: a saved model of which task, a peft adapter, a path rather than a Hub id.
+"""What a saved class serves, and the words for it: the task of a class name, the one-line refusal of a folder an
+entry point does not serve, a path rather than a Hub id, a peft adapter.
 
-A leaf module: it imports nothing else of the package, so that loading (``inference``), adapters and the exporters
-can all ask these questions without importing each other.
+A leaf module: it imports nothing else of the package. Saved translation folders carry it beside their pipeline
+(:mod:`hf_transformer.pipelines`), and :mod:`hf_transformer.saved_folder`, which reads a whole folder, asks it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ TASK_NAMES = {SEQ2SEQ: "translation (seq2seq)", CLASSIFICATION: "classification"
 _TASK_OF_CLASS = {
     "ForSequenceClassification": CLASSIFICATION,
     "ForMaskedLM": MASKED_LM,
+    "ForMaskedTokens": MASKED_LM,  # the masked-LM head's earlier name (scripts/pretrain_denoising.py defined it)
     "ForConditionalGeneration": SEQ2SEQ,
     "ForSeq2SeqLM": SEQ2SEQ,
 }
@@ -29,6 +31,7 @@ __all__ = [
     "check_task",
     "is_adapter_folder",
     "looks_like_a_path",
+    "refusal",
     "refuse_replacing",
     "task_of",
 ]
@@ -38,34 +41,40 @@ class FolderTaskError(ValueError):
     """A saved folder whose task (its saved class) the entry point it was given to does not serve."""
 
 
-def task_of(config) -> str:
-    """`classification`, `seq2seq` or `masked-lm`, from the class `config.architectures` names (a config saved
-    without one that is an encoder-decoder is seq2seq); ``ValueError`` for another class, such as the headless
-    `TransformerModel`."""
-    names = config.architectures or []
+def task_of(architectures, is_encoder_decoder: bool = False) -> str:
+    """`classification`, `seq2seq` or `masked-lm`, from the saved class names (``config.architectures``); without
+    any, an encoder-decoder (``is_encoder_decoder``: a config saved on its own) is seq2seq. ``ValueError`` for
+    another class, such as the headless `TransformerModel`."""
+    names = list(architectures or [])
     for name in names:
         for ending, task in _TASK_OF_CLASS.items():
             if name.endswith(ending):
                 return task
-    if not names and getattr(config, "is_encoder_decoder", False):
+    if not names and is_encoder_decoder:
         return SEQ2SEQ
     raise ValueError(f"config.architectures is {names}: neither a translator, a classifier nor a masked-token model")
 
 
-def check_task(config, folder, entry: str, served: tuple[str, ...]) -> str:
-    """The task of ``folder`` (``config`` is its config) when ``entry`` serves it (``served``: tasks above); else
-    :class:`FolderTaskError` in one line naming the folder, its saved class and what ``entry`` serves, so that a
-    masked-token folder is never loaded as a translator with a decoder of random weights."""
+def check_task(architectures, folder, entry: str, served: tuple[str, ...], *, is_encoder_decoder: bool = False) -> str:
+    """The task of ``folder`` (``architectures``, ``is_encoder_decoder``: its saved class, as for :func:`task_of`)
+    when ``entry`` serves it (``served``: tasks above); else :class:`FolderTaskError` in one line (:func:`refusal`),
+    so that a masked-token folder is never loaded as a translator with a decoder of random weights."""
     try:
-        task = task_of(config)
+        task = task_of(architectures, is_encoder_decoder)
     except ValueError:
         task = None
     if task in served:
         return task
-    saved = ", ".join(config.architectures or []) or "a config without `architectures`"
+    saved = ", ".join(architectures or []) or "a config without `architectures`"
+    raise refusal(folder, saved, task, entry, served)
+
+
+def refusal(folder, saved: str, task: str | None, entry: str, served: tuple[str, ...]) -> FolderTaskError:
+    """The error, in one line, for ``folder`` (which holds ``saved``, of ``task``, None for none) given to ``entry``,
+    which serves the tasks ``served``: it names the folder, its saved class and what ``entry`` serves."""
     kind = f", a {TASK_NAMES[task]} model" if task else ", a model without a head"
     wanted = " and ".join(TASK_NAMES[name] for name in served)
-    raise FolderTaskError(f"{folder} holds {saved}{kind}: {entry} serves {wanted} folders only.")
+    return FolderTaskError(f"{folder} holds {saved}{kind}: {entry} serves {wanted} folders only.")
 
 
 def looks_like_a_path(name: str) -> bool:

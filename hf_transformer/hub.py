@@ -12,7 +12,10 @@ Hub say the same things.
 ``prepare_folder`` writes the folder that is uploaded: the weights (safetensors), ``config.json`` with
 ``auto_map``, the configuration and modeling source (so that the model loads with ``trust_remote_code=True``
 where this package is not installed), the tokenizer and the model card. ``check_can_upload`` and ``upload`` push
-it with ``huggingface_hub``; ``scripts/push_to_hub.py`` is the command line.
+it with ``huggingface_hub``; ``scripts/push_to_hub.py`` is the command line. ``write_space(folder, output_dir)``
+writes a Hugging Face Space of the demo app (:mod:`hf_transformer.app`) for a folder or a Hub id.
+
+What a folder holds (its head, tokenizer and weights) is read by :func:`hf_transformer.saved_folder.read_folder`.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import shutil
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +38,11 @@ from transformers import AutoTokenizer, GenerationConfig
 
 from . import modeling_transformer
 from .configuration_transformer import TransformerConfig
+from .folders import CLASSIFICATION, SEQ2SEQ, looks_like_a_path, refuse_replacing
+from .saved_folder import HEADS, MODEL, FolderError, SavedFolder, read_folder, tokenizer_place, weight_files
 
 # What Trainer writes (all_results.json, eval_results.json) and what the training scripts write (results.json).
 RESULT_FILES = ("all_results.json", "eval_results.json", "test_results.json", "results.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
-WEIGHTS_FILE, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 DEFAULT_TAGS = ("hf_transformer", "encoder-decoder", "transformer", "custom_code")
 DEFAULT_EXAMPLE = "Attention is all you need."
 # Rows of the card's table of named metrics: prefix of the results keys -> split shown.
@@ -48,12 +54,13 @@ PLACEHOLDER_NOTE = "placeholder: the id given to scripts/push_to_hub.py --repo_i
 GENERATION_SETTINGS = ("num_beams", "length_penalty")
 
 SEQ2SEQ_HEAD = "TransformerForConditionalGeneration"
-# Auto class and Hub pipeline tag of each head (a seq2seq model tagged "translation" gets "translation").
-_HEADS = {
-    SEQ2SEQ_HEAD: ("AutoModelForSeq2SeqLM", "text2text-generation"),
-    "TransformerForSequenceClassification": ("AutoModelForSequenceClassification", "text-classification"),
-    "TransformerForMaskedLM": ("AutoModelForMaskedLM", "fill-mask"),
-    "TransformerModel": ("AutoModel", "feature-extraction"),
+# Hub pipeline tag of each head (a seq2seq model tagged "translation" gets "translation"); the head's Auto class is
+# hf_transformer.saved_folder.HEADS's.
+_PIPELINE_TAGS = {
+    SEQ2SEQ_HEAD: "text2text-generation",
+    "TransformerForSequenceClassification": "text-classification",
+    "TransformerForMaskedLM": "fill-mask",
+    "TransformerModel": "feature-extraction",
 }
 
 
@@ -96,19 +103,6 @@ class CardText:
 # -- reading the model folder --------------------------------------------------------------------------
 
 
-# Heads saved under an earlier name: scripts/pretrain_denoising.py defined the masked-LM head itself.
-_RENAMED_HEADS = {"TransformerForMaskedTokens": "TransformerForMaskedLM"}
-
-
-def architecture(config: TransformerConfig) -> str:
-    """The head saved in the folder (``config.architectures``); a folder without one holds a seq2seq model."""
-    for name in config.architectures or ():
-        name = _RENAMED_HEADS.get(name, name)
-        if name in _HEADS:
-            return name
-    return SEQ2SEQ_HEAD
-
-
 # How this machine loaded the tokenizer (transformers 5 saves them with it): an upload must not tell the Hub's users
 # to load it offline.
 _LOADING_OPTIONS = ("is_local", "local_files_only")
@@ -124,25 +118,26 @@ def _drop_loading_options(tokenizer_config: Path) -> None:
 
 
 def find_tokenizer(model_dir: str | os.PathLike, tokenizer_dir: str | os.PathLike | None = None) -> Path | None:
-    """``tokenizer_dir`` if given, else the model folder when it holds tokenizer files, else None."""
+    """``tokenizer_dir`` if given, else the model folder when it holds a saved tokenizer, else None."""
     if tokenizer_dir is not None:
         return Path(tokenizer_dir)
-    model_dir = Path(model_dir)
-    return model_dir if any((model_dir / name).is_file() for name in TOKENIZER_FILES) else None
+    place = tokenizer_place(model_dir)
+    return Path(place) if place is not None else None
 
 
-def _require_model_folder(folder: Path) -> None:
-    if not (folder / "config.json").is_file():
-        raise FileNotFoundError(f"{folder} is not a model folder: it has no config.json")
+def _model_folder(folder) -> SavedFolder:
+    """The folder as read, when it holds a whole model saved by ``save_pretrained``; else ``FolderError``."""
+    described = read_folder(folder, hub=False)
+    if described.kind != MODEL:
+        raise FolderError(
+            f"{folder} is not a model folder written by save_pretrained: it holds a {described.kind} model"
+        )
+    return described
 
 
-def _weight_files(folder: Path) -> list[Path]:
-    if (folder / WEIGHTS_FILE).is_file():
-        return [folder / WEIGHTS_FILE]
-    if (folder / WEIGHTS_INDEX).is_file():
-        shards = json.loads((folder / WEIGHTS_INDEX).read_text())["weight_map"].values()
-        return [folder / name for name in sorted(set(shards))]
-    return []
+def _head(described: SavedFolder) -> str:
+    """The head saved in the folder; a folder of a class not of this package's is read as a seq2seq model."""
+    return described.head or SEQ2SEQ_HEAD
 
 
 def _stored_sizes(path: Path) -> list[int]:
@@ -157,7 +152,7 @@ def count_parameters(folder: str | os.PathLike) -> int | None:
     """The number of parameters stored in the folder's safetensors weights (``model.safetensors``, or the shards of
     its index), read from the files' headers. Tied copies are not stored, so this is ``model.num_parameters()``.
     None for a folder without safetensors weights."""
-    files = _weight_files(Path(folder))
+    files = [Path(folder) / name for name in weight_files(folder) if name.endswith(".safetensors")]
     return sum(sum(_stored_sizes(path)) for path in files) if files else None
 
 
@@ -233,15 +228,15 @@ class SavedModel:
 
 def read_model_folder(folder: str | os.PathLike) -> SavedModel:
     """The ``SavedModel`` of a folder written by ``save_pretrained``; raises if the folder has no ``config.json``."""
+    described = _model_folder(folder)
     folder = Path(folder)
-    _require_model_folder(folder)
     config = TransformerConfig.from_pretrained(folder)
-    arch = architecture(config)
+    arch = _head(described)
     return SavedModel(
         config=config,
         arch=arch,
         num_parameters=count_parameters(folder),
-        has_tokenizer=find_tokenizer(folder) is not None,
+        has_tokenizer=described.tokenizer is not None,
         generation=saved_generation(folder) if arch == SEQ2SEQ_HEAD else {},
         settings=tokenizer_settings(folder) | config_settings(arch, config),
     )
@@ -304,7 +299,7 @@ def pipeline_tag(arch: str, tags: Sequence[str] = ()) -> str:
     """The Hub pipeline tag of the head; a seq2seq model whose tags include ``translation`` is a translation model."""
     if arch == SEQ2SEQ_HEAD and "translation" in tags:
         return "translation"
-    return _HEADS[arch][1]
+    return _PIPELINE_TAGS[arch]
 
 
 # -- the usage snippet ---------------------------------------------------------------------------------
@@ -398,7 +393,7 @@ def usage_snippet(
     """Python code that loads the model from ``repo_id`` (a Hub id or a folder) and runs it; it needs only torch and
     transformers. A seq2seq model generates with ``generation``'s beam size and length penalty (default 4 beams).
     ``placeholder``: ``repo_id`` stands for the id the folder will be pushed to, and the snippet says so."""
-    lines = _snippet_inputs(repo_id, _HEADS[arch][0], config, has_tokenizer, example, placeholder)
+    lines = _snippet_inputs(repo_id, HEADS[arch], config, has_tokenizer, example, placeholder)
     return "\n".join(lines + _snippet_outputs(arch, config, has_tokenizer, generation))
 
 
@@ -504,7 +499,7 @@ def describe(model: SavedModel) -> str:
         layers = f"{config.encoder_layers} encoder and {config.decoder_layers} decoder layers"
     return (
         f"{what} (Vaswani et al., 2017, *Attention Is All You Need*), "
-        f"`{arch}` ({_HEADS[arch][0]}), built with `hf_transformer`: {size}d_model {config.d_model}, {layers}, "
+        f"`{arch}` ({HEADS[arch]}), built with `hf_transformer`: {size}d_model {config.d_model}, {layers}, "
         f"{config.num_attention_heads} heads of {config.head_dim}, feed-forward {config.intermediate_size}, "
         f"{config.layer_norm_position}-LN, {config.position_embedding_type} positions, "
         f"{config.activation_function}, vocabulary {config.vocab_size}."
@@ -625,10 +620,9 @@ def prepare_folder(
     files and the full ``auto_map`` whatever version wrote ``model_dir``. The card ([`model_card`] of the
     written folder, with ``text``) lists the results files of ``model_dir`` and ``results_files``.
     """
+    described = _model_folder(model_dir)
     model_dir, out_dir = Path(model_dir), Path(out_dir)
-    _require_model_folder(model_dir)
-    model = getattr(modeling_transformer, architecture(TransformerConfig.from_pretrained(model_dir)))
-    model = model.from_pretrained(model_dir)
+    model = getattr(modeling_transformer, _head(described)).from_pretrained(model_dir)
 
     if out_dir.exists() and any(out_dir.iterdir()):
         # Never clear a folder here: it may be the model folder itself or hold other work.
@@ -636,7 +630,7 @@ def prepare_folder(
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
 
-    tokenizer_path = find_tokenizer(model_dir, tokenizer_dir)
+    tokenizer_path = tokenizer_dir if tokenizer_dir is not None else described.tokenizer
     if tokenizer_path is not None:
         AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(out_dir)
         _drop_loading_options(out_dir / "tokenizer_config.json")
@@ -644,6 +638,94 @@ def prepare_folder(
     card = model_card(out_dir, read_eval_results(model_dir, results_files), text, repo_id=repo_id)
     (out_dir / "README.md").write_text(card)
     return out_dir
+
+
+# -- a Space of the demo app -------------------------------------------------------------------------
+
+# What the Space's app shows: the demo app's tasks (hf_transformer.app.SERVES).
+SPACE_SERVES = (SEQ2SEQ, CLASSIFICATION)
+
+SPACE_APP = '''"""A Hugging Face Space: the hf_transformer demo app (hf_transformer.app) for {what}."""
+
+from pathlib import Path
+
+from hf_transformer.app import build_app
+
+MODEL = {model!r}  # a folder beside this file, else a Hub repo id
+HERE = Path(__file__).resolve().parent
+
+demo = build_app(HERE / MODEL if (HERE / MODEL).is_dir() else MODEL)
+
+if __name__ == "__main__":
+    demo.launch()
+'''
+
+SPACE_README = """---
+title: {title}
+sdk: gradio
+sdk_version: {gradio_version}
+app_file: app.py
+pinned: false
+---
+
+The hf_transformer demo app for {what}: `python app.py` runs it here too (`pip install -r requirements.txt`).
+"""
+
+
+def space_requirements() -> list[str]:
+    """The package's requirements (it is copied beside the app, not installed) and gradio's, from its metadata."""
+    required = metadata.requires("hf_transformer") or []
+    plain = [req for req in required if "extra ==" not in req]
+    demo = [req.split(";")[0].strip() for req in required if re.search(r"extra\s*==\s*['\"]demo['\"]", req)]
+    return plain + demo
+
+
+def _gradio_version(requirements: list[str]) -> str:
+    try:
+        return metadata.version("gradio")
+    except metadata.PackageNotFoundError:
+        for req in requirements:
+            if (found := re.match(r"gradio\b.*?>=\s*([\w.]+)", req)) is not None:
+                return found.group(1)
+    raise metadata.PackageNotFoundError("gradio: install the demo extra")
+
+
+def write_space(folder, output_dir) -> Path:
+    """Writes a Hugging Face Space into ``output_dir``: ``app.py`` (builds the demo app of ``folder``),
+    ``requirements.txt`` (the package's requirements and gradio), ``README.md`` (the Space's settings) and this
+    package's source, which the Space runs as it is here. A local ``folder`` (one the app shows: a translation or
+    classifier folder with its tokenizer, else a one-line refusal) is copied into ``output_dir/model`` (its files,
+    not its subfolders such as checkpoints); anything else is a Hub repo id that the Space loads. Returns
+    ``output_dir``."""
+    output_dir = Path(output_dir)
+    local = Path(folder).is_dir()
+    if local:
+        read_folder(folder, hub=False).check("the demo app", SPACE_SERVES, tokenizer=True)
+        refuse_replacing(folder, output_dir, "model folder")
+    elif looks_like_a_path(str(folder)):
+        raise FileNotFoundError(f"No folder at {folder}.")
+    requirements = space_requirements()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    package = output_dir / "hf_transformer"
+    if package.exists():
+        shutil.rmtree(package)
+    shutil.copytree(Path(__file__).resolve().parent, package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if local:
+        model = output_dir / "model"
+        model.mkdir(exist_ok=True)
+        for path in sorted(Path(folder).iterdir()):
+            if path.is_file():
+                shutil.copy2(path, model / path.name)
+        name, what = "model", f"the model folder {Path(folder).resolve().name} (copied into model/)"
+    else:
+        name, what = str(folder), f"the Hub model {folder}"
+    (output_dir / "app.py").write_text(SPACE_APP.format(model=name, what=what), encoding="utf-8")
+    (output_dir / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
+    title = (Path(folder).resolve().name if local else str(folder).rpartition("/")[2]) or "hf_transformer demo"
+    (output_dir / "README.md").write_text(
+        SPACE_README.format(title=title, gradio_version=_gradio_version(requirements), what=what), encoding="utf-8"
+    )
+    return output_dir
 
 
 # -- uploading -----------------------------------------------------------------------------------------

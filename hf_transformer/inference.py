@@ -8,11 +8,11 @@
     classifier(["정말 재미있는 영화였어요"])                              # -> [{"label": "positive", ...}]
     translator.predict_file("sentences.txt", "translations.txt")    # batched by length, with a progress bar
 
-The head comes from `config.architectures`. Inputs are sorted by length into batches (little padding, so
-fewer wasted products) and the results come back in input order. Inputs longer than the smaller of the
-tokenizer's `model_max_length` and the model's position table are truncated to it. Generation options
-(`num_beams`, `max_new_tokens`, `length_penalty`, `do_sample`, ...) go to `generate` as given; without them the
-folder's generation config applies.
+The head comes from `config.architectures` (the folder is read once, by :mod:`hf_transformer.saved_folder`). Inputs
+are sorted by length into batches (little padding, so fewer wasted products) and the results come back in input
+order. Inputs longer than the smaller of the tokenizer's `model_max_length` and the model's position table are
+truncated to it. Generation options (`num_beams`, `max_new_tokens`, `length_penalty`, `do_sample`, ...) go to
+`generate` as given; without them the folder's generation config applies.
 
 A LoRA adapter folder (peft) is read with its base model, the adapters merged into the weights
 (:mod:`hf_transformer.adapters`).
@@ -35,17 +35,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForSeq2SeqLM,
-    AutoModelForSequenceClassification,
-    AutoTokenizer,
-    GenerationConfig,
-)
+from transformers import GenerationConfig
 
-from .adapters import load_merged
-from .folders import CLASSIFICATION, SEQ2SEQ, check_task, is_adapter_folder, looks_like_a_path, task_of
+from .folders import CLASSIFICATION, SEQ2SEQ, task_of
 from .pipelines import PIPELINE_TASK, TranslationPipeline, generation_length, input_length_limit, register_pipeline
+from .saved_folder import CTRANSLATE2, SavedFolder, read_folder
 
 __all__ = [
     "PIPELINE_TASK",
@@ -107,7 +101,10 @@ class Predictor:
     and every label's `scores`: softmax probabilities, sigmoids for a multi-label or one-label classifier, values for
     regression, as transformers' pipeline gives them); `translate(texts)` and `classify(texts)` say which they
     expect. With `num_return_sequences=k` a translation result also holds `translations`, the k candidates, best
-    first."""
+    first.
+
+    Without a model (`engine="ctranslate2"`: the `ctranslate2_generator` decodes), `config` and
+    `generation_config` are the folder's; `cleanup` is closed by :meth:`close` (a temporary conversion)."""
 
     def __init__(
         self,
@@ -118,6 +115,9 @@ class Predictor:
         batch_size: int = 32,
         engine: str = "torch",
         ctranslate2_generator=None,
+        config=None,
+        generation_config: GenerationConfig | None = None,
+        cleanup: contextlib.ExitStack | None = None,
         **generate_options,
     ):
         if engine not in ("torch", "ctranslate2"):
@@ -126,6 +126,8 @@ class Predictor:
             raise ValueError("engine='ctranslate2' decodes seq2seq folders; this folder is a classifier")
         if batch_size < 1:
             raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
+        if model is None and config is None:
+            raise ValueError("a Predictor without a model needs the model's config (config=...)")
         self.model = model
         self.tokenizer = tokenizer
         self.task = task
@@ -133,7 +135,9 @@ class Predictor:
         self.engine = engine
         self.ctranslate2_generator = ctranslate2_generator
         self.generate_options = {k: v for k, v in generate_options.items() if v is not None}
-        self._cleanup = contextlib.ExitStack()
+        self._config = config
+        self._generation_config = generation_config if generation_config is not None else GenerationConfig()
+        self._cleanup = cleanup if cleanup is not None else contextlib.ExitStack()
 
     @classmethod
     def from_pretrained(
@@ -163,64 +167,50 @@ class Predictor:
 
             ensemble, tokenizer = TransformerEnsemble.from_folders(model_dir)
             return cls(ensemble.to(device), tokenizer, SEQ2SEQ, **options)
-        model_dir = str(model_dir)
-        if not Path(model_dir).exists() and looks_like_a_path(model_dir):  # transformers: "a malformed repo id"
-            raise FileNotFoundError(f"No folder at {model_dir}.")
+        if engine == "torch" and quantization is not None:
+            raise ValueError("quantization applies to engine='ctranslate2'; for torch use torch's quantize_dynamic")
+        folder = read_folder(model_dir)
         if engine == "ctranslate2":
             return cls._from_ctranslate2(
-                model_dir, device=device, quantization=quantization, compute_type=compute_type, threads=threads,
-                **options,
-            )  # fmt: skip
-        if quantization is not None:
-            raise ValueError("quantization applies to engine='ctranslate2'; for torch use torch's quantize_dynamic")
-        if is_adapter_folder(model_dir):  # LoRA adapters (peft): merged into their base model's weights
-            model, tokenizer, task = load_merged(model_dir)
-            return cls(model.to(device), tokenizer, task, engine=engine, **options)
-        config = AutoConfig.from_pretrained(model_dir)
-        task = check_task(config, model_dir, "Predictor", (SEQ2SEQ, CLASSIFICATION))  # never a masked-token folder
-        auto = AutoModelForSequenceClassification if task == CLASSIFICATION else AutoModelForSeq2SeqLM
-        model = auto.from_pretrained(model_dir, config=config).to(device).eval()
-        return cls(model, AutoTokenizer.from_pretrained(model_dir), task, engine=engine, **options)
+                folder, device=device, quantization=quantization, compute_type=compute_type, threads=threads, **options
+            )
+        model, tokenizer = folder.open("Predictor", (SEQ2SEQ, CLASSIFICATION))  # never a masked-token folder
+        return cls(model.to(device), tokenizer, folder.task, engine=engine, **options)
 
     @classmethod
-    def _from_ctranslate2(cls, model_dir: str, *, device, quantization, compute_type, threads, **options) -> Predictor:
-        from .configuration_transformer import TransformerConfig
+    def _from_ctranslate2(
+        cls, folder: SavedFolder, *, device, quantization, compute_type, threads, **options
+    ) -> Predictor:
         from .export import ctranslate2_export as exporter
 
         cleanup = contextlib.ExitStack()
-        folder = Path(model_dir)
-        if not (folder / "model.bin").is_file():  # a saved model folder: converted first
-            if not folder.is_dir():
-                raise ValueError(f"{model_dir}: engine='ctranslate2' needs a local folder")
-            if (folder / "config.json").is_file():
-                check_task(AutoConfig.from_pretrained(folder), model_dir, "engine='ctranslate2'", (SEQ2SEQ,))
+        if folder.kind != CTRANSLATE2:  # a saved model (or adapter) folder: converted first
+            if not Path(folder.path).is_dir():
+                raise ValueError(f"{folder.path}: engine='ctranslate2' needs a local folder")
+            folder.check("engine='ctranslate2'", (SEQ2SEQ,))
             converted = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="ctranslate2-")))
-            folder = exporter.to_ctranslate2(model_dir, converted / "model", quantization=quantization)
+            folder = read_folder(exporter.to_ctranslate2(folder, converted / "model", quantization=quantization))
         elif quantization is not None:
-            raise ValueError(f"{model_dir} is already a CTranslate2 model; quantization is chosen when converting")
+            raise ValueError(f"{folder.path} is already a CTranslate2 model; quantization is chosen when converting")
         threads = threads or torch.get_num_threads()
         compute_type = compute_type or "default"
         if device == "cpu":
-            generator = exporter.CTranslate2Generator.for_cpu(folder, threads, compute_type=compute_type)
+            generator = exporter.CTranslate2Generator.for_cpu(folder.path, threads, compute_type=compute_type)
         else:
             generator = exporter.CTranslate2Generator(
-                folder, device=device, compute_type=compute_type, intra_threads=threads
+                folder.path, device=device, compute_type=compute_type, intra_threads=threads
             )
-        predictor = cls(
+        return cls(
             None,
-            AutoTokenizer.from_pretrained(folder),
-            SEQ2SEQ,
+            folder.load_tokenizer(),
+            folder.check("engine='ctranslate2'", (SEQ2SEQ,)),
             engine="ctranslate2",
             ctranslate2_generator=generator,
+            config=folder.load_config(),
+            generation_config=folder.load_generation_config(),
+            cleanup=cleanup,
             **options,
         )
-        predictor._config = TransformerConfig.from_json_file(folder / exporter.MODEL_CONFIG_FILE)
-        saved = folder / "generation_config.json"
-        predictor._generation_config = (
-            GenerationConfig.from_pretrained(folder) if saved.is_file() else GenerationConfig()
-        )
-        predictor._cleanup = cleanup
-        return predictor
 
     # ------------------------------------------------------------------------------------------------
 

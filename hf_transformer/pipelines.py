@@ -57,7 +57,10 @@ class TranslationPipeline(Pipeline):
     def __init__(self, model, *args, **kwargs):
         # A folder of another saved class loads as a seq2seq model with weights it does not hold (a masked-token
         # folder's decoder would be random): refused in one line before anything runs.
-        check_task(model.config, model.name_or_path or type(model).__name__, f'pipeline("{PIPELINE_TASK}")', (SEQ2SEQ,))
+        config = model.config
+        name = model.name_or_path or type(model).__name__
+        entry = f'pipeline("{PIPELINE_TASK}")'
+        check_task(config.architectures, name, entry, (SEQ2SEQ,), is_encoder_decoder=config.is_encoder_decoder)
         super().__init__(model, *args, **kwargs)
 
     def _sanitize_parameters(

@@ -36,14 +36,13 @@ _KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-at
 
 
 def load_model(model_dir: str):
-    """Model (eval mode), tokenizer and whether it is a seq2seq model, through the Auto classes."""
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
+    """Model (eval mode), tokenizer and whether it is a seq2seq model (else a classifier), as the folder says."""
+    from hf_transformer.folders import CLASSIFICATION, SEQ2SEQ
+    from hf_transformer.saved_folder import read_folder
 
-    config = AutoConfig.from_pretrained(model_dir)
-    classifier = any(name.endswith("ForSequenceClassification") for name in config.architectures or [])
-    auto = AutoModelForSequenceClassification if classifier else AutoModelForSeq2SeqLM
-    model = auto.from_pretrained(model_dir, config=config).eval()
-    return model, AutoTokenizer.from_pretrained(model_dir), not classifier
+    folder = read_folder(model_dir)
+    model, tokenizer = folder.open("plot_attention.py", (SEQ2SEQ, CLASSIFICATION))
+    return model, tokenizer, folder.task == SEQ2SEQ
 
 
 def attention_maps(model, tokenizer, sentence: str, target: str | None = None, seq2seq: bool = True) -> dict:

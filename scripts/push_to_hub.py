@@ -17,7 +17,7 @@ snippet loads the model from ``--repo_id``.
 
 Uploading needs a token (``hf auth login`` or ``HF_TOKEN``) and a connection; without them the script
 stops before uploading anything. ``--dry-run OUT_DIR`` writes the exact folder that would be uploaded.
-``--space_dir DIR`` also writes a Hugging Face Space there (``hf_transformer.app.write_space``: ``app.py``,
+``--space_dir DIR`` also writes a Hugging Face Space there (``hf_transformer.hub.write_space``: ``app.py``,
 ``requirements.txt``, ``README.md``, the package's source) whose demo app loads the model from ``--repo_id``; it
 is written, never uploaded: ``hf upload --repo-type space SPACE_ID DIR`` does that.
 """
@@ -94,9 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         )
 
     if args.space_dir:
-        from hf_transformer.app import write_space
-
-        space = write_space(args.repo_id, args.space_dir)
+        space = hub.write_space(args.repo_id, args.space_dir)
         print(f"wrote a Space for {args.repo_id} to {space}, not uploaded (hf upload --repo-type space ID {space})")
     local_base = hub.local_base_model(args.model_dir)
     if local_base and not args.base_model:

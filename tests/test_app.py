@@ -1,5 +1,5 @@
 """The demo app (hf_transformer.app): its functions give Predictor's outputs, bad input gets a clear message, the
-command refuses what is not a model folder, and write_space writes a Space that builds the app."""
+command refuses what is not a model folder, and hub.write_space writes a Space that builds the app."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from hf_transformer.tokenization import train_tokenizer
 gr = pytest.importorskip("gradio")
 
 from hf_transformer import app as demo_app  # noqa: E402
+from hf_transformer import hub  # noqa: E402
 
 WORDS = "a dog runs on the grass . the red cat sits on a small ball . ein hund läuft auf dem gras".split()
 SENTENCE = "a dog runs on the grass"
@@ -234,7 +235,7 @@ def test_ctranslate2_engine_is_predictors(translator, folders, monkeypatch):
 @pytest.mark.parametrize(
     "make, message",
     [
-        (lambda root: root / "missing" / "folder", "no folder at"),
+        (lambda root: root / "missing" / "folder", "No folder at"),
         (lambda root: (root / "empty").mkdir() or root / "empty", "is not a model folder: it has no config.json"),
         (lambda root: (root / "file.txt").write_text("x") and root / "file.txt", "is a file, not a model folder"),
     ],
@@ -255,7 +256,7 @@ def test_the_command_refuses_a_folder_without_tokenizer(tmp_path, folders):
 def test_the_command_refuses_a_masked_token_folder(tmp_path, folders):
     TransformerForMaskedLM(tiny_config()).save_pretrained(tmp_path / "masked")
     shutil.copy(folders["seq2seq"] / "tokenizer.json", tmp_path / "masked")
-    with pytest.raises(SystemExit, match="masked-lm model: the demo app serves translation"):
+    with pytest.raises(SystemExit, match="a masked-token model: the demo app serves translation"):
         demo_app.main([str(tmp_path / "masked")])
 
 
@@ -269,7 +270,7 @@ def test_the_command_serves_on_localhost(folders, monkeypatch):
 
 
 def test_write_space_writes_an_app_that_builds(tmp_path, folders):
-    space = demo_app.write_space(folders["seq2seq"], tmp_path / "space")
+    space = hub.write_space(folders["seq2seq"], tmp_path / "space")
     requirements = (space / "requirements.txt").read_text().splitlines()
     assert any(line.startswith("gradio") and ">=" in line for line in requirements), requirements
     assert any(line.startswith("torch>=") for line in requirements) and not any("extra" in r for r in requirements)
@@ -284,12 +285,13 @@ def test_write_space_writes_an_app_that_builds(tmp_path, folders):
 
 
 def test_write_space_for_a_hub_id_and_refusals(tmp_path, folders):
-    space = demo_app.write_space("someone/model", tmp_path / "space")
+    space = hub.write_space("someone/model", tmp_path / "space")
     assert "MODEL = 'someone/model'" in (space / "app.py").read_text() and not (space / "model").exists()
     with pytest.raises(ValueError, match="would replace the model folder"):
-        demo_app.write_space(folders["seq2seq"], folders["seq2seq"])
+        hub.write_space(folders["seq2seq"], folders["seq2seq"])
     with pytest.raises(FileNotFoundError):
-        demo_app.write_space("./no/such/folder", tmp_path / "other")
+        hub.write_space("./no/such/folder", tmp_path / "other")
+    assert hub.SPACE_SERVES == demo_app.SERVES  # a Space shows what the app shows
 
 
 def test_push_to_hub_writes_the_space_and_uploads_nothing(tmp_path, folders, monkeypatch, capsys):

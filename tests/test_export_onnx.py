@@ -287,7 +287,8 @@ def test_output_folders_that_would_lose_files_are_refused(classifier_dir, tmp_pa
 
     with pytest.raises(ValueError, match="would replace the model folder"):
         to_onnx(classifier_dir, classifier_dir)
-    with pytest.raises(FileNotFoundError, match="holds no config.json"):
+    (tmp_path / "no-model").mkdir()
+    with pytest.raises(FileNotFoundError, match="is not a model folder: it has no config.json"):
         to_onnx(tmp_path / "no-model", tmp_path / "out")
     taken = tmp_path / "taken"
     taken.mkdir()

@@ -19,6 +19,7 @@ from hf_transformer import (
     TransformerModel,
 )
 from hf_transformer.folders import CLASSIFICATION, MASKED_LM, SEQ2SEQ, FolderTaskError, check_task, task_of
+from hf_transformer.saved_folder import read_folder
 
 SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
 
@@ -60,19 +61,26 @@ def test_the_task_comes_from_the_saved_class(masked_lm_dir, translator_dir, tmp_
     # A masked-token model's config is an encoder-decoder one like every other of the package: only the saved
     # class tells it apart.
     assert config.is_encoder_decoder and config.architectures == ["TransformerForMaskedLM"]
-    assert task_of(config) == MASKED_LM
-    assert task_of(AutoConfig.from_pretrained(translator_dir)) == SEQ2SEQ
-    config.architectures = None  # a config saved on its own, without a model: an encoder-decoder is seq2seq
-    assert task_of(config) == SEQ2SEQ
-    config.architectures = ["TransformerForSequenceClassification"]
-    assert check_task(config, "x", "Predictor", (SEQ2SEQ, CLASSIFICATION)) == CLASSIFICATION
+    assert task_of(config.architectures) == MASKED_LM
+    assert task_of(AutoConfig.from_pretrained(translator_dir).architectures) == SEQ2SEQ
+    # A config saved on its own, without a model: an encoder-decoder is seq2seq.
+    assert task_of(None, is_encoder_decoder=True) == SEQ2SEQ
+    with pytest.raises(ValueError, match="architectures"):
+        task_of(None)
+    assert check_task(["TransformerForSequenceClassification"], "x", "Predictor", (SEQ2SEQ, CLASSIFICATION)) == (
+        CLASSIFICATION
+    )
     TransformerModel(tiny_config()).save_pretrained(tmp_path / "base")
     message = (
         f"{tmp_path / 'base'} holds TransformerModel, a model without a head: to_ctranslate2 serves translation "
         "(seq2seq) folders only."
     )
+    headless = AutoConfig.from_pretrained(tmp_path / "base").architectures
     with pytest.raises(FolderTaskError, match=re.escape(message)):
-        check_task(AutoConfig.from_pretrained(tmp_path / "base"), tmp_path / "base", "to_ctranslate2", (SEQ2SEQ,))
+        check_task(headless, tmp_path / "base", "to_ctranslate2", (SEQ2SEQ,))
+    # The reader of a whole folder refuses it in the same words.
+    with pytest.raises(FolderTaskError, match=re.escape(message)):
+        read_folder(tmp_path / "base").check("to_ctranslate2", (SEQ2SEQ,))
 
 
 def test_predictor_refuses_a_masked_token_folder(masked_lm_dir, translator_dir):

@@ -293,7 +293,7 @@ def test_card_snippet_runs_for_every_head(tmp_path, capsys, model_class, with_to
     assert printed.startswith(expected), printed
     assert ("AutoTokenizer" in card_snippet(upload_dir)) == with_tokenizer
     pipeline_tag = {TransformerForMaskedLM: "fill-mask", TransformerModel: "feature-extraction"}
-    expected_tag = pipeline_tag.get(model_class) or hub._HEADS[model_class.__name__][1]
+    expected_tag = pipeline_tag.get(model_class) or hub._PIPELINE_TAGS[model_class.__name__]
     assert ModelCard.load(upload_dir / "README.md").data.pipeline_tag == expected_tag
 
 
@@ -476,7 +476,7 @@ def test_card_settings_are_the_folders_not_the_arguments(tmp_path, model_class, 
 
 
 def test_card_of_a_folder_without_config_names_it(tmp_path):
-    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / 'missing'} is not a model folder")):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"No folder at {tmp_path / 'missing'}")):
         hub.model_card(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="empty is not a model folder: it has no config.json"):

@@ -272,7 +272,7 @@ def test_an_adapter_folder_is_never_replaced_by_what_is_made_from_it(folders):
 
 
 def test_an_adapter_folder_without_peft_or_without_its_base_says_so(folders, tmp_path, monkeypatch):
-    from hf_transformer.adapters import load_merged
+    from hf_transformer.saved_folder import read_folder
 
     root, _, _ = folders
     broken = tmp_path / "no-base"
@@ -280,7 +280,7 @@ def test_an_adapter_folder_without_peft_or_without_its_base_says_so(folders, tmp
     settings = json.loads((root / "seq2seq-adapter" / "adapter_config.json").read_text())
     (broken / "adapter_config.json").write_text(json.dumps(settings | {"base_model_name_or_path": None}))
     with pytest.raises(ValueError, match="names no base model"):
-        load_merged(broken)
+        read_folder(broken)
     monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
     with pytest.raises(ImportError, match="holds a LoRA adapter .* needs peft"):
-        load_merged(root / "seq2seq-adapter")
+        read_folder(root / "seq2seq-adapter").load_model()

@@ -69,9 +69,10 @@ import torch
 
 from ..adapters import merged_model_folder
 from ..configuration_transformer import TransformerConfig
-from ..folders import SEQ2SEQ, check_task, is_adapter_folder, refuse_replacing
+from ..folders import SEQ2SEQ, refuse_replacing
 from ..generation import new_tokens_within_position_table
 from ..input_checks import check_sequence_fits
+from ..saved_folder import ADAPTER, CTRANSLATE2, CTRANSLATE2_MODEL_CONFIG, FolderError, read_folder
 
 __all__ = ["to_ctranslate2", "CTranslate2Generator", "ctranslate2_generate", "check_convertible"]
 
@@ -88,7 +89,7 @@ COPIED_FILES = (
     "generation_config.json",
 )
 PLACEHOLDER = "<ct2_unused_{}>"
-MODEL_CONFIG_FILE = "transformer_config.json"
+MODEL_CONFIG_FILE = CTRANSLATE2_MODEL_CONFIG
 PATIENCE_FOR_HEURISTIC_STOPPING = 2.0
 """CTranslate2's beam search patience passed for transformers' ``early_stopping=False``: it stops once twice
 ``num_beams`` hypotheses have finished."""
@@ -345,8 +346,9 @@ def _id_to_token(tokenizer, size: int) -> list[str]:
 
 def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force: bool = False) -> Path:
     """Converts ``model_dir`` (written by ``TransformerForConditionalGeneration.save_pretrained``, with its
-    tokenizer; or a LoRA adapter folder, merged into its base model first: :mod:`hf_transformer.adapters`) to a
-    CTranslate2 model folder ``output_dir`` and returns its path.
+    tokenizer; or a LoRA adapter folder, merged into its base model first: :mod:`hf_transformer.adapters`; or the
+    :class:`~hf_transformer.saved_folder.SavedFolder` read from either) to a CTranslate2 model folder ``output_dir``
+    and returns its path.
 
     ``quantization`` is CTranslate2's weight type (None keeps float32; "int8", "int8_float32", "int16",
     "float16", "bfloat16", ...). ``force`` replaces an existing ``output_dir``. Raises ``ValueError`` for a folder
@@ -355,20 +357,20 @@ def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force
     _ctranslate2()
     from ctranslate2.converters.transformers import TransformersConverter
 
-    model_dir, output_dir = Path(model_dir), Path(output_dir)
-    if is_adapter_folder(model_dir):  # LoRA adapters (peft): merged into their base model first
+    folder = read_folder(model_dir, hub=False)
+    model_dir, output_dir = Path(folder.path), Path(output_dir)
+    if folder.kind == CTRANSLATE2:
+        raise FolderError(f"{model_dir} is already a CTranslate2 model")
+    folder.check("to_ctranslate2", (SEQ2SEQ,))
+    if folder.kind == ADAPTER:  # LoRA adapters (peft): merged into their base model first
         with merged_model_folder(model_dir, output_dir) as merged:
             return to_ctranslate2(merged, output_dir, quantization=quantization, force=force)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
     config = TransformerConfig.from_pretrained(model_dir)
-    check_task(config, model_dir, "to_ctranslate2", (SEQ2SEQ,))
     check_convertible(config)
     if output_dir.exists() and not force:
         raise FileExistsError(f"{output_dir} already exists; pass force=True (--force) to replace it.")
     refuse_replacing(model_dir, output_dir, "model folder")
-    if not (model_dir / "tokenizer_config.json").is_file() and not (model_dir / "tokenizer.json").is_file():
-        raise FileNotFoundError(f"{model_dir} holds no tokenizer; save it with the model (tokenizer.save_pretrained).")
+    folder.check("to_ctranslate2", (SEQ2SEQ,), tokenizer=True)
 
     copied = [name for name in COPIED_FILES if (model_dir / name).is_file()]
     converter = TransformersConverter(str(model_dir), copy_files=copied)

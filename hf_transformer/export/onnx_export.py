@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..folders import CLASSIFICATION, SEQ2SEQ, check_task, refuse_replacing
+from ..folders import CLASSIFICATION, SEQ2SEQ, refuse_replacing
+from ..saved_folder import ADAPTER, MODEL, FolderError, read_folder
 
 __all__ = ["to_onnx", "quantize_onnx", "OnnxSeq2SeqGenerator", "OnnxClassifier"]
 
@@ -212,9 +213,9 @@ def to_onnx(
 ) -> Path:
     """Exports the folder ``model_dir`` (written by ``save_pretrained``: a seq2seq model or a classifier, as its
     config's ``architectures`` says, any other class refused with ``FolderTaskError``; or a LoRA adapter folder,
-    merged into its base model first: :mod:`hf_transformer.adapters`) to the ONNX graphs of the module's docstring
-    in ``output_dir``, beside a copy of its config, generation config and tokenizer files. ``opset``: the ONNX opset
-    (None: the exporter's default).
+    merged into its base model first: :mod:`hf_transformer.adapters`; or the ``SavedFolder`` read from either) to the
+    ONNX graphs of the module's docstring in ``output_dir``, beside a copy of its config, generation config and
+    tokenizer files. ``opset``: the ONNX opset (None: the exporter's default).
 
     The graphs are traced from unpadded examples; each is then run with onnxruntime on its example and on padded
     inputs of other shapes (a first decoding step with an empty cache among them), and must agree with torch within
@@ -228,29 +229,25 @@ def to_onnx(
     model folder). Returns ``output_dir``."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
-    model_dir, output_dir = Path(model_dir), Path(output_dir)
-    from ..adapters import merged_model_folder
-    from ..folders import is_adapter_folder
+    folder = read_folder(model_dir, hub=False)
+    model_dir, output_dir = Path(folder.path), Path(output_dir)
+    if folder.kind not in (MODEL, ADAPTER):
+        raise FolderError(f"{model_dir} holds a {folder.kind} model, not a folder written by save_pretrained")
+    # The task of the saved class: a masked-token folder is neither (it would export a decoder of random weights).
+    seq2seq = folder.check("to_onnx", (SEQ2SEQ, CLASSIFICATION)) == SEQ2SEQ
+    if folder.kind == ADAPTER:  # LoRA adapters (peft): merged into their base model first
+        from ..adapters import merged_model_folder
 
-    if is_adapter_folder(model_dir):  # LoRA adapters (peft): merged into their base model first
         with merged_model_folder(model_dir, output_dir) as merged:
             return to_onnx(merged, output_dir, opset=opset, quantization=quantization, force=force)
-    if not (model_dir / "config.json").is_file():
-        raise FileNotFoundError(f"{model_dir} holds no config.json: not a folder written by save_pretrained.")
     refuse_replacing(model_dir, output_dir, "model folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not force:
         raise FileExistsError(f"{output_dir} already holds files; pass force=True (--force) to write into it.")
     import torch
     from torch.export import Dim
-    from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
-    import hf_transformer  # noqa: F401  (registers the Auto classes)
-
-    config = AutoConfig.from_pretrained(model_dir)
-    # The task of the saved class: a masked-token folder is neither (it would export a decoder of random weights).
-    seq2seq = check_task(config, model_dir, "to_onnx", (SEQ2SEQ, CLASSIFICATION)) == SEQ2SEQ
-    auto = AutoModelForSeq2SeqLM if seq2seq else AutoModelForSequenceClassification
-    model = auto.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model = folder.load_model(dtype=torch.float32)
+    config = model.config
     if quantization and _weight_bytes(model) > EXTERNAL_DATA_BYTES:
         raise ValueError(
             f"to_onnx: quantization={quantization!r} is not supported for a model of over {EXTERNAL_DATA_BYTES >> 20} "
