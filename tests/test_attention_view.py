@@ -198,6 +198,34 @@ def test_bad_input_raises_one_clear_line(folders, call, error, message):
     assert "\n" not in str(caught.value)
 
 
+def test_the_page_is_package_data_filled_in_by_the_module():
+    # The page is a file of the package (read through importlib.resources, as an installed package reads it) and
+    # setup.cfg installs it; the module only fills in the title and the data.
+    import configparser
+    from importlib import resources
+
+    from hf_transformer import attention_view
+
+    page = resources.files("hf_transformer").joinpath(attention_view.PAGE_FILE).read_text(encoding="utf-8")
+    assert page == attention_view.page_template()
+    assert page.startswith("<!DOCTYPE html>") and page.count("__TITLE__") == 1 and page.count("__DATA__") == 1
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).resolve().parents[1] / "setup.cfg")
+    patterns = setup["options.package_data"]["hf_transformer"].split()
+    assert any(Path(attention_view.PAGE_FILE).match(pattern) for pattern in patterns), patterns
+    source = Path(attention_view.__file__).read_text(encoding="utf-8")
+    assert not re.search(r"<(html|head|body|style)\b", source)  # no page held in a string
+
+
+def test_a_headless_folder_is_refused_in_one_line(tmp_path):
+    from hf_transformer import TransformerModel
+    from hf_transformer.folders import FolderTaskError
+
+    TransformerModel(tiny_config()).save_pretrained(tmp_path / "base")
+    with pytest.raises(FolderTaskError, match="TransformerModel, a model without a head: the attention view serves"):
+        attention_data(tmp_path / "base", "a man")
+
+
 def test_a_folder_of_another_model_type_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(ValueError, match=re.escape(f"{tmp_path} holds a 'bert' model, not one of hf_transformer")):
@@ -216,7 +244,7 @@ def test_the_command_writes_the_page(folders, tmp_path, capsys):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["{missing}", "a man"], "No model folder at {missing}"),
+        (["{missing}", "a man"], "No folder at {missing}"),
         (["{folder}", ""], "the text is empty"),
         (["{folder}", "a", "--num_beams", "0"], "num_beams must be an integer of at least 1"),
     ],
