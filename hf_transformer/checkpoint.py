@@ -16,16 +16,22 @@ Weights given explicitly (``from_pretrained(None, config=config, state_dict=weig
 build a model from some weights and initialise the rest) are loaded as transformers loads them: what the
 dictionary lacks is initialised by ``_init_weights`` and reported, not refused; non-finite values still raise.
 ``ignore_mismatched_sizes=True`` re-initialises weights whose shapes differ, with transformers' own report.
+
+Saving writes a folder's extra files: the model's code (every head named in ``auto_map``) and, for a class that has a
+pipeline (:func:`register_folder_pipeline`), the pipeline's code, named in the config's ``custom_pipelines``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
 from transformers.dynamic_module_utils import custom_object_save
+
+from .configuration_transformer import _FOLDER_PIPELINES
 
 
 class CheckpointError(OSError):
@@ -130,13 +136,39 @@ def _weights_take_the_umask(folder, before: dict[str, tuple[int, int]]) -> None:
             pass
 
 
+def register_folder_pipeline(architecture: str, pipeline_class: type) -> None:
+    """Folders saved by the class named ``architecture`` name ``pipeline_class`` (registered first with
+    ``transformers.pipelines.PIPELINE_REGISTRY``) in their ``custom_pipelines``, as ``Pipeline.save_pretrained`` does,
+    and carry its module (and the modules it imports) beside the model's code, so that ``transformers.pipeline(task,
+    model=folder, trust_remote_code=True)`` runs it where this package is not installed. Where it is installed, the
+    package's registered pipeline serves the task and the configuration leaves the entry unread (no
+    trust_remote_code needed)."""
+    if not getattr(pipeline_class, "_registered_impl", None):
+        raise ValueError(f"{pipeline_class.__name__} is not registered with transformers' PIPELINE_REGISTRY")
+    _FOLDER_PIPELINES[architecture] = pipeline_class
+
+
+def pipeline_entries(pipelines) -> dict[str, dict]:
+    """The ``custom_pipelines`` entries of ``pipelines`` as ``Pipeline.save_pretrained`` writes them: task ->
+    ``impl`` (``module.Class`` in the copied code), ``pt`` (Auto class names) and the registration's other settings,
+    from ``Pipeline._registered_impl``, which ``PIPELINE_REGISTRY.register_pipeline`` sets (a private attribute of
+    transformers, pinned in tests/test_private_hooks.py)."""
+    entries = {}
+    for pipeline in pipelines:
+        for task, info in pipeline._registered_impl.items():
+            impl = f"{pipeline.__module__.rsplit('.', 1)[-1]}.{pipeline.__name__}"
+            entries[task] = {**info, "impl": impl, "pt": [auto.__name__ for auto in info["pt"]]}
+    return entries
+
+
 class CheckedLoadingMixin:
     """What the package changes in ``PreTrainedModel``'s loading and saving. The transformers hooks overridden here
     (checked against transformers 5.23.0; ``tests/test_private_hooks.py`` pins each):
     ``from_pretrained`` (public, wrapped by :func:`checked_from_pretrained`), ``get_expanded_tied_weights_keys``,
     ``mark_tied_weights_as_initialized``, ``save_pretrained`` (public) with ``should_save_on_this_rank`` and
     ``dynamic_module_utils.custom_object_save``. ``save_pretrained`` also gives the weight files it writes the
-    permissions of the folder's other files (the umask's; safetensors 0.8 writes them 0600)."""
+    permissions of the folder's other files (the umask's; safetensors 0.8 writes them 0600), and a folder of a class
+    that has a pipeline its pipeline (:func:`register_folder_pipeline`)."""
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -167,9 +199,33 @@ class CheckedLoadingMixin:
     def save_pretrained(self, save_directory, *args, **kwargs):
         refuse_quantized_modules(self)
         before = _weight_files(save_directory)
-        result = self._save_with_every_head(save_directory, *args, **kwargs)
+        with self._naming_its_pipelines(save_directory, *args, **kwargs):
+            result = self._save_with_every_head(save_directory, *args, **kwargs)
         _weights_take_the_umask(save_directory, before)
         return result
+
+    @contextlib.contextmanager
+    def _naming_its_pipelines(self, save_directory, *args, **kwargs) -> Iterator[None]:
+        # A folder that carries the model's code (remote code) also carries the pipelines of its class; the config in
+        # memory names them while it is saved and is left as it was.
+        pipeline = _FOLDER_PIPELINES.get(self._package_class().__name__)
+        if pipeline is None or not self.is_remote_code():
+            yield
+            return
+        is_main_process = args[0] if args else kwargs.get("is_main_process", True)
+        if self.should_save_on_this_rank(is_main_process):
+            os.makedirs(save_directory, exist_ok=True)
+            custom_object_save(object.__new__(pipeline), save_directory)  # its file and those it imports
+        config = self.config
+        before = config.__dict__.get("custom_pipelines")
+        config.custom_pipelines = {**(before or {}), **pipeline_entries([pipeline])}
+        try:
+            yield
+        finally:
+            if before is None:
+                del config.custom_pipelines
+            else:
+                config.custom_pipelines = before
 
     def _save_with_every_head(self, save_directory, *args, **kwargs):
         # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto

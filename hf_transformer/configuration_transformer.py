@@ -28,11 +28,9 @@ import difflib
 import inspect
 import logging
 import math
-import os
 import warnings
 
 from transformers import GenerationConfig, PretrainedConfig
-from transformers.dynamic_module_utils import custom_object_save
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +96,7 @@ _READING_SAVED_CONFIG: contextvars.ContextVar[bool] = contextvars.ContextVar("_R
 
 # Saved class name -> the `transformers.Pipeline` class that serves its folders, registered in transformers'
 # PIPELINE_REGISTRY (`hf_transformer` registers its translation pipeline for the seq2seq class on import). A folder
-# saved with one names it in `custom_pipelines` and carries its code: see `TransformerConfig.save_pretrained`.
+# saved with one names it in `custom_pipelines` and carries its code: see `hf_transformer.checkpoint`.
 _FOLDER_PIPELINES: dict[str, type] = {}
 
 
@@ -373,42 +371,6 @@ class TransformerConfig(PretrainedConfig):
                 raise
             raise ValueError(f"{error} (assigned as `{key}`)") from None
         super().__setattr__(key, value)
-
-    @staticmethod
-    def register_folder_pipeline(architecture: str, pipeline_class: type) -> None:
-        """Folders saved by the class named ``architecture`` name ``pipeline_class`` (registered first with
-        ``transformers.pipelines.PIPELINE_REGISTRY``) in their ``custom_pipelines`` and carry its code."""
-        if not getattr(pipeline_class, "_registered_impl", None):
-            raise ValueError(f"{pipeline_class.__name__} is not registered with transformers' PIPELINE_REGISTRY")
-        _FOLDER_PIPELINES[architecture] = pipeline_class
-
-    def save_pretrained(self, save_directory, push_to_hub: bool = False, **kwargs):
-        """``PretrainedConfig.save_pretrained``. A folder of a class that has a pipeline
-        (:meth:`register_folder_pipeline`: the seq2seq model's, ``hf_transformer``'s translation pipeline) also names
-        it in ``custom_pipelines`` as ``Pipeline.save_pretrained`` does, and carries its module (and the modules that
-        one imports) beside the model's code, so that ``transformers.pipeline(task, model=folder,
-        trust_remote_code=True)`` runs it where this package is not installed. Where it is installed, the package's
-        registered pipeline serves the task and the entry is not read (no trust_remote_code needed)."""
-        pipelines = [_FOLDER_PIPELINES[name] for name in self.architectures or () if name in _FOLDER_PIPELINES]
-        if not pipelines or self._auto_class is None:  # no pipeline, or a folder that carries no code
-            return super().save_pretrained(save_directory, push_to_hub, **kwargs)
-        entries = {}
-        for pipeline in pipelines:
-            for task, info in pipeline._registered_impl.items():
-                impl = f"{pipeline.__module__.rsplit('.', 1)[-1]}.{pipeline.__name__}"
-                entries[task] = {**info, "impl": impl, "pt": [auto.__name__ for auto in info["pt"]]}
-        os.makedirs(save_directory, exist_ok=True)
-        for pipeline in pipelines:
-            custom_object_save(object.__new__(pipeline), save_directory)  # its file and those it imports
-        before = self.__dict__.get("custom_pipelines")
-        self.custom_pipelines = {**(before or {}), **entries}
-        try:
-            return super().save_pretrained(save_directory, push_to_hub, **kwargs)
-        finally:  # the config in memory is left as it was
-            if before is None:
-                del self.custom_pipelines
-            else:
-                self.custom_pipelines = before
 
     def validate(self) -> None:
         """Every check of the constructor (`PretrainedConfig.save_pretrained` calls this before writing): a config

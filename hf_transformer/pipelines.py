@@ -5,7 +5,7 @@ registered pipelines, so the task has a name of its own; `import hf_transformer`
 folder names the pipeline in its config (`custom_pipelines`) and carries this file (and `folders.py`, which it
 imports), so that `pipeline("hf-transformer-translation", model=folder, trust_remote_code=True)` runs where this
 package is not installed. This module therefore imports nothing of the package but `folders` (and, when registering,
-the configuration class).
+the saving of a folder's extra files, `checkpoint`).
 """
 
 from __future__ import annotations
@@ -123,6 +123,6 @@ def register_pipeline() -> None:
     )
     # A saved seq2seq folder names the pipeline (`custom_pipelines`) and carries this file, so that
     # `pipeline(PIPELINE_TASK, model=folder, trust_remote_code=True)` runs where this package is not installed.
-    from .configuration_transformer import TransformerConfig
+    from .checkpoint import register_folder_pipeline
 
-    TransformerConfig.register_folder_pipeline("TransformerForConditionalGeneration", TranslationPipeline)
+    register_folder_pipeline("TransformerForConditionalGeneration", TranslationPipeline)

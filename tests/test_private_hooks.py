@@ -107,6 +107,24 @@ def test_other_private_names_the_package_reads():
     assert list(inspect.signature(custom_object_save).parameters)[:2] == ["obj", "folder"]
 
 
+def test_a_registered_pipeline_keeps_its_registration_on_the_class():
+    # `Pipeline._registered_impl`, set by `PIPELINE_REGISTRY.register_pipeline`, is what a saved folder's
+    # `custom_pipelines` entry is written from (hf_transformer.checkpoint.pipeline_entries) and what the configuration
+    # reads to leave the package's own tasks to the installed pipeline.
+    from transformers.pipelines import PIPELINE_REGISTRY
+
+    from hf_transformer.checkpoint import pipeline_entries
+    from hf_transformer.pipelines import PIPELINE_TASK, TranslationPipeline
+
+    source = inspect.getsource(type(PIPELINE_REGISTRY).register_pipeline)
+    assert "pipeline_class._registered_impl = {task: task_impl}" in source
+    registered = TranslationPipeline._registered_impl[PIPELINE_TASK]
+    assert registered["impl"] is TranslationPipeline and isinstance(registered["pt"], tuple)
+    assert pipeline_entries([TranslationPipeline]) == {
+        PIPELINE_TASK: {"impl": "pipelines.TranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"], "type": "text"}
+    }
+
+
 def test_generation_module_lists_each_generation_hook():
     import hf_transformer.generation as generation
 
