@@ -193,3 +193,121 @@ def test_pages_stay_short():
 def test_docs_hold_guides_not_run_records():
     records = [p.name for p in (REPO / "docs").rglob("*") if p.is_file() and p.suffix not in {".md", ".png"}]
     assert not records, f"run records in docs/: {records}"
+
+
+# The package's layers. The core (the model and what it is made of) imports none of the other layers; the training
+# kit (data, training loops, tokenizer training, metrics, figures, conversion from the seeds) and the ways out
+# (loading a saved folder, inference, pipelines, ensembles, adapters, the Hub, the exporters) import no demo; the
+# leaves import nothing of the package. Every module is in one layer: a new module is placed here.
+LEAVES = {"hf_transformer.folders", "hf_transformer.openmp"}
+CORE = {
+    "hf_transformer.configuration_transformer",
+    "hf_transformer.modeling_transformer",
+    "hf_transformer.generation",
+    "hf_transformer.speed",
+    "hf_transformer.input_checks",
+    "hf_transformer.checkpoint",
+}
+WAYS_OUT = {
+    "hf_transformer.saved_folder",
+    "hf_transformer.inference",
+    "hf_transformer.pipelines",
+    "hf_transformer.ensemble",
+    "hf_transformer.adapters",
+    "hf_transformer.hub",
+    "hf_transformer.export",
+}
+TRAINING_KIT = {
+    "hf_transformer.training",
+    "hf_transformer.translation_training",
+    "hf_transformer.encoder_training",
+    "hf_transformer.data",
+    "hf_transformer.metrics",
+    "hf_transformer.figures",
+    "hf_transformer.convert",
+    "hf_transformer.tokenization",
+}
+DEMO = {"hf_transformer.app", "hf_transformer.attention_view"}
+LAYERS = {"leaves": LEAVES, "core": CORE, "ways out": WAYS_OUT, "training kit": TRAINING_KIT, "demo": DEMO}
+# What each layer may not import.
+FORBIDDEN = {
+    "leaves": {"core", "ways out", "training kit", "demo"},
+    "core": {"ways out", "training kit", "demo"},
+    "ways out": {"demo"},
+    "training kit": {"demo"},
+    "demo": set(),
+}
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a module of the package (a subpackage's modules are in its layer); None for the package."""
+    for layer, members in LAYERS.items():
+        if any(module == member or module.startswith(member + ".") for member in members):
+            return layer
+    return None
+
+
+def arrows(name: str, source: str, known: set[str], is_package: bool = False) -> set[str]:
+    """The package's modules (``known``) that module ``name`` (its ``source``; ``is_package``: an ``__init__``)
+    imports anywhere in its file, each by its own name: ``from . import x`` is an arrow to ``x``, not to the package
+    above it."""
+    package = name if is_package else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                target = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [f"{target}.{alias.name}" for alias in node.names]
+            candidates = [candidate for candidate in candidates if candidate in known] or [target]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        for candidate in candidates:
+            while candidate and candidate not in known:
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name:
+                found.add(candidate)
+    return found
+
+
+def test_arrows_name_the_module_a_relative_import_reaches():
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.sub", "pkg.sub.c"}
+    source = "from . import a\nfrom .b import f\nfrom .sub.c import g\ndef h():\n    from .sub import c\n"
+    assert arrows("pkg.x", source, known) == {"pkg.a", "pkg.b", "pkg.sub.c"}
+    assert arrows("pkg.x", "import pkg\nfrom . import f\n", known) == {"pkg"}  # the package above: an arrow up
+
+
+def test_every_module_is_in_one_layer():
+    modules = set(package_modules())
+    unplaced = [name for name in sorted(modules) if name != "hf_transformer" and layer_of(name) is None]
+    assert not unplaced, f"modules in no layer (place them in tests/test_layout.py's LAYERS): {unplaced}"
+    for layer, members in LAYERS.items():
+        assert members <= modules, f"{layer} names modules that are gone: {members - modules}"
+
+
+def test_the_layers_import_downwards_only():
+    modules = package_modules()
+    crossing = []
+    for name, path in modules.items():
+        layer = layer_of(name)
+        source = path.read_text(encoding="utf-8")
+        for imported in arrows(name, source, set(modules), is_package=path.name == "__init__.py"):
+            if imported == "hf_transformer":  # importing a submodule has already run the package's __init__
+                crossing.append(f"{name} imports the package itself (an arrow back up)")
+            elif layer is not None and layer_of(imported) in FORBIDDEN[layer]:
+                crossing.append(f"{name} ({layer}) imports {imported} ({layer_of(imported)})")
+    assert not crossing, "\n".join(crossing)
+
+
+def test_the_library_benchmarks_import_no_recipe():
+    offenders = [
+        f"{path.relative_to(REPO)} imports {name}"
+        for path in python_files("benchmarks")
+        for name in absolute_imports(path.read_text(encoding="utf-8"))
+        if name.split(".")[0] == "recipes"
+    ]
+    assert not offenders, offenders

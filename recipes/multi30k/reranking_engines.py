@@ -1,9 +1,9 @@
 """Noisy-channel reranking's work per sentence (n-best lists by beam search, every candidate scored both ways by
 teacher forcing) on torch against CTranslate2, side by side in one process, as ratios of medians.
 
-    python -m benchmarks.reranking_engines --forward runs/student-en-de --channel runs/student-de-en \
+    python -m recipes.multi30k.reranking_engines --forward runs/student-en-de --channel runs/student-de-en \
         --sources data/multi30k/train.en --sentences 128 --num_candidates 10 --threads 1 \
-        --output benchmarks/results/reranking-engines.json
+        --output recipes/multi30k/records/reranking-engines.json
 
 The rounds alternate the engines, so that a machine's load falls on both alike. Before timing, the two engines'
 scores of the same candidates are compared (they agree to rounding: the scores are the model's either way).
@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> dict:
     results = {
         "machine": platform.processor() or platform.machine(),
         "torch": torch.__version__,
-        "command": "python -m benchmarks.reranking_engines " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m recipes.multi30k.reranking_engines "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
         "sentences": len(sources),
         "threads": args.threads,
         "num_candidates": args.num_candidates,
