@@ -161,9 +161,9 @@ class SavedFolder:
 
 
 def read_folder(folder, *, hub: bool = True) -> SavedFolder:
-    """The :class:`SavedFolder` of ``folder`` (a path, or, with ``hub``, a Hub repo id); a ``SavedFolder`` is
-    returned as it is. Raises :class:`FolderError` in one line for a path that holds no saved model, adapter or
-    CTranslate2 model."""
+    """The :class:`SavedFolder` of ``folder`` (a path, or, with ``hub``, a Hub repo id; an adapter's base model may be
+    either); a ``SavedFolder`` is returned as it is. Raises :class:`FolderError` in one line for a path that holds no
+    saved model, adapter or CTranslate2 model."""
     if isinstance(folder, SavedFolder):
         return folder
     name, path = str(folder), Path(folder)
@@ -179,7 +179,7 @@ def read_folder(folder, *, hub: bool = True) -> SavedFolder:
     if (path / CONFIG_FILE).is_file():
         return _model(name, _config(name), weight_files(path))
     if (path / ADAPTER_CONFIG).is_file():
-        return _adapter(name, _read_json(path / ADAPTER_CONFIG, name), hub)
+        return _adapter(name, _read_json(path / ADAPTER_CONFIG, name))
     raise FolderError(f"{name} is not a model folder: it has no {CONFIG_FILE}")
 
 
@@ -255,7 +255,7 @@ def _model(path: str, config: dict, weights: tuple[str, ...], tokenizer: str | N
     )
 
 
-def _adapter(path: str, settings: dict, hub: bool) -> SavedFolder:
+def _adapter(path: str, settings: dict) -> SavedFolder:
     base = settings.get("base_model_name_or_path")
     if not base:
         raise FolderError(f"{path}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path is empty)")
@@ -263,8 +263,8 @@ def _adapter(path: str, settings: dict, hub: bool) -> SavedFolder:
     if task_type in _ADAPTER_TASKS:
         task, architectures, model_type = _ADAPTER_TASKS[task_type], (), None
         saved = f"a LoRA adapter ({task_type})"
-    else:  # an adapter saved without a task type: its base model's own head
-        of_base = read_folder(base, hub=hub)
+    else:  # an adapter saved without a task type: its base model's own head (a folder, or a Hub id)
+        of_base = read_folder(base)
         task, architectures, model_type = of_base.task, of_base.architectures, of_base.model_type
         saved = f"a LoRA adapter on {of_base.saved}"
     head = _HEAD_OF_TASK.get(task)
