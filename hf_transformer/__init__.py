@@ -12,6 +12,7 @@ from transformers import (
     AutoModelForSeq2SeqLM,
     AutoModelForSequenceClassification,
 )
+from transformers.models.auto.tokenization_auto import REGISTERED_TOKENIZER_CLASSES
 
 from .configuration_transformer import TransformerConfig
 from .inference import Predictor
@@ -23,6 +24,7 @@ from .modeling_transformer import (
     TransformerPreTrainedModel,
 )
 from .pipelines import PIPELINE_TASK, register_pipeline
+from .tokenization.morphemes import MorphemeTokenizerFast
 
 __version__ = "0.1.0"
 
@@ -40,6 +42,12 @@ TransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2Seq
 TransformerForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 TransformerForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 
+# AutoTokenizer finds the morpheme tokenizer by the class name its folders save (`tokenizer_class`); `auto_map` and
+# a copy of its module let it load with trust_remote_code=True where this package is not installed.
+# (AutoTokenizer.register would also tie it to TransformerConfig, the fallback of every folder of that config.)
+REGISTERED_TOKENIZER_CLASSES[MorphemeTokenizerFast.__name__] = MorphemeTokenizerFast
+MorphemeTokenizerFast.register_for_auto_class("AutoTokenizer")
+
 # transformers.pipeline(PIPELINE_TASK, model=folder) translates (hf_transformer.pipelines.TranslationPipeline).
 register_pipeline()
 
@@ -51,5 +59,6 @@ __all__ = [
     "TransformerForSequenceClassification",
     "TransformerForMaskedLM",
     "Predictor",
+    "MorphemeTokenizerFast",
     "PIPELINE_TASK",
 ]

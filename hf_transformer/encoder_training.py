@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .configuration_transformer import TransformerConfig
 from .training import SplitLimits
 
-__all__ = ["EncoderArguments", "TextFileArguments", "encoder_config"]
+__all__ = ["EncoderArguments", "TextFileArguments", "encoder_config", "train_encoder_tokenizer"]
 
 
 @dataclass
@@ -19,6 +19,17 @@ class EncoderArguments:
 
     tokenizer: str | None = field(default=None, metadata={"help": "a saved tokenizer folder; else one is trained"})
     vocab_size: int = field(default=8000, metadata={"help": "vocabulary size of a newly trained tokenizer"})
+    tokenizer_model: str = field(
+        default="unigram",
+        metadata={"help": "subword model of a newly trained tokenizer: unigram, or bpe (training it is repeatable)"},
+    )
+    segmenter: str | None = field(
+        default=None,
+        metadata={
+            "help": "mecab-ko: a newly trained tokenizer cuts every text into Korean morphemes before its subword "
+            "model, in training and in every later use (needs python-mecab-ko: the morphemes extra)"
+        },
+    )
     max_length: int = field(default=128, metadata={"help": "texts are truncated to this many tokens"})
     d_model: int = 256
     num_layers: int = 3
@@ -39,6 +50,19 @@ class EncoderArguments:
     )
     freeze_embeddings: bool = field(
         default=False, metadata={"help": "keep the token table fixed (e.g. as pretrained with --init_from)"}
+    )
+
+
+def train_encoder_tokenizer(model_args: EncoderArguments, texts):
+    """A new tokenizer for the encoder, trained on ``texts`` with the arguments' vocabulary, model and segmenter."""
+    from .tokenization import train_tokenizer
+
+    return train_tokenizer(
+        texts,
+        vocab_size=model_args.vocab_size,
+        model_type=model_args.tokenizer_model,
+        segmenter=model_args.segmenter,
+        model_max_length=model_args.max_length,
     )
 
 

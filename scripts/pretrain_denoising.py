@@ -34,7 +34,7 @@ from transformers import DataCollatorForLanguageModeling, HfArgumentParser, Trai
 
 from hf_transformer import TransformerForMaskedLM
 from hf_transformer.data import tokenize_classification
-from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config
+from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
@@ -123,11 +123,7 @@ def load_texts_and_tokenizer(model_args, data_args: TextFileArguments, training_
     logger.info("texts: %s (labels and test rows are not read)", {k: len(v) for k, v in splits.items()})
 
     def train_new_tokenizer():
-        from hf_transformer.tokenization import train_tokenizer
-
-        return train_tokenizer(
-            splits["train"]["text"], vocab_size=model_args.vocab_size, model_max_length=model_args.max_length
-        )
+        return train_encoder_tokenizer(model_args, splits["train"]["text"])
 
     tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
     if tokenizer.mask_token_id is None:

@@ -29,7 +29,7 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
-from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config
+from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
@@ -143,11 +143,7 @@ def load_encoder_and_data(model_args, data_args, training_args):
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():
-        from hf_transformer.tokenization import train_tokenizer
-
-        return train_tokenizer(
-            splits["train"]["text"], vocab_size=model_args.vocab_size, model_max_length=model_args.max_length
-        )
+        return train_encoder_tokenizer(model_args, splits["train"]["text"])
 
     tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
     return splits, tokenizer, tokenize_classification(splits, tokenizer, max_length=model_args.max_length)

@@ -167,3 +167,28 @@ def test_config_hooks_still_exist():
     config = TransformerConfig()
     assert config.__dict__.get("_post_init_done") is True
     assert "_post_init_done" not in config.to_dict()
+
+
+def test_morpheme_tokenizer_hooks_still_exist():
+    # MorphemeTokenizerFast (hf_transformer.tokenization.morphemes) is found by its saved class name through
+    # transformers' registry of tokenizer classes, and overrides the classmethod `from_pretrained` calls to build
+    # the backend (for a class with its own __init__, transformers' version keeps only the vocabulary).
+    from transformers.models.auto import tokenization_auto
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    from hf_transformer.tokenization.morphemes import MorphemeTokenizerFast
+
+    assert tokenization_auto.REGISTERED_TOKENIZER_CLASSES["MorphemeTokenizerFast"] is MorphemeTokenizerFast
+    assert "REGISTERED_TOKENIZER_CLASSES" in inspect.getsource(tokenization_auto.tokenizer_class_from_name)
+    assert ["cls", "trust_remote_code"] == list(
+        inspect.signature(TokenizersBackend.convert_to_native_format.__func__).parameters
+    )[:2]
+    assert "cls.convert_to_native_format(**init_kwargs)" in inspect.getsource(PreTrainedTokenizerBase._from_pretrained)
+    # python-mecab-ko's lattice, which gives each morpheme's span without building its feature objects.
+    mecab = pytest.importorskip("mecab")
+    from mecab.mecab import create_lattice
+
+    lattice = create_lattice("영화였던가")
+    assert mecab.MeCab()._tagger.parse(lattice)
+    assert [tuple(span) for span, _node in lattice] == [(0, 2), (2, 3), (3, 5)]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from .train import DEFAULT_MODEL_MAX_LENGTH, MODEL_TYPES, train_tokenizer
+from .train import DEFAULT_MODEL_MAX_LENGTH, MODEL_TYPES, SEGMENTERS, train_tokenizer
 
 logger = logging.getLogger("hf_transformer.tokenization")
 
@@ -74,6 +74,7 @@ def command_train(args: argparse.Namespace) -> None:
         model_type=args.model,
         model_max_length=args.model_max_length,
         lowercase=args.lowercase,
+        segmenter=args.segmenter,
         show_progress=not args.quiet,
         save_directory=args.output,
     )
@@ -126,6 +127,9 @@ def build_parser(prog: str | None = None) -> argparse.ArgumentParser:
     train.add_argument("--model", choices=MODEL_TYPES, default="unigram")
     train.add_argument("--model-max-length", type=int, default=DEFAULT_MODEL_MAX_LENGTH)
     train.add_argument("--lowercase", action="store_true", help="the tokenizer lowercases every text it encodes")
+    train.add_argument(
+        "--segmenter", choices=SEGMENTERS, help="cut every text into Korean morphemes first (the morphemes extra)"
+    )
     train.add_argument("--sample", action="append", help="text to show split after training (repeatable)")
     train.set_defaults(run=command_train)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from .morphemes import SEGMENTER, MorphemeTokenizerFast, saved_pre_tokenizer, with_morphemes
+
 logger = logging.getLogger(__name__)
 
 # The ids are fixed: id 0 is the padding id of the models (the seeds' `i_pad`), bos/eos follow the
@@ -45,6 +47,7 @@ SPECIAL_TOKEN_KWARGS: dict[str, str] = {
 
 METASPACE = "\u2581"  # "▁", SentencePiece's visible word-boundary marker
 MODEL_TYPES = ("unigram", "bpe")
+SEGMENTERS = (SEGMENTER,)  # what may cut the text before the subword model (morphemes.py)
 DEFAULT_MODEL_MAX_LENGTH = 256  # the seeds' n_enc_seq / n_dec_seq
 _BATCH_SIZE = 1000  # strings handed to the Rust trainer per step; bigger batches cross the FFI less often
 
@@ -93,12 +96,16 @@ def eos_post_processor(token_to_id) -> processors.TemplateProcessing:
     )
 
 
-def wrap_tokenizer(backend: Tokenizer, model_max_length: int = DEFAULT_MODEL_MAX_LENGTH) -> PreTrainedTokenizerFast:
-    """Give a `tokenizers.Tokenizer` that holds the special tokens the transformers interface."""
+def wrap_tokenizer(
+    backend: Tokenizer,
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+    tokenizer_class: type = PreTrainedTokenizerFast,
+) -> PreTrainedTokenizerFast:
+    """Give a `tokenizers.Tokenizer` that holds the special tokens the transformers interface (`tokenizer_class`)."""
     missing = [token for token in SPECIAL_TOKENS if backend.token_to_id(token) is None]
     if missing:
         raise ValueError(f"the vocabulary has no {', '.join(missing)}; every one of {SPECIAL_TOKENS} is needed")
-    return PreTrainedTokenizerFast(
+    return tokenizer_class(
         tokenizer_object=backend,
         model_max_length=model_max_length,
         # The default clean-up turns "a ." into "a.", so decode(encode(text)) would not give the text back.
@@ -177,8 +184,10 @@ def build_trainer(
     shrinking_factor: float,
     show_progress: bool,
     lowercase: bool = False,
+    segmenter: str | None = None,
 ) -> tuple[Tokenizer, trainers.Trainer]:
-    """An untrained tokenizer with the SentencePiece-style pipeline, and the trainer for its model."""
+    """An untrained tokenizer with the SentencePiece-style pipeline (with ``segmenter``, cutting the text into
+    morphemes first), and the trainer for its model."""
     if model_type == "unigram":
         backend = Tokenizer(models.Unigram())
         trainer = trainers.UnigramTrainer(
@@ -201,7 +210,7 @@ def build_trainer(
     else:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     backend.normalizer = sentencepiece_normalizer(lowercase)
-    backend.pre_tokenizer = sentencepiece_pre_tokenizer()
+    backend.pre_tokenizer = with_morphemes(saved_pre_tokenizer()) if segmenter else sentencepiece_pre_tokenizer()
     backend.decoder = sentencepiece_decoder()
     return backend, trainer
 
@@ -217,6 +226,7 @@ def train_tokenizer(
     shrinking_factor: float = 0.5,
     model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
     lowercase: bool = False,
+    segmenter: str | None = None,
     show_progress: bool = True,
     save_directory: str | os.PathLike | None = None,
 ) -> PreTrainedTokenizerFast:
@@ -237,14 +247,18 @@ def train_tokenizer(
         model_max_length: the longest input the models take; `truncation=True` cuts there.
         lowercase: the tokenizer lowercases every text it encodes (training text included), so a model
             trained with it reads and writes lowercase (the preprocessing of many translation papers).
+        segmenter: "mecab-ko" cuts every text into Korean morphemes before the subword model (the
+            `morphemes` extra: python-mecab-ko); the result is a `MorphemeTokenizerFast`, which does the same to
+            every text it encodes. None: words and punctuation only.
         show_progress: show the trainer's progress bars.
         save_directory: when given, the tokenizer is also saved there (`save_pretrained`).
 
     Special tokens have fixed ids: [PAD] 0, [UNK] 1, [BOS] 2, [EOS] 3, [SEP] 4, [CLS] 5, [MASK] 6.
     Encoding appends [EOS] (also to `text_target=`); a pair is joined as `A [SEP] B [EOS]`.
-    Characters never seen in training become [UNK]. Unigram training is not bit-for-bit repeatable (the
-    trainer orders some equal-scored pieces by hash order), so ship the saved tokenizer with its model
-    rather than training it again.
+    Characters never seen in training become [UNK]. BPE training is repeatable: the same texts and settings
+    give a byte-identical `tokenizer.json`. Unigram training is not (the `tokenizers` trainer gathers the
+    texts in hash order, which moves piece ids and scores between runs), so ship the saved tokenizer with its
+    model rather than training it again.
     """
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
@@ -252,6 +266,8 @@ def train_tokenizer(
         raise ValueError(f"vocab_size must be above the {len(SPECIAL_TOKENS)} special tokens, not {vocab_size}")
     if not 0.0 < shrinking_factor < 1.0:
         raise ValueError(f"shrinking_factor must be between 0 and 1, not {shrinking_factor}")
+    if segmenter is not None and segmenter not in SEGMENTERS:
+        raise ValueError(f"segmenter must be one of {SEGMENTERS} or None, not {segmenter!r}")
 
     backend, trainer = build_trainer(
         model_type,
@@ -261,6 +277,7 @@ def train_tokenizer(
         shrinking_factor=shrinking_factor,
         show_progress=show_progress,
         lowercase=lowercase,
+        segmenter=segmenter,
     )
     files = _as_files(texts_or_files)
     if files is not None:
@@ -281,7 +298,13 @@ def train_tokenizer(
             vocab_size,
         )
     backend.post_processor = eos_post_processor(backend.token_to_id)
-    tokenizer = wrap_tokenizer(backend, model_max_length=model_max_length)
+    if segmenter is not None:
+        backend.pre_tokenizer = saved_pre_tokenizer()  # MorphemeTokenizerFast puts the morpheme step back
+    tokenizer = wrap_tokenizer(
+        backend,
+        model_max_length=model_max_length,
+        tokenizer_class=MorphemeTokenizerFast if segmenter is not None else PreTrainedTokenizerFast,
+    )
     if save_directory is not None:
         tokenizer.save_pretrained(save_directory)
         logger.info("saved the tokenizer to %s", save_directory)

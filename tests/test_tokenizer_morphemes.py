@@ -1,0 +1,192 @@
+"""Tokenizers that cut Korean text into MeCab-ko morphemes first (`segmenter="mecab-ko"`): the cut, offsets and
+round trips, saving and loading (with the package, with remote code only, without the analyzer), pickling for
+`datasets`, and repeatable training."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import unicodedata
+from pathlib import Path
+
+import pytest
+from transformers import AutoTokenizer
+
+import hf_transformer
+from hf_transformer.tokenization import train_tokenizer
+from hf_transformer.tokenization.morphemes import MISSING_ANALYZER, MorphemeSplitter, MorphemeTokenizerFast
+
+pytest.importorskip("mecab", reason="the morphemes extra (python-mecab-ko) is not installed")
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REVIEWS = [
+    "이런 영화는 처음이다",
+    "배우들 연기는 좋았는데 스토리가 너무 지루했다",
+    "시간이 아까운 최악의 영화였던가...",
+    "다시 보고 싶은 인생 영화",
+    "정말 재미있고 감동적인 영화였어요!!",
+    "ㅋㅋㅋ 진짜 웃겨요 ^^ 강추합니다",
+    "스토리도 연기도 별로였다. 1점도 아깝다",
+    "감독의 다음 영화가 기대된다",
+]
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> MorphemeTokenizerFast:
+    return train_tokenizer(REVIEWS * 10, vocab_size=300, model_type="bpe", segmenter="mecab-ko", show_progress=False)
+
+
+def test_pieces_never_cross_a_morpheme_and_mark_word_starts(tokenizer):
+    assert isinstance(tokenizer, MorphemeTokenizerFast)
+    text = "영화였던가 지루했다"
+    spans = MorphemeSplitter().spans(text)
+    assert [text[start:end] for start, end in spans][:3] == ["영화", "였", "던가"]
+    ends = {end for _, end in spans}
+    encoding = tokenizer(text, return_offsets_mapping=True)
+    pieces = encoding.tokens()[:-1]  # [EOS] last
+    offsets = encoding["offset_mapping"][:-1]
+    # Every morpheme boundary is a piece boundary, and "▁" marks exactly the pieces that begin a word.
+    assert ends <= {end for _, end in offsets}
+    word_starts = [start == 0 or text[start] == " " for start, _ in offsets]
+    assert [piece.startswith("▁") for piece in pieces] == word_starts
+    assert sum(word_starts) == 2
+    assert tokenizer.decode(encoding["input_ids"], skip_special_tokens=True) == text
+
+
+@pytest.mark.parametrize("text", REVIEWS)
+def test_decode_gives_the_text_back(tokenizer, text):
+    # The normalizer's NFKC form: compatibility jamo such as "ㅋ" become their conjoining forms.
+    decoded = tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True)
+    assert decoded == unicodedata.normalize("NFKC", text)
+
+
+def test_saved_folder_reloads_the_morpheme_step(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert saved["tokenizer_class"] == "MorphemeTokenizerFast"
+    assert saved["auto_map"]["AutoTokenizer"][1] == "morphemes.MorphemeTokenizerFast"
+    assert (tmp_path / "morphemes.py").is_file()
+    reloaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert type(reloaded) is MorphemeTokenizerFast
+    for text in REVIEWS:
+        assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    # The saving left the live tokenizer whole.
+    assert tokenizer("영화였던가").tokens() == reloaded("영화였던가").tokens()
+
+
+@pytest.mark.parametrize("clone", ["pickle", "deepcopy"])
+def test_pickled_and_copied_tokenizers_keep_the_morpheme_step(tokenizer, clone):
+    other = pickle.loads(pickle.dumps(tokenizer)) if clone == "pickle" else copy.deepcopy(tokenizer)
+    for text in REVIEWS:
+        assert other(text)["input_ids"] == tokenizer(text)["input_ids"]
+
+
+def test_datasets_map_fingerprints_and_tokenizes_with_it(tokenizer):
+    datasets = pytest.importorskip("datasets")
+    rows = datasets.Dataset.from_dict({"text": REVIEWS})
+    mapped = rows.map(lambda batch: tokenizer(batch["text"]), batched=True)
+    assert mapped["input_ids"] == [tokenizer(text)["input_ids"] for text in REVIEWS]
+
+
+def _run(code: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf-home")}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_loads_with_remote_code_where_the_package_is_absent(tokenizer, tmp_path):
+    folder = tmp_path / "folder"
+    tokenizer.save_pretrained(folder)
+    expected = [tokenizer(text)["input_ids"] for text in REVIEWS]
+    result = _run(
+        f"""
+        import json, sys
+        sys.modules["hf_transformer"] = None  # as where the package is not installed
+        from transformers import AutoTokenizer
+        try:
+            AutoTokenizer.from_pretrained({str(folder)!r})
+        except ValueError as error:
+            print("REFUSED", "trust_remote_code" in str(error))
+        loaded = AutoTokenizer.from_pretrained({str(folder)!r}, trust_remote_code=True)
+        print(type(loaded).__name__, json.dumps([loaded(t)["input_ids"] for t in {REVIEWS!r}]))
+        """,
+        tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    refused, loaded = result.stdout.strip().splitlines()[-2:]
+    assert refused.endswith("REFUSED True")  # after transformers' prompt, which has no one to answer it here
+    name, ids = loaded.split(" ", 1)
+    assert name == "MorphemeTokenizerFast" and json.loads(ids) == expected
+
+
+def test_without_the_analyzer_loading_says_what_to_install(tokenizer, tmp_path):
+    tokenizer.save_pretrained(tmp_path / "folder")
+    result = _run(
+        f"""
+        import sys
+        sys.modules["mecab"] = None  # as where python-mecab-ko is not installed
+        import hf_transformer  # the package itself imports without it
+        from transformers import AutoTokenizer
+        AutoTokenizer.from_pretrained({str(tmp_path / "folder")!r})
+        """,
+        tmp_path,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == f"ImportError: {MISSING_ANALYZER}"
+
+
+def test_unknown_segmenter_is_refused():
+    with pytest.raises(ValueError, match="segmenter must be one of"):
+        train_tokenizer(REVIEWS, vocab_size=100, segmenter="mecab")
+
+
+TRAIN_AND_HASH = """
+    import hashlib, json, sys, tempfile
+    from hf_transformer.tokenization import train_tokenizer
+    texts = json.loads(sys.argv[1])
+    for segmenter in ("mecab-ko", None):
+        tokenizer = train_tokenizer(texts, vocab_size=400, model_type="bpe", segmenter=segmenter,
+                                    model_max_length=64, show_progress=False)
+        folder = tempfile.mkdtemp()
+        tokenizer.save_pretrained(folder)
+        print(segmenter, hashlib.sha256(open(folder + "/tokenizer.json", "rb").read()).hexdigest())
+"""
+
+
+def test_training_twice_writes_the_same_tokenizer_file():
+    """The main job's tokenizer settings (BPE, with and without morphemes), trained in two fresh processes: string
+    hashing differs between processes, and a trainer that gathers its texts in a hash map shows it here (Unigram's
+    does: its files differ run to run)."""
+    corpus = [f"{review} {index}" for index, review in enumerate(REVIEWS * 40)]
+    runs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        result = subprocess.run(
+            [sys.executable, "-c", textwrap.dedent(TRAIN_AND_HASH), json.dumps(corpus)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        runs.append(result.stdout.strip().splitlines()[-2:])
+    assert [line.split()[0] for line in runs[0]] == ["mecab-ko", "None"]
+    assert runs[0] == runs[1]
+
+
+def test_the_copied_module_imports_nothing_of_the_package():
+    """save_pretrained copies morphemes.py alone into the folder, so it must import only installed packages."""
+    tree = ast.parse((Path(hf_transformer.__file__).parent / "tokenization" / "morphemes.py").read_text())
+    imported = [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert imported and not [name for name in imported if name.startswith("hf_transformer") or not name]
+    assert all(node.level == 0 for node in ast.walk(tree) if isinstance(node, ast.ImportFrom))
