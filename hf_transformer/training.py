@@ -164,7 +164,9 @@ def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: st
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """A short hash of the vocabulary and pipeline: equal in every process of a run, or the ids disagree."""
-    return hashlib.sha256(tokenizer.backend_tokenizer.to_str().encode()).hexdigest()[:12]
+    # A tokenizer with a pre-tokenizer written in Python (MorphemeTokenizerFast) hashes its saved form.
+    backend = tokenizer.saved_backend() if hasattr(tokenizer, "saved_backend") else tokenizer.backend_tokenizer
+    return hashlib.sha256(backend.to_str().encode()).hexdigest()[:12]
 
 
 def process_report(trainer, tokenizer) -> str:

@@ -190,3 +190,12 @@ def test_the_copied_module_imports_nothing_of_the_package():
     imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
     assert imported and not [name for name in imported if name.startswith("hf_transformer") or not name]
     assert all(node.level == 0 for node in ast.walk(tree) if isinstance(node, ast.ImportFrom))
+
+
+def test_training_fingerprint_reads_the_saved_form(tokenizer, tmp_path):
+    """The training scripts log a hash of the tokenizer (equal in every process of a run); `tokenizers` cannot
+    write out the morpheme step, so the hash is of what tokenizer.json holds, equal for a reloaded copy."""
+    from hf_transformer.training import tokenizer_fingerprint
+
+    tokenizer.save_pretrained(tmp_path)
+    assert tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(AutoTokenizer.from_pretrained(tmp_path))

@@ -103,8 +103,9 @@ class MorphemeTokenizerFast(PreTrainedTokenizerFast):
         self._saved_pre_tokenizer = self.backend_tokenizer.pre_tokenizer
         self.backend_tokenizer.pre_tokenizer = with_morphemes(self._saved_pre_tokenizer)
 
-    def _saved_backend(self) -> Tokenizer:
-        """A copy of the backend with the saved pre-tokenizer, which ``tokenizers`` can write out."""
+    def saved_backend(self) -> Tokenizer:
+        """A copy of the backend as ``tokenizer.json`` holds it (without the morpheme step), which ``tokenizers``
+        can write out: ``backend_tokenizer.to_str()`` raises for a pre-tokenizer written in Python."""
         live = self.backend_tokenizer.pre_tokenizer
         self.backend_tokenizer.pre_tokenizer = self._saved_pre_tokenizer
         try:
@@ -122,7 +123,7 @@ class MorphemeTokenizerFast(PreTrainedTokenizerFast):
 
     def __getstate__(self):
         state = self.__dict__.copy()
-        state["_tokenizer"] = self._saved_backend()
+        state["_tokenizer"] = self.saved_backend()
         state.pop("_saved_pre_tokenizer", None)
         return state
 
