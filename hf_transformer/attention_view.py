@@ -112,11 +112,14 @@ def run_model(
     pad_to: int | None = None,
 ) -> AttentionRun:
     """Runs ``model`` (of ``task``) once on ``text`` (a seq2seq model's decoder reading ``target``, else its own
-    output), in eval mode, and returns what it gave (:class:`AttentionRun`). A text or target longer than the
-    position table, or ``pad_to`` past it, raises ``ValueError`` in one line."""
+    output), in eval mode, and returns what it gave (:class:`AttentionRun`). A classifier's text is cut to the
+    position table; a translator's text or target longer than it, or ``pad_to`` past it, raises ``ValueError`` in one
+    line."""
     config = model.config
-    source_ids = tokenizer(text, add_special_tokens=True)["input_ids"]
     limit = config.max_position_embeddings
+    # A classifier reads a long text's first tokens, as it does everywhere else; a translator's text is refused.
+    truncate = dict(truncation=True, max_length=limit) if task == CLASSIFICATION else {}
+    source_ids = tokenizer(text, add_special_tokens=True, **truncate)["input_ids"]
     if len(source_ids) > limit:
         raise ValueError(
             f"the text is {len(source_ids)} tokens long; this model reads at most {limit} (its position table)"

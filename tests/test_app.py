@@ -170,9 +170,27 @@ def test_attention_explorer_is_an_escaped_iframe(translator, classifier):
     [("", "the input is empty"), ("   \n ", "the input is empty"), (" ".join(["dog"] * 40), "at most 24 tokens")],
 )
 def test_bad_sentences_get_a_clear_message(translator, classifier, text, message):
-    for call in (translator.translate, classifier.classify, translator.attention_html):
+    calls = [translator.translate, translator.attention_html]
+    if "empty" in message:
+        calls.append(classifier.classify)
+    for call in calls:
         with pytest.raises(demo_app.InputError, match=message):
             call(text)
+
+
+def test_a_classifier_reads_a_long_text_as_the_predictor_does(classifier, folders):
+    """A classifier's entry points cut a long text to the position table, as the Predictor, the pipeline and
+    training do (refusing is for translation, where cutting would drop part of the output unseen)."""
+    long_text = " ".join(WORDS * 3)
+    predictor = Predictor.from_pretrained(folders["classifier"])
+    assert len(predictor.tokenizer(long_text)["input_ids"]) > predictor.input_length_limit()
+    expected = predictor.classify([long_text])[0]
+    assert classifier.classify(long_text) == pytest.approx(expected["scores"])
+    assert (
+        classifier.run_lines(f"a dog\n{long_text}\n").split("\n")[1] == f"{expected['label']}\t{expected['score']:.4f}"
+    )
+    shown = classifier.attention_html(long_text)
+    assert shown.startswith('<iframe class="attention-explorer"')
 
 
 def test_bad_batches_and_options_get_a_clear_message(translator):
