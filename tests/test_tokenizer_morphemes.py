@@ -199,3 +199,71 @@ def test_training_fingerprint_reads_the_saved_form(tokenizer, tmp_path):
 
     tokenizer.save_pretrained(tmp_path)
     assert tokenizer_fingerprint(tokenizer) == tokenizer_fingerprint(AutoTokenizer.from_pretrained(tmp_path))
+
+
+LABELS = [0, 0, 0, 1, 1, 1, 0, 1]  # REVIEWS' sentiment: negative 0, positive 1
+
+
+@pytest.fixture(scope="module")
+def classifier_folder(tokenizer, tmp_path_factory) -> Path:
+    """A tiny classifier trained briefly on REVIEWS with the morpheme tokenizer, saved with it (the tokenizer's
+    `model_max_length` the position table, as the encoder scripts save it)."""
+    import torch
+
+    from hf_transformer import TransformerConfig, TransformerForSequenceClassification
+
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        vocab_size=len(tokenizer), d_model=32, n_layer=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=12, dropout=0.0, pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, num_labels=2,
+        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+    )  # fmt: skip
+    model = TransformerForSequenceClassification(config)
+    batch = tokenizer(REVIEWS, padding=True, truncation=True, max_length=12, return_tensors="pt")
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(30):
+        model(**batch, labels=torch.tensor(LABELS)).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    folder = tmp_path_factory.mktemp("morpheme-classifier")
+    model.eval().save_pretrained(folder)
+    saved = copy.deepcopy(tokenizer)
+    saved.model_max_length = config.max_position_embeddings
+    saved.save_pretrained(folder)
+    return folder
+
+
+def test_every_entry_point_takes_raw_text_and_gives_the_same_predictions(classifier_folder):
+    """Raw reviews, some longer than the model's 12 positions, through AutoTokenizer, the pipeline, the Predictor,
+    scripts/predict.py and the demo app: the same pieces and the same labels and scores."""
+    from transformers import pipeline
+
+    from hf_transformer import Predictor
+    from hf_transformer.app import Demo
+
+    reviews = REVIEWS + ["배우들 연기는 좋았는데 스토리가 너무 지루했다 " * 3]
+    predictor = Predictor.from_pretrained(classifier_folder)
+    assert type(predictor.tokenizer) is MorphemeTokenizerFast
+    expected = predictor.classify(reviews)
+    labels = [result["label"] for result in expected]
+    assert len(set(labels)) == 2, "one label for every review: this test could not tell entry points apart"
+
+    reloaded = AutoTokenizer.from_pretrained(classifier_folder)
+    assert [reloaded(text)["input_ids"] for text in reviews] == [
+        predictor.tokenizer(text)["input_ids"] for text in reviews
+    ]
+    piped = pipeline("text-classification", model=str(classifier_folder), truncation=True)(reviews)
+    assert [result["label"] for result in piped] == labels
+    assert [result["score"] for result in piped] == pytest.approx([result["score"] for result in expected], abs=1e-5)
+    demo = Demo(classifier_folder)
+    for text, result in zip(reviews, expected):
+        assert demo.classify(text) == pytest.approx(result["scores"], abs=1e-5)
+
+    script = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "predict.py"), str(classifier_folder), "--json", *reviews],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert script.returncode == 0, script.stderr[-2000:]
+    printed = [json.loads(line) for line in script.stdout.splitlines() if line.startswith("{")]
+    assert [line["label"] for line in printed] == labels
