@@ -17,31 +17,58 @@ The canonical field names follow BART (``d_model``, ``encoder_layers``, ...), be
 generation and cache utilities read those. The names of the seed tutorial (``d_hidn``, ``n_head``,
 ``n_enc_vocab``, ...) and the HF standard names (``hidden_size``, ``num_hidden_layers``, ...) are
 aliases: they are accepted by the constructor and read and written through ``attribute_map``.
-"""
 
-from __future__ import annotations
+The settings are checked by ``huggingface_hub``'s strict dataclasses, as transformers' own configurations are: each
+field's type (``Literal`` for the options) and range (:func:`positive`, :func:`probability`, :func:`token_id`) when
+it is set, at construction and on assignment, and the checks between settings (the ``validate_*`` methods) at
+construction and before saving (``validate``, which ``save_pretrained`` calls), so that a config that was saved
+always loads. The library's errors are not ``ValueError``s; :class:`InvalidConfigError` carries their message and is
+both, so that code catching ``ValueError`` for a bad setting (the scripts, the app) still does.
+
+What the library cannot express stays written here:
+
+- the aliases given to the constructor and their conflicts (``n_layer`` sets two fields, a seed name and its
+  canonical name given together must agree);
+- an unknown keyword refused with the closest name (``accept_kwargs=True`` takes any keyword; without it the
+  library would refuse, with a ``TypeError`` naming no close name, the keys other tools add to saved configs);
+- the settings derived from others when not given (``head_dim``, ``decoder_vocab_size``...), derived again when
+  None is assigned, and ``head_dim``'s divisibility when it is derived;
+- a saved config read leniently: unknown keys kept as attributes, a ``problem_type`` saved before it was checked
+  read as None, a both-stack depth that contradicts the saved stacks ignored.
+"""
 
 import contextlib
 import contextvars
 import dataclasses
 import difflib
+import functools
 import inspect
 import logging
 import math
 import warnings
+from typing import Literal, get_args
 
+from huggingface_hub.dataclasses import strict, validated_field
+from huggingface_hub.errors import StrictDataclassError
 from transformers import GenerationConfig, PretrainedConfig
+from transformers.utils import auto_docstring
 
 logger = logging.getLogger(__name__)
 
-LAYER_NORM_POSITIONS = ("post", "pre")
-POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
-ACTIVATION_FUNCTIONS = ("relu", "gelu")
-CLASSIFIER_POOLINGS = ("mean", "max", "first", "decoder")
-INIT_METHODS = ("normal", "xavier_uniform")
-
+LayerNormPosition = Literal["post", "pre"]
+PositionEmbeddingType = Literal["sinusoidal", "learned"]
+ActivationFunction = Literal["relu", "gelu"]
+ClassifierPooling = Literal["mean", "max", "first", "decoder"]
+InitMethod = Literal["normal", "xavier_uniform"]
 # The loss a classifier computes (transformers' names, read by `TransformerForSequenceClassification`).
-PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+ProblemType = Literal["regression", "single_label_classification", "multi_label_classification"]
+
+LAYER_NORM_POSITIONS = get_args(LayerNormPosition)
+POSITION_EMBEDDING_TYPES = get_args(PositionEmbeddingType)
+ACTIVATION_FUNCTIONS = get_args(ActivationFunction)
+CLASSIFIER_POOLINGS = get_args(ClassifierPooling)
+INIT_METHODS = get_args(InitMethod)
+PROBLEM_TYPES = get_args(ProblemType)
 
 # alias -> canonical field. One-to-one aliases only; ``n_layer`` and ``num_hidden_layers`` given to the
 # constructor set both stacks and are handled in ``__post_init__``.
@@ -115,52 +142,188 @@ def _reading_saved_config():
         _READING_SAVED_CONFIG.reset(token)
 
 
+def _lenient(config_dict: dict) -> dict:
+    """A saved config as it is read: a ``problem_type`` saved before assignments were checked (the classifier then
+    trained with binary cross-entropy, its fallback) is read as None, with a warning, so that the folder still loads
+    and the loss is chosen from the labels, as for None."""
+    problem_type = config_dict.get("problem_type")
+    if problem_type is None or problem_type in PROBLEM_TYPES:
+        return config_dict
+    logger.warning(
+        "TransformerConfig: the saved `problem_type` %r is not one of %s; it is read as None (the loss is chosen "
+        "from the labels).",
+        problem_type,
+        list(PROBLEM_TYPES),
+    )
+    return {**config_dict, "problem_type": None}
+
+
+# What a setting may hold beyond its type, checked by the library whenever the setting is set (None, where the type
+# allows it, is a setting derived from another one).
+def positive(default):
+    """A field holding a number > 0."""
+
+    def check(value) -> None:
+        if value is not None and not value > 0:
+            raise ValueError(f"must be a positive number, got {value!r}")
+
+    return validated_field(check, default=default)
+
+
+def probability(default):
+    """A field holding a rate in [0, 1)."""
+
+    def check(value) -> None:
+        if value is not None and not 0.0 <= value < 1.0:
+            raise ValueError(f"must be a number in [0, 1), got {value!r}")
+
+    return validated_field(check, default=default)
+
+
+def token_id(default):
+    """A field holding a token id (>= 0); whether it is inside the vocabulary is checked with the vocabulary."""
+
+    def check(value) -> None:
+        if value is not None and value < 0:
+            raise ValueError(f"must be a token id (an integer >= 0), got {value!r}")
+
+    return validated_field(check, default=default)
+
+
+class InvalidConfigError(StrictDataclassError, ValueError):
+    """A setting ``TransformerConfig`` cannot hold: ``huggingface_hub``'s strict-dataclass error (its message names
+    the field or the check), raised as a ``ValueError`` too."""
+
+
+def _raise_value_errors(config_class: type) -> type:
+    """Makes the errors of the library's checks in ``config_class``'s constructor, assignments and ``validate``
+    :class:`InvalidConfigError`s. An assignment through an alias names the alias too."""
+
+    def reraised(method, name: str):
+        @functools.wraps(method)
+        def checked(self, *args, **kwargs):
+            try:
+                return method(self, *args, **kwargs)
+            except StrictDataclassError as error:
+                if isinstance(error, ValueError):
+                    raise
+                message = str(error)
+                if name == "__setattr__" and args[0] in type(self).attribute_map:
+                    message += f" (assigned as `{args[0]}`)"
+                raise InvalidConfigError(message) from error
+
+        return checked
+
+    for name in ("__init__", "__setattr__", "validate"):
+        setattr(config_class, name, reraised(getattr(config_class, name), name))
+    return config_class
+
+
+@auto_docstring(
+    custom_intro="""
+    Configuration of [`TransformerModel`] and its heads. Defaults are the seed tutorial's model (d_model 256, 6 + 6
+    post-LN layers, 4 heads of 64, GELU, frozen sinusoid positions, vocabulary 8007, pad id 0). [`paper_base`],
+    [`paper_big`] and [`seed_tutorial`] build the ready configurations. The seed tutorial's names (in brackets below)
+    and the HF standard names (`hidden_size`, `num_hidden_layers`, ...) are aliases of the fields.
+
+    Unknown keyword arguments raise `ValueError` (with the closest known name), so a misspelled option never passes
+    silently. A config read back from a dictionary or config.json (`from_dict`, `from_json_file`, `from_pretrained`)
+    keeps unknown keys as attributes instead, as `PretrainedConfig` does, and saves them again: other tools and users
+    add attributes to a config before saving it (a key close to a known setting is logged as a warning). Generation
+    settings (`num_beams`, `max_length`...) belong on `model.generation_config`; given here they are dropped with a
+    warning. A value a setting cannot hold raises [`InvalidConfigError`] (a `ValueError`) naming the setting.
+    """
+)
+@_raise_value_errors
+# As BART's: `PretrainedConfig` already gives a subclass an `__init__` that takes any keyword (what `accept_kwargs=True`
+# would add), which `__post_init__` below sorts into aliases, refusals and kept attributes.
+@strict
 class TransformerConfig(PretrainedConfig):
-    r"""Configuration of [`TransformerModel`] and its heads.
-
-    Defaults are the seed tutorial's model (d_model 256, 6 + 6 post-LN layers, 4 heads of 64, GELU,
-    frozen sinusoid positions, vocabulary 8007, pad id 0). [`paper_base`], [`paper_big`] and
-    [`seed_tutorial`] build the ready configurations.
-
-    Sizes:
-        vocab_size (`n_enc_vocab`): encoder vocabulary. decoder_vocab_size (`n_dec_vocab`): decoder and
-        output vocabulary, defaults to ``vocab_size``. max_position_embeddings (`n_enc_seq`) and
-        decoder_max_position_embeddings (`n_dec_seq`): longest sequences. d_model (`d_hidn`,
-        `hidden_size`). encoder_layers / decoder_layers (`n_layer` or `num_hidden_layers` set both).
-        num_attention_heads (`n_head`). head_dim (`d_head`): per-head size; ``num_attention_heads *
-        head_dim`` need not equal ``d_model``; when omitted it is ``d_model // num_attention_heads``.
-        intermediate_size (`d_ff`): feed-forward size.
-    Regularisation:
-        dropout (residual branches and embeddings), attention_dropout (attention probabilities, defaults
-        to ``dropout`` as in the seeds), activation_dropout (inside the feed-forward),
-        classifier_dropout (defaults to ``dropout``), label_smoothing (seq2seq loss).
-    Speed:
-        fused_output_loss: in training, when ``labels`` are given, compute the output projection and the
-        cross-entropy together, a few hundred rows at a time, without materialising the (batch, length,
-        vocabulary) logits; the output's ``logits`` is then None. Same loss and gradients; set False to get
-        the logits in training as well. Evaluation and generation always return logits.
-    Architecture options:
-        layer_norm_position: "post" (paper) or "pre" (book-style). position_embedding_type:
-        "sinusoidal" (frozen table, position 0 reserved for padding, tokens numbered from 1) or
-        "learned" (numbered from 0). embedding_layer_norm: LayerNorm after the embedding sum.
-        scale_embedding: multiply token embeddings by sqrt(d_model). final_layer_norm: LayerNorm after
-        each stack (defaults to True for pre-LN, False for post-LN). activation_function: "relu" or
-        "gelu". share_embeddings: one token table for encoder and decoder. tie_word_embeddings: output
-        projection tied to the decoder token table. classifier_pooling: "mean", "max" (over non-pad
-        encoder tokens), "first" (first encoder token) or "decoder" (the seed tutorial's way: the
-        decoder reads one start token over the encoder output, max-pooled).
-    Initialisation (of a new model; loaded weights are never drawn again):
-        init_method: "normal" (every projection from N(0, init_std), as BART) or "xavier_uniform" (the
-        attention and feed-forward projections Glorot-uniform, as tensor2tensor, fairseq and the Annotated
-        Transformer draw them, the query, key and value projections with gain 1/sqrt(2) as fairseq does; the
-        heads' own projections stay normal). Token and position tables are drawn with std d_model^-0.5 either way.
-
-    Unknown keyword arguments raise ``ValueError`` (with the closest known name), so a misspelled
-    option never passes silently. A config read back from a dictionary or config.json (``from_dict``,
-    ``from_json_file``, ``from_pretrained``) keeps unknown keys as attributes instead, as ``PretrainedConfig``
-    does, and saves them again: other tools and users add attributes to a config before saving it (a key close
-    to a known setting is logged as a warning). Generation settings (``num_beams``, ``max_length``...) belong on
-    ``model.generation_config``; given here they are dropped with a warning.
+    r"""
+    vocab_size (`int`, *optional*, defaults to 8007):
+        Encoder vocabulary (`n_enc_vocab`).
+    decoder_vocab_size (`int`, *optional*):
+        Decoder and output vocabulary (`n_dec_vocab`); defaults to `vocab_size`.
+    max_position_embeddings (`int`, *optional*, defaults to 256):
+        Longest source sequence (`n_enc_seq`).
+    decoder_max_position_embeddings (`int`, *optional*):
+        Longest target sequence (`n_dec_seq`); defaults to `max_position_embeddings`.
+    d_model (`int`, *optional*, defaults to 256):
+        The model's width, the paper's d_model (`d_hidn`, `hidden_size`).
+    encoder_layers (`int`, *optional*, defaults to 6):
+        Encoder layers; `n_layer` or `num_hidden_layers` given to the constructor set both stacks.
+    decoder_layers (`int`, *optional*, defaults to 6):
+        Decoder layers.
+    num_attention_heads (`int`, *optional*, defaults to 4):
+        Attention heads in every attention (`n_head`).
+    head_dim (`int`, *optional*):
+        Per-head size (`d_head`); `num_attention_heads * head_dim` need not equal `d_model`. Defaults to
+        `d_model // num_attention_heads`.
+    intermediate_size (`int`, *optional*, defaults to 1024):
+        Feed-forward size (`d_ff`).
+    dropout (`float`, *optional*, defaults to 0.1):
+        Dropout on the residual branches and the embeddings.
+    attention_dropout (`float`, *optional*):
+        Dropout on the attention probabilities; defaults to `dropout`, as in the seeds.
+    activation_dropout (`float`, *optional*, defaults to 0.0):
+        Dropout inside the feed-forward.
+    classifier_dropout (`float`, *optional*):
+        Dropout before the classifier; defaults to `dropout`.
+    label_smoothing (`float`, *optional*, defaults to 0.0):
+        Label smoothing of the seq2seq loss.
+    layer_norm_epsilon (`float`, *optional*, defaults to 1e-12):
+        The LayerNorms' epsilon.
+    embedding_layer_norm_epsilon (`float`, *optional*):
+        Epsilon of the LayerNorm after the embeddings; defaults to `layer_norm_epsilon`.
+    layer_norm_position (`str`, *optional*, defaults to `"post"`):
+        `"post"`: LayerNorm after each residual sum (the paper); `"pre"`: on each sub-layer's input (book-style).
+    position_embedding_type (`str`, *optional*, defaults to `"sinusoidal"`):
+        `"sinusoidal"`: a frozen table, position 0 reserved for padding, tokens numbered from 1; `"learned"`: a
+        trained table numbered from 0.
+    embedding_layer_norm (`bool`, *optional*, defaults to `False`):
+        A LayerNorm after the embedding sum.
+    scale_embedding (`bool`, *optional*, defaults to `False`):
+        Multiply the token embeddings by sqrt(d_model), as the paper does.
+    final_layer_norm (`bool`, *optional*):
+        A LayerNorm after each stack; defaults to True for pre-LN, False for post-LN.
+    activation_function (`str`, *optional*, defaults to `"gelu"`):
+        The feed-forward's activation, `"relu"` (the paper) or `"gelu"` (the seeds).
+    share_embeddings (`bool`, *optional*, defaults to `True`):
+        One token table for the encoder and the decoder (one vocabulary).
+    tie_word_embeddings (`bool`, *optional*, defaults to `True`):
+        The output projection is the decoder's token table.
+    classifier_pooling (`str`, *optional*, defaults to `"mean"`):
+        What the sequence classifier reads: `"mean"` or `"max"` over the non-pad encoder tokens, `"first"` encoder
+        token, or `"decoder"` (the seed tutorial's way: the decoder reads one start token over the encoder output,
+        max-pooled).
+    fused_output_loss (`bool`, *optional*, defaults to `True`):
+        In training, when `labels` are given, compute the output projection and the cross-entropy together, a few
+        hundred rows at a time, without materialising the (batch, length, vocabulary) logits; the output's
+        `logits` is then None. Same loss and gradients; set False to get the logits in training as well.
+        Evaluation and generation always return logits.
+    init_std (`float`, *optional*, defaults to 0.02):
+        Standard deviation of the normal initialisation of the projections.
+    init_method (`str`, *optional*, defaults to `"normal"`):
+        Initialisation of a new model (loaded weights are never drawn again): `"normal"` (every projection from
+        N(0, init_std), as BART) or `"xavier_uniform"` (the attention and feed-forward projections Glorot-uniform, as
+        tensor2tensor, fairseq and the Annotated Transformer draw them, the query, key and value projections with
+        gain 1/sqrt(2) as fairseq does; the heads' own projections stay normal). Token and position tables are drawn
+        with std d_model^-0.5 either way.
+    use_cache (`bool`, *optional*, defaults to `True`):
+        Whether the decoder returns its cache of keys and values, for the next decoding step.
+    pad_token_id (`int`, *optional*, defaults to 0):
+        The padding token (`i_pad`); padding is derived from it.
+    bos_token_id (`int`, *optional*, defaults to 2):
+        The start token.
+    eos_token_id (`int`, *optional*, defaults to 3):
+        The end token.
+    decoder_start_token_id (`int`, *optional*):
+        The token the decoder starts from; defaults to `bos_token_id`.
+    is_encoder_decoder (`bool`, *optional*, defaults to `True`):
+        The model is an encoder-decoder.
+    problem_type (`str`, *optional*):
+        The classifier's loss: `"regression"`, `"single_label_classification"` or `"multi_label_classification"`;
+        chosen from the labels when None.
     """
 
     model_type = "hf_transformer"
@@ -169,41 +332,45 @@ class TransformerConfig(PretrainedConfig):
     keys_to_ignore_at_inference = ["past_key_values", "cache", "encoder_last_hidden_state", "last_hidden_state"]
     attribute_map = dict(_ALIASES, num_hidden_layers="encoder_layers")
 
-    vocab_size: int = 8007
-    decoder_vocab_size: int | None = None
-    max_position_embeddings: int = 256
-    decoder_max_position_embeddings: int | None = None
-    d_model: int = 256
-    encoder_layers: int = 6
-    decoder_layers: int = 6
-    num_attention_heads: int = 4
-    head_dim: int | None = None
-    intermediate_size: int = 1024
-    dropout: float | int = 0.1
-    attention_dropout: float | int | None = None
-    activation_dropout: float | int = 0.0
-    classifier_dropout: float | int | None = None
-    label_smoothing: float | int = 0.0
-    layer_norm_epsilon: float = 1e-12
-    embedding_layer_norm_epsilon: float | None = None
-    layer_norm_position: str = "post"
-    position_embedding_type: str = "sinusoidal"
+    vocab_size: int = positive(default=8007)
+    decoder_vocab_size: int | None = positive(default=None)
+    max_position_embeddings: int = positive(default=256)
+    decoder_max_position_embeddings: int | None = positive(default=None)
+    # The paper's name for the model width (and BART's and Marian's); `hidden_size`, the name transformers' tools
+    # look up, reads and writes it through `attribute_map`.
+    d_model: int = positive(default=256)
+    encoder_layers: int = positive(default=6)
+    decoder_layers: int = positive(default=6)
+    num_attention_heads: int = positive(default=4)
+    head_dim: int | None = positive(default=None)
+    intermediate_size: int = positive(default=1024)
+    dropout: float | int = probability(default=0.1)
+    attention_dropout: float | int | None = probability(default=None)
+    activation_dropout: float | int = probability(default=0.0)
+    classifier_dropout: float | int | None = probability(default=None)
+    label_smoothing: float | int = probability(default=0.0)
+    layer_norm_epsilon: float | int = positive(default=1e-12)
+    embedding_layer_norm_epsilon: float | int | None = positive(default=None)
+    layer_norm_position: LayerNormPosition = "post"
+    position_embedding_type: PositionEmbeddingType = "sinusoidal"
     embedding_layer_norm: bool = False
     scale_embedding: bool = False
     final_layer_norm: bool | None = None
-    activation_function: str = "gelu"
+    activation_function: ActivationFunction = "gelu"
     share_embeddings: bool = True
     tie_word_embeddings: bool = True
-    classifier_pooling: str = "mean"
+    classifier_pooling: ClassifierPooling = "mean"
     fused_output_loss: bool = True
-    init_std: float = 0.02
-    init_method: str = "normal"
+    init_std: float | int = positive(default=0.02)
+    init_method: InitMethod = "normal"
     use_cache: bool = True
-    pad_token_id: int | None = 0
-    bos_token_id: int | None = 2
-    eos_token_id: int | None = 3
-    decoder_start_token_id: int | None = None
+    pad_token_id: int = token_id(default=0)
+    bos_token_id: int | None = token_id(default=2)
+    eos_token_id: int | None = token_id(default=3)
+    decoder_start_token_id: int | None = token_id(default=None)
     is_encoder_decoder: bool = True
+    # `PretrainedConfig` declares it without a type the library checks.
+    problem_type: ProblemType | None = None
 
     def __post_init__(self, **kwargs):
         kwargs = self._apply_aliases(kwargs)
@@ -215,7 +382,6 @@ class TransformerConfig(PretrainedConfig):
                 del kwargs["custom_pipelines"]
         self._reject_unknown(kwargs)
         self._fill_defaults()
-        self._validate()
         super().__post_init__(**kwargs)
 
     # -- construction helpers -------------------------------------------------------------------
@@ -252,7 +418,7 @@ class TransformerConfig(PretrainedConfig):
                     f"TransformerConfig: `{alias}`={value!r} conflicts with `{field}`={current!r}; "
                     f"they name the same setting, give only one."
                 )
-            object.__setattr__(self, field, value)
+            setattr(self, field, value)
         return kwargs
 
     def _reject_unknown(self, kwargs: dict) -> None:
@@ -262,7 +428,7 @@ class TransformerConfig(PretrainedConfig):
             warnings.warn(
                 f"TransformerConfig: generation settings {ignored} are ignored here; set them on "
                 "`model.generation_config` instead.",
-                stacklevel=4,
+                stacklevel=6,
             )
         unknown = sorted(k for k in kwargs if k not in generation_keys and k not in _BASE_KEYS)
         if not unknown:
@@ -300,7 +466,7 @@ class TransformerConfig(PretrainedConfig):
             self.final_layer_norm = self.layer_norm_position == "pre"
         if self.decoder_start_token_id is None:
             self.decoder_start_token_id = self.bos_token_id
-        if self.head_dim is None and _is_positive_int(self.d_model) and _is_positive_int(self.num_attention_heads):
+        if self.head_dim is None:
             if self.d_model % self.num_attention_heads:
                 raise ValueError(
                     f"TransformerConfig: `d_model` ({self.d_model}) must be divisible by "
@@ -309,74 +475,50 @@ class TransformerConfig(PretrainedConfig):
                 )
             self.head_dim = self.d_model // self.num_attention_heads
 
-    def _validate(self) -> None:
-        if _READING_SAVED_CONFIG.get() and self.problem_type not in _CHOICES["problem_type"]:
-            # Saved before assignments were checked (the classifier then trained with binary cross-entropy, its
-            # fallback): the folder still loads, and the loss is chosen from the labels, as for None.
-            logger.warning(
-                "TransformerConfig: the saved `problem_type` %r is not one of %s; it is read as None (the loss is "
-                "chosen from the labels).",
-                self.problem_type,
-                list(PROBLEM_TYPES),
-            )
-            object.__setattr__(self, "problem_type", None)
-        for name in _CHECKED_FIELDS:
-            _check_setting(name, getattr(self, name))
+    # -- checks between settings, run by the library at construction and before saving --------------
+    def validate_vocabularies(self) -> None:
         if self.share_embeddings and self.vocab_size != self.decoder_vocab_size:
             raise ValueError(
-                "TransformerConfig: `share_embeddings=True` needs one vocabulary, but `vocab_size` "
-                f"(n_enc_vocab) is {self.vocab_size} and `decoder_vocab_size` (n_dec_vocab) is "
-                f"{self.decoder_vocab_size}; set share_embeddings=False or make them equal."
+                "`share_embeddings=True` needs one vocabulary, but `vocab_size` (n_enc_vocab) is "
+                f"{self.vocab_size} and `decoder_vocab_size` (n_dec_vocab) is {self.decoder_vocab_size}; set "
+                "share_embeddings=False or make them equal."
             )
+
+    def validate_token_ids(self) -> None:
+        # In place of `PretrainedConfig`'s, which only warns: an id outside a vocabulary would fail in the model.
         smallest_vocab = min(self.vocab_size, self.decoder_vocab_size)
-        for name in _TOKEN_IDS:
+        for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
             if value is not None and not value < smallest_vocab:
-                raise ValueError(f"TransformerConfig: `{name}` must be an id in [0, {smallest_vocab}), got {value!r}.")
+                raise ValueError(f"`{name}` must be an id in [0, {smallest_vocab}), got {value!r}.")
         if self.decoder_start_token_id is None:
-            raise ValueError("TransformerConfig: set `decoder_start_token_id` or `bos_token_id`.")
+            raise ValueError("set `decoder_start_token_id` or `bos_token_id`.")
         if self.decoder_start_token_id == self.pad_token_id:
             raise ValueError(
-                f"TransformerConfig: `decoder_start_token_id` ({self.decoder_start_token_id}) equals "
-                "`pad_token_id`; the start token would be treated as padding. Use a separate start token."
+                f"`decoder_start_token_id` ({self.decoder_start_token_id}) equals `pad_token_id`; the start token "
+                "would be treated as padding. Use a separate start token."
             )
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
         with _reading_saved_config():
-            return super().from_dict(config_dict, **kwargs)
+            return super().from_dict(_lenient(config_dict), **kwargs)
 
     @classmethod
     def from_json_file(cls, json_file):
         with _reading_saved_config():
-            return super().from_json_file(json_file)
+            return cls(**_lenient(cls._dict_from_json_file(json_file)))
 
     def __setattr__(self, key, value):
-        # After construction, an assignment is checked as the constructor checks that setting, so that a typo
-        # raises where it is made instead of in a later forward pass, or in `from_pretrained` of the saved folder.
-        # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own checks (a private
-        # attribute of transformers, pinned in tests/test_private_hooks.py).
+        # An alias is set as the field it names, so that the library checks it as that field (its own check runs
+        # on the name it is given).
         name = type(self).attribute_map.get(key, key)
-        if name not in _CHECKED_FIELDS or not self.__dict__.get("_post_init_done", False):
-            super().__setattr__(key, value)
-            return
-        if value is None and name in _DERIVED_WHEN_NONE:
-            super().__setattr__(key, value)
+        super().__setattr__(name, value)
+        # Assigning None to a setting derived from another one derives it again, as the constructor does.
+        # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own construction (a
+        # private attribute of transformers, pinned in tests/test_private_hooks.py).
+        if value is None and name in _DERIVED_WHEN_NONE and self.__dict__.get("_post_init_done", False):
             self._fill_defaults()
-            return
-        try:
-            _check_setting(name, value)
-        except ValueError as error:
-            if key == name:
-                raise
-            raise ValueError(f"{error} (assigned as `{key}`)") from None
-        super().__setattr__(key, value)
-
-    def validate(self) -> None:
-        """Every check of the constructor (`PretrainedConfig.save_pretrained` calls this before writing): a config
-        that would not load is refused before it is saved, with the setting it names."""
-        super().validate()
-        self._validate()
 
     # -- seed-style names that are not one-to-one aliases ----------------------------------------
     @property
@@ -398,7 +540,7 @@ class TransformerConfig(PretrainedConfig):
 
     # -- ready configurations ----------------------------------------------------------------------
     @classmethod
-    def paper_base(cls, **overrides) -> TransformerConfig:
+    def paper_base(cls, **overrides) -> "TransformerConfig":
         """Transformer base of the paper (table 3): d 512, 6 + 6 layers, 8 heads, ffn 2048, post-LN,
         ReLU, scaled and shared embeddings with a tied output projection, label smoothing 0.1."""
         settings = dict(
@@ -418,13 +560,13 @@ class TransformerConfig(PretrainedConfig):
         return cls(**{**settings, **overrides})
 
     @classmethod
-    def paper_big(cls, **overrides) -> TransformerConfig:
+    def paper_big(cls, **overrides) -> "TransformerConfig":
         """Transformer big of the paper: d 1024, 16 heads, ffn 4096, dropout 0.3."""
         settings = dict(d_model=1024, num_attention_heads=16, intermediate_size=4096, dropout=0.3)
         return cls.paper_base(**{**settings, **overrides})
 
     @classmethod
-    def seed_tutorial(cls, **overrides) -> TransformerConfig:
+    def seed_tutorial(cls, **overrides) -> "TransformerConfig":
         """The seed tutorial's config.json, in its own names."""
         settings = dict(
             n_enc_vocab=8007,
@@ -443,47 +585,6 @@ class TransformerConfig(PretrainedConfig):
         return cls(**{**settings, **overrides})
 
 
-def _is_positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-# What each setting may hold, checked at construction, on assignment (`config.dropout = 1.5` raises there) and
-# before saving, so that a config that was saved always loads. Checks between settings (one shared vocabulary,
-# token ids inside it) run at construction, on loading and before saving.
-_POSITIVE_INTS = (
-    "vocab_size",
-    "decoder_vocab_size",
-    "max_position_embeddings",
-    "decoder_max_position_embeddings",
-    "d_model",
-    "encoder_layers",
-    "decoder_layers",
-    "num_attention_heads",
-    "head_dim",
-    "intermediate_size",
-)
-_PROBABILITIES = ("dropout", "attention_dropout", "activation_dropout", "classifier_dropout", "label_smoothing")
-_POSITIVE_NUMBERS = ("layer_norm_epsilon", "embedding_layer_norm_epsilon", "init_std")
-_CHOICES = {
-    "layer_norm_position": LAYER_NORM_POSITIONS,
-    "position_embedding_type": POSITION_EMBEDDING_TYPES,
-    "activation_function": ACTIVATION_FUNCTIONS,
-    "classifier_pooling": CLASSIFIER_POOLINGS,
-    "init_method": INIT_METHODS,
-    "problem_type": (None, *PROBLEM_TYPES),
-}
-_FLAGS = (
-    "embedding_layer_norm",
-    "scale_embedding",
-    "final_layer_norm",
-    "share_embeddings",
-    "tie_word_embeddings",
-    "fused_output_loss",
-    "use_cache",
-    "is_encoder_decoder",
-)
-_TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
-_CHECKED_FIELDS = (*_POSITIVE_INTS, *_PROBABILITIES, *_POSITIVE_NUMBERS, *_CHOICES, *_FLAGS, *_TOKEN_IDS)
 # Settings whose default is derived from another one: assigning None derives it again, as the constructor does.
 _DERIVED_WHEN_NONE = (
     "decoder_vocab_size",
@@ -495,27 +596,3 @@ _DERIVED_WHEN_NONE = (
     "final_layer_norm",
     "decoder_start_token_id",
 )
-
-
-def _check_setting(name: str, value) -> None:
-    """Raises ``ValueError`` naming ``name`` when ``value`` is not something that setting can hold."""
-    if name in _POSITIVE_INTS:
-        if not _is_positive_int(value):
-            raise ValueError(f"TransformerConfig: `{name}` must be a positive integer, got {value!r}.")
-    elif name in _PROBABILITIES:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-            raise ValueError(f"TransformerConfig: `{name}` must be a number in [0, 1), got {value!r}.")
-    elif name in _POSITIVE_NUMBERS:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(f"TransformerConfig: `{name}` must be a positive number, got {value!r}.")
-    elif name in _CHOICES:
-        if value not in _CHOICES[name]:
-            raise ValueError(f"TransformerConfig: `{name}` must be one of {list(_CHOICES[name])}, got {value!r}.")
-    elif name in _FLAGS:
-        if not isinstance(value, bool):
-            raise ValueError(f"TransformerConfig: `{name}` must be True or False, got {value!r}.")
-    elif name in _TOKEN_IDS:
-        if value is None and name == "pad_token_id":
-            raise ValueError("TransformerConfig: `pad_token_id` (i_pad) is required: padding is derived from it.")
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise ValueError(f"TransformerConfig: `{name}` must be a token id (an integer >= 0), got {value!r}.")

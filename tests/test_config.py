@@ -145,14 +145,15 @@ def test_invalid_values_name_the_field(kwargs, field):
 @pytest.mark.parametrize(
     "name, value, allowed, named",
     [
-        ("dropout", 1.5, 0.3, "`dropout`"),
-        ("d_hidn", 0, 64, "`d_model`.*assigned as `d_hidn`"),  # a seed name, checked as the setting it names
-        ("n_layer", 2.5, 3, "`encoder_layers`"),
-        ("activation_function", "swish", "relu", "`activation_function`"),
-        ("problem_type", "regresion", "regression", "`problem_type`"),
-        ("tie_word_embeddings", "yes", False, "`tie_word_embeddings`"),
-        ("pad_token_id", None, 1, "`pad_token_id`"),
-        ("eos_token_id", -1, 5, "`eos_token_id`"),
+        ("dropout", 1.5, 0.3, "(?s)field 'dropout'.*in \\[0, 1\\)"),
+        # a seed name, checked as the setting it names
+        ("d_hidn", 0, 64, "(?s)field 'd_model'.*positive.*assigned as `d_hidn`"),
+        ("n_layer", 2.5, 3, "(?s)field 'encoder_layers'.*expected int"),
+        ("activation_function", "swish", "relu", "(?s)field 'activation_function'.*'relu', 'gelu'"),
+        ("problem_type", "regresion", "regression", "(?s)field 'problem_type'"),
+        ("tie_word_embeddings", "yes", False, "(?s)field 'tie_word_embeddings'.*expected bool"),
+        ("pad_token_id", None, 1, "(?s)field 'pad_token_id'"),
+        ("eos_token_id", -1, 5, "(?s)field 'eos_token_id'.*token id"),
     ],
 )
 def test_an_assignment_is_checked_as_the_constructor_checks_it(name, value, allowed, named):
@@ -229,7 +230,7 @@ def test_a_saved_config_with_a_changed_setting_loads_with_it(tmp_path):
 
 
 def test_invalid_option_lists_the_allowed_values():
-    with pytest.raises(ValueError, match=r"\['post', 'pre'\].*'middle'"):
+    with pytest.raises(ValueError, match=r"\('post', 'pre'\), got middle"):
         TransformerConfig(layer_norm_position="middle")
 
 
@@ -275,3 +276,17 @@ def test_ready_configurations():
     assert seed.to_dict() == TransformerConfig(**SEED_CONFIG_JSON).to_dict()
     assert seed.activation_function == "gelu" and not seed.scale_embedding
     assert TransformerConfig.paper_base(vocab_size=1000).vocab_size == 1000
+
+
+def test_settings_are_checked_by_huggingface_hub_as_transformers_configs_are():
+    from huggingface_hub.errors import StrictDataclassError
+
+    # The library's error, raised as a ValueError too: callers catching either see a bad setting.
+    with pytest.raises(StrictDataclassError, match="field 'dropout'") as caught:
+        TransformerConfig(dropout=1.5)
+    assert isinstance(caught.value, ValueError)
+    # The checks between settings are the library's class validators, run by `validate` (and so before saving).
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4)
+    config.decoder_vocab_size = 30
+    with pytest.raises(StrictDataclassError, match="validate_vocabularies"):
+        config.validate()

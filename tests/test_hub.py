@@ -149,7 +149,8 @@ def test_save_pretrained_writes_full_auto_map_and_self_contained_code(saved):
         # A translation folder also carries its pipeline's code (tests/test_remote_pipeline.py checks those files).
         pipeline_code = {"pipelines", "folders"} if folder == saved["model_dir"] else set()
         assert sorted(p.stem for p in folder.glob("*.py")) == sorted({*REMOTE_CODE_MODULES, *pipeline_code})
-    # The copies import only each other, torch, transformers and the standard library.
+    # The copies import only each other, torch, transformers (with huggingface_hub, which transformers requires: its
+    # strict dataclasses check the configuration) and the standard library.
     copied = REMOTE_CODE_MODULES
     for name in copied:
         tree = ast.parse((saved["model_dir"] / f"{name}.py").read_text())
@@ -160,7 +161,9 @@ def test_save_pretrained_writes_full_auto_map_and_self_contained_code(saved):
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]
                 for module in modules:
                     top = module.split(".")[0]
-                    assert top in {"torch", "transformers"} or top in sys.stdlib_module_names, ast.unparse(node)
+                    assert top in {"torch", "transformers", "huggingface_hub"} or top in sys.stdlib_module_names, (
+                        ast.unparse(node)
+                    )
 
 
 def test_dry_run_writes_the_upload_folder_with_a_model_card(saved):
