@@ -44,6 +44,8 @@ import torch
 from transformers import DynamicCache, EncoderDecoderCache, GenerationMixin
 from transformers.masking_utils import create_masks_for_generate
 from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.utils import can_return_tuple
+from transformers.utils.output_capturing import capture_outputs
 
 from .speed import packed_linear_weights, stop_packing
 
@@ -154,8 +156,14 @@ def decoding_cache(cache: EncoderDecoderCache | None, use_cache: bool, config, l
     return cache, cache.get_seq_length(), cache.get_mask_sizes(length, 0)[0]
 
 
-# Frames a warning skips to reach the line that called the model: this package's and torch's module calls.
-_INTERNAL_DIRS = (str(Path(__file__).parent), str(Path(torch.nn.Module.__call__.__code__.co_filename).parent))
+# Frames a warning skips to reach the line that called the model: this package's and torch's module calls, and the
+# transformers decorators around the forwards (`can_return_tuple`, `capture_outputs`).
+_INTERNAL_DIRS = (
+    str(Path(__file__).parent),
+    str(Path(torch.nn.Module.__call__.__code__.co_filename).parent),
+    can_return_tuple.__code__.co_filename,
+    capture_outputs.__code__.co_filename,
+)
 
 
 def _caller_stacklevel() -> int:

@@ -8,6 +8,7 @@ import functools
 import inspect
 
 import torch
+from transformers.utils import TransformersKwargs
 
 from .speed import capturing_graph
 
@@ -122,7 +123,9 @@ def check_no_misspelt_arguments(forward, kwargs: dict) -> None:
     """``forward`` (a model class's function) takes ``**kwargs`` because transformers and the tools around it pass
     extras it does not use (``position_ids``, ``cache_position``, ``num_items_in_batch``...). That would also let a
     misspelt argument pass unnoticed (``attention_masks=...``: a mask never applied). A keyword that is a near-miss
-    of one of the forward's own parameters raises ``TypeError``, as Python does for an unknown keyword."""
+    of one of the forward's own parameters, or of the keywords transformers hands every forward through its
+    ``**kwargs`` (``TransformersKwargs``: ``output_attentions``, ``output_hidden_states``...), raises ``TypeError``, as
+    Python does for an unknown keyword."""
     for key in kwargs:
         meant = _near_miss(forward, key)
         if meant is not None:
@@ -138,6 +141,7 @@ def _near_miss(forward, key: str) -> str | None:
         for name, parameter in inspect.signature(forward).parameters.items()
         if name != "self" and parameter.kind not in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL)
     ]
+    parameters += [name for name in (*TransformersKwargs.__annotations__, "return_dict") if name not in parameters]
     if key in parameters:
         return None
     if key == "encoder_attention_mask" and "attention_mask" in parameters:  # the source's mask, by another name

@@ -21,9 +21,9 @@ Read top to bottom, this file follows the paper:
   3.3  position-wise feed-forward .............. ``TransformerFeedForward``
   5.4  sub-layer connection (dropout, residual, LayerNorm after the sum or before the sub-layer)
                                                  ``_SublayerConnection``
-  3.1  encoder and decoder layers and stacks ... ``TransformerEncoderLayer``, ``TransformerDecoderLayer``,
-                                                 ``TransformerEncoder``, ``TransformerDecoder``
+  3.1  encoder and decoder layers ............. ``TransformerEncoderLayer``, ``TransformerDecoderLayer``
        the pretrained-model base (initialisation, tying, loading, saving) ``TransformerPreTrainedModel``
+  3.1  encoder and decoder stacks ............. ``TransformerEncoder``, ``TransformerDecoder``
   3.4  the model and its heads ................. ``TransformerModel``, ``TransformerForConditionalGeneration``
        (shared embeddings, output softmax), ``TransformerForSequenceClassification`` (the seed tutorial's task),
        ``TransformerForMaskedLM`` (masked-token pretraining of the classifier's encoder)
@@ -33,13 +33,20 @@ Where a faster kernel may take over from a paper component, the component makes 
 transformers' ``generate``, and the decoding cache's name: ``cache`` here, and whatever the installed transformers
 calls it at the public forwards and in the outputs; ``input_checks.py`` the errors for wrong inputs.
 
+Written as transformers writes its own models: the stacks declare what transformers may record of them
+(``_can_record_outputs``: hidden states, attention probabilities) and ``capture_outputs`` collects it,
+``can_return_tuple`` answers ``return_dict=False``, ``auto_docstring`` documents the classes and forwards; the
+output flags reach the attention through ``**kwargs`` (``TransformersKwargs``). transformers' model linter
+(``transformers-mlinter``, run by tests/test_model_linter.py) reports two exceptions, each explained where it
+is: the config's field ``d_model`` (the paper's name) and the masked-token head's ``nn.Sequential`` (its saved
+weights' names).
+
 Shapes: B batch, S source length, T target length, P cached target length, K keys read, D d_model,
 H heads, Dh head size, V vocabulary.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
+from typing import Unpack
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +63,8 @@ from transformers.modeling_outputs import (
     Seq2SeqSequenceClassifierOutput,
     SequenceClassifierOutput,
 )
+from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .checkpoint import CheckedLoadingMixin
 from .configuration_transformer import TransformerConfig
@@ -124,12 +133,17 @@ class TransformerEmbeddings(nn.Module):
         self.numbers_real_tokens = numbers_real_tokens
         self.embed_scale = config.embed_scale
         self.position_embedding_type = config.position_embedding_type
+        # CODEPATH: sinusoidal for the seed tutorial's checkpoints (convert.from_seed), the paper's configurations and
+        # the recipes' models; learned for the book-style encoder's (convert.from_book) and the saved folder
+        # seq2seq-pre-ln-learned.
         if self.position_embedding_type == "sinusoidal":
             # Not persistent: it is a function of the config, refilled by `_init_weights` after loading.
-            self.register_buffer("position_table", sinusoid_table(max_positions + 1, config.d_model), persistent=False)
+            self.position_table = nn.Buffer(sinusoid_table(max_positions + 1, config.d_model), persistent=False)
         else:
             self.position_embeddings = nn.Embedding(max_positions, config.d_model)
         self.layer_norm = (
+            # CODEPATH: the book-style encoder's checkpoints (convert.from_book) normalise the embedding sum; the seed
+            # tutorial's, the paper's configurations and the recipes' models do not.
             nn.LayerNorm(config.d_model, eps=config.embedding_layer_norm_epsilon)
             if config.embedding_layer_norm
             else None
@@ -229,6 +243,19 @@ def _causal_mask(
     return mask
 
 
+def _recording_flags(kwargs: dict, config: TransformerConfig) -> dict:
+    """Of the keywords a forward was given beside its own arguments, the flags that ask for what the stacks record
+    (``output_hidden_states``; ``output_attentions``, the config's when not given: read by ``capture_outputs``, and
+    by each attention, which then keeps its probabilities). The other keywords transformers and its tools pass to
+    every model (``position_ids``, ``decoder_*`` inputs of a classifier that reads no decoder input...) go no further
+    than the forward given them."""
+    output_attentions = kwargs.get("output_attentions")
+    flags = {"output_attentions": config.output_attentions if output_attentions is None else output_attentions}
+    if "output_hidden_states" in kwargs:
+        flags["output_hidden_states"] = kwargs["output_hidden_states"]
+    return flags
+
+
 # ---------------------------------------------------------------------------------------------------
 # 3.2 Attention: scaled dot-product, then multi-head
 # ---------------------------------------------------------------------------------------------------
@@ -296,8 +323,10 @@ class TransformerAttention(nn.Module):
         key_value_states: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
-        output_attentions: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """-> output (B, T, D), and the attention probabilities (B, H, T, K) where they are recorded
+        (``output_attentions``, given or the config's; ``_can_record_outputs`` of the stacks), else None."""
         is_cross_attention = key_value_states is not None
         query = self._split_heads(self.q_proj(hidden_states))
 
@@ -318,6 +347,8 @@ class TransformerAttention(nn.Module):
                     cache.is_updated[self.layer_idx] = True
 
         # softmax(Q K^T / sqrt(d_k)) V: scaled_dot_product_attention above, or a faster kernel (speed.attend).
+        output_attentions = kwargs.get("output_attentions")
+        output_attentions = output_attentions if output_attentions is not None else self.config.output_attentions
         output, probs = attend(self, query, key, value, attention_mask, output_attentions, scaled_dot_product_attention)
         output = self.out_proj(output.reshape(*hidden_states.shape[:-1], -1))  # (B, T, D)
         return output, probs
@@ -335,6 +366,8 @@ class TransformerFeedForward(nn.Module):
         super().__init__()
         self.fc1 = _projection(config.d_model, config.intermediate_size)
         self.fc2 = _projection(config.intermediate_size, config.d_model)
+        # CODEPATH: ReLU in the paper's configurations and the Multi30k recipe's translators; GELU (exact, erf) in the
+        # seed tutorial's and the book-style encoder's checkpoints and the NSMC recipe's classifiers.
         self.activation = nn.ReLU() if config.activation_function == "relu" else nn.GELU()
         self.activation_dropout = Dropout(config.activation_dropout)
 
@@ -379,17 +412,17 @@ class TransformerEncoderLayer(GradientCheckpointingLayer):
         self.feed_forward_sublayer = _SublayerConnection(config)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, output_attentions: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        output, self_attn_probs = self.self_attn(
-            self.self_attn_sublayer.sublayer_input(hidden_states),
-            attention_mask=attention_mask,
-            output_attentions=output_attentions,
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        output, _ = self.self_attn(
+            self.self_attn_sublayer.sublayer_input(hidden_states), attention_mask=attention_mask, **kwargs
         )
         hidden_states = self.self_attn_sublayer.add(hidden_states, output)
         output = self.feed_forward(self.feed_forward_sublayer.sublayer_input(hidden_states))
-        hidden_states = self.feed_forward_sublayer.add(hidden_states, output)
-        return hidden_states, self_attn_probs
+        return self.feed_forward_sublayer.add(hidden_states, output)
 
 
 class TransformerDecoderLayer(GradientCheckpointingLayer):
@@ -409,36 +442,115 @@ class TransformerDecoderLayer(GradientCheckpointingLayer):
         self_attention_mask: torch.Tensor | None = None,
         cross_attention_mask: torch.Tensor | None = None,
         cache: EncoderDecoderCache | None = None,
-        output_attentions: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-        output, self_attn_probs = self.self_attn(
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> torch.Tensor:
+        output, _ = self.self_attn(
             self.self_attn_sublayer.sublayer_input(hidden_states),
             attention_mask=self_attention_mask,
             cache=cache,
-            output_attentions=output_attentions,
+            **kwargs,
         )
         hidden_states = self.self_attn_sublayer.add(hidden_states, output)
-        output, cross_attn_probs = self.cross_attn(
+        output, _ = self.cross_attn(
             self.cross_attn_sublayer.sublayer_input(hidden_states),
             key_value_states=encoder_hidden_states,
             attention_mask=cross_attention_mask,
             cache=cache,
-            output_attentions=output_attentions,
+            **kwargs,
         )
         hidden_states = self.cross_attn_sublayer.add(hidden_states, output)
         output = self.feed_forward(self.feed_forward_sublayer.sublayer_input(hidden_states))
-        hidden_states = self.feed_forward_sublayer.add(hidden_states, output)
-        return hidden_states, self_attn_probs, cross_attn_probs
+        return self.feed_forward_sublayer.add(hidden_states, output)
 
 
 # ---------------------------------------------------------------------------------------------------
-# 3.1 Encoder and decoder stacks
+# The pretrained-model base: initialisation, tied tables, loading and saving
 # ---------------------------------------------------------------------------------------------------
 
 
-class _StackTokenTable:
-    """As BART's encoder and decoder: code handed only `model.get_encoder()` or `get_decoder()` reaches that stack's
-    own token table (`self.embeddings.embed_tokens`)."""
+@auto_docstring(
+    custom_intro="""
+    Initialisation and capabilities here; loading and saving checks in `checkpoint.CheckedLoadingMixin`, the attention
+    kernels transformers may choose in `speed.AttentionKernels`.
+    """
+)
+class TransformerPreTrainedModel(CheckedLoadingMixin, AttentionKernels, PreTrainedModel):
+    @classmethod
+    def remote_code_auto_map(cls) -> dict[str, str]:
+        """``auto_map`` of a saved folder: Auto class -> ``module.Class`` in the configuration and modeling files that
+        ``save_pretrained`` copies beside the weights."""
+        module = __name__.rsplit(".", 1)[-1]
+        config_module = TransformerConfig.__module__.rsplit(".", 1)[-1]
+        return {
+            "AutoConfig": f"{config_module}.{TransformerConfig.__name__}",
+            "AutoModel": f"{module}.{TransformerModel.__name__}",
+            "AutoModelForSeq2SeqLM": f"{module}.{TransformerForConditionalGeneration.__name__}",
+            "AutoModelForSequenceClassification": f"{module}.{TransformerForSequenceClassification.__name__}",
+            "AutoModelForMaskedLM": f"{module}.{TransformerForMaskedLM.__name__}",
+        }
+
+    config_class = TransformerConfig
+    config: TransformerConfig
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if isinstance(module, nn.Embedding):
+            # Token and learned position tables are drawn with std d_model^-0.5: scaled by sqrt(d_model) they
+            # are of unit size like the sinusoids, and as the tied output projection they give logits of unit
+            # size. (With the generic 0.02 the frozen sinusoids drown the tokens and a model barely sees its
+            # input.) This is done per nn.Embedding because transformers skips, for models defined outside
+            # the library, any module that holds no parameter or buffer of its own.
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        # CODEPATH: only a new model's first draw: the Multi30k record m30k-en-de-xavier was drawn Glorot-uniform, every
+        # other recorded run from N(0, init_std); loaded weights are never drawn.
+        elif hasattr(module, "xavier_gain") and self.config.init_method == "xavier_uniform":
+            init.xavier_uniform_(module.weight, gain=module.xavier_gain)  # the layers' projections; biases stay zero
+        elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
+            init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
+        elif isinstance(module, TransformerForMaskedLM):
+            init.zeros_(module.output_bias)
+
+    @property
+    def dummy_inputs(self) -> dict[str, torch.Tensor]:
+        pad = self.config.pad_token_id
+        real = [i for i in range(min(self.config.vocab_size, 12)) if i != pad]
+        input_ids = torch.tensor([real[:5], real[5:8] + [pad, pad]], device=self.device)
+        return {"input_ids": input_ids, "attention_mask": input_ids.ne(pad)}
+
+
+def _tied_embedding_keys(config: TransformerConfig, prefix: str = "", lm_head: bool = False) -> dict[str, str]:
+    """{target: source}: the decoder's token table is the encoder's with `share_embeddings`, and the output
+    projection (``lm_head``) is the decoder's table with `tie_word_embeddings`."""
+    encoder_table = f"{prefix}encoder.embeddings.embed_tokens.weight"
+    decoder_table = f"{prefix}decoder.embeddings.embed_tokens.weight"
+    # CODEPATH: as `TransformerModel.__init__`'s shared table.
+    keys = {decoder_table: encoder_table} if config.share_embeddings else {}
+    if lm_head and config.tie_word_embeddings:
+        keys["lm_head.weight"] = keys.get(decoder_table, decoder_table)
+    return keys
+
+
+# ---------------------------------------------------------------------------------------------------
+# 3.1 Encoder and decoder stacks. Their outputs beside the last hidden state are recorded by transformers
+# (``capture_outputs``, from the modules named in ``_can_record_outputs``): the embeddings and each layer's output
+# (``hidden_states``, the last one after the final LayerNorm, if any) and each attention's probabilities.
+# ---------------------------------------------------------------------------------------------------
+
+
+class _Stack:
+    """What the encoder and the decoder have in common as parts of a model.
+
+    As BART's encoder and decoder: code handed only `model.get_encoder()` or `get_decoder()` reaches that stack's own
+    token table (`self.embeddings.embed_tokens`). Their weights are drawn by the model that holds them, with its other
+    weights and in its order (``init_weights`` draws nothing here): the order in which a seed has drawn them since
+    before the stacks were models of their own."""
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embeddings.embed_tokens
@@ -446,73 +558,72 @@ class _StackTokenTable:
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embeddings.embed_tokens = value
 
+    def init_weights(self) -> None:
+        pass
 
-class TransformerEncoder(_StackTokenTable, nn.Module):
+
+class TransformerEncoder(_Stack, TransformerPreTrainedModel):
     """N encoder layers over the embedded source. Called by ``generate`` through ``get_encoder()``."""
 
-    main_input_name = "input_ids"
+    _can_record_outputs = {"hidden_states": TransformerEncoderLayer, "attentions": TransformerAttention}
 
     def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = TransformerEmbeddings(
             config, embed_tokens, config.max_position_embeddings, numbers_real_tokens=True
         )
         self.layers = nn.ModuleList(TransformerEncoderLayer(config) for _ in range(config.encoder_layers))
         self.layer_norm = (
+            # CODEPATH: pre-LN models (the saved folders masked-lm and seq2seq-pre-ln-learned) end each stack with a
+            # LayerNorm; post-LN ones (the seed tutorial's, the paper's, the recipes') and the book-style encoder
+            # do not.
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
+        self.post_init()
 
+    @capture_outputs
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> BaseModelOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> BaseModelOutput:
         check_no_misspelt_arguments(TransformerEncoder.forward, kwargs)
         check_token_inputs(input_ids, inputs_embeds, "input_ids", "inputs_embeds")
-        output_attentions = _default(output_attentions, self.config.output_attentions)
-        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
-        return_dict = _default(return_dict, self.config.return_dict)
-
         token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id, inputs_embeds)
         hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real)  # (B, S, D)
         mask = _key_padding_mask(token_is_real)  # (B, 1, 1, S)
-
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_attentions = () if output_attentions else None
+        flags = _recording_flags(kwargs, self.config)
         for layer in self.layers:
-            hidden_states, probs = layer(hidden_states, attention_mask=mask, output_attentions=output_attentions)
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_attentions += (probs,)
+            hidden_states = layer(hidden_states, mask, **flags)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
-        output = BaseModelOutput(
-            last_hidden_state=hidden_states, hidden_states=all_hidden_states, attentions=all_attentions
-        )
-        return output if return_dict else output.to_tuple()
+        return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class TransformerDecoder(_StackTokenTable, nn.Module):
+class TransformerDecoder(_Stack, TransformerPreTrainedModel):
     """N decoder layers: masked self-attention over the target, then attention over the encoder output."""
 
+    _can_record_outputs = {
+        "hidden_states": TransformerDecoderLayer,
+        "attentions": OutputRecorder(TransformerAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(TransformerAttention, index=1, layer_name="cross_attn"),
+    }
+
     def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
-        super().__init__()
-        self.config = config
+        super().__init__(config)
         self.embeddings = TransformerEmbeddings(config, embed_tokens, config.decoder_max_position_embeddings)
         self.layers = nn.ModuleList(TransformerDecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers))
         self.layer_norm = (
+            # CODEPATH: as the encoder's.
             nn.LayerNorm(config.d_model, eps=config.layer_norm_epsilon) if config.final_layer_norm else None
         )
+        self.post_init()
 
+    @capture_outputs
+    @auto_docstring
     @accepts_either_cache_name
     def forward(
         self,
@@ -523,47 +634,39 @@ class TransformerDecoder(_StackTokenTable, nn.Module):
         cache: EncoderDecoderCache | None = None,
         inputs_embeds: torch.Tensor | None = None,
         use_cache: bool = False,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        """``attention_mask`` covers past and current target tokens (B, P+T), or is a prepared 4-D mask (B, 1, T, K)
-        over the K keys self-attention reads (``generate`` builds one for a static cache); ``encoder_attention_mask``
-        is the source padding (B, S) or None. ``cache`` holds the P target tokens decoded before; with ``use_cache``
-        and no cache a new one is made, and returned."""
+        r"""
+        attention_mask (`torch.Tensor` of shape `(batch_size, past_length + target_length)`, *optional*):
+            Which target tokens, the cached ones and the new ones, are real (1) or padding (0); or a prepared 4-D
+            mask `(batch_size, 1, target_length, key_length)` over the keys self-attention reads (`generate` builds
+            one for a static cache).
+        cache (`EncoderDecoderCache`, *optional*):
+            The keys and values of the target tokens decoded before, and of the encoder output. With `use_cache`
+            and no cache, a new one is made and returned.
+        past_key_values (`EncoderDecoderCache`, *optional*):
+            `cache` under the name transformers gave it before 5.24.
+        """
+        check_no_misspelt_arguments(TransformerDecoder.forward, kwargs)
+        flags = _recording_flags(kwargs, self.config)
         cache, past_length, token_is_real, self_mask = self._cache_and_self_attention_mask(
             input_ids, inputs_embeds, attention_mask, encoder_hidden_states, cache, use_cache
         )
         hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real, past_length)  # (B, T, D)
         cross_mask = _key_padding_mask(encoder_attention_mask)  # (B, 1, 1, S)
-
-        all_hidden_states = (hidden_states,) if output_hidden_states else None
-        all_self_attentions = () if output_attentions else None
-        all_cross_attentions = () if output_attentions else None
         for layer in self.layers:
-            hidden_states, self_probs, cross_probs = layer(
+            hidden_states = layer(
                 hidden_states,
                 encoder_hidden_states,
                 self_attention_mask=self_mask,
                 cross_attention_mask=cross_mask,
                 cache=cache,
-                output_attentions=output_attentions,
+                **flags,
             )
-            if output_hidden_states:
-                all_hidden_states += (hidden_states,)
-            if output_attentions:
-                all_self_attentions += (self_probs,)
-                all_cross_attentions += (cross_probs,)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-            if output_hidden_states:
-                all_hidden_states = all_hidden_states[:-1] + (hidden_states,)
         return output_with_cache(
-            BaseModelOutputWithPastAndCrossAttentions,
-            cache if use_cache else None,
-            last_hidden_state=hidden_states,
-            hidden_states=all_hidden_states,
-            attentions=all_self_attentions,
-            cross_attentions=all_cross_attentions,
+            BaseModelOutputWithPastAndCrossAttentions, cache if use_cache else None, last_hidden_state=hidden_states
         )
 
     def _cache_and_self_attention_mask(
@@ -600,94 +703,32 @@ class TransformerDecoder(_StackTokenTable, nn.Module):
         return cache, past_length, token_is_real, self_mask
 
 
-def _default(value, fallback):
-    return fallback if value is None else value
-
-
-# ---------------------------------------------------------------------------------------------------
-# The pretrained-model base: initialisation, tied tables, loading and saving
-# ---------------------------------------------------------------------------------------------------
-
-
-class TransformerPreTrainedModel(CheckedLoadingMixin, AttentionKernels, PreTrainedModel):
-    """Initialisation and capabilities here; loading and saving checks in ``checkpoint.CheckedLoadingMixin``, the
-    attention kernels transformers may choose in ``speed.AttentionKernels``."""
-
-    @classmethod
-    def remote_code_auto_map(cls) -> dict[str, str]:
-        """``auto_map`` of a saved folder: Auto class -> ``module.Class`` in the configuration and modeling files that
-        ``save_pretrained`` copies beside the weights."""
-        module = __name__.rsplit(".", 1)[-1]
-        config_module = TransformerConfig.__module__.rsplit(".", 1)[-1]
-        return {
-            "AutoConfig": f"{config_module}.{TransformerConfig.__name__}",
-            "AutoModel": f"{module}.{TransformerModel.__name__}",
-            "AutoModelForSeq2SeqLM": f"{module}.{TransformerForConditionalGeneration.__name__}",
-            "AutoModelForSequenceClassification": f"{module}.{TransformerForSequenceClassification.__name__}",
-            "AutoModelForMaskedLM": f"{module}.{TransformerForMaskedLM.__name__}",
-        }
-
-    config_class = TransformerConfig
-    config: TransformerConfig
-    base_model_prefix = "model"
-    main_input_name = "input_ids"
-    supports_gradient_checkpointing = True
-    _no_split_modules = ["TransformerEncoderLayer", "TransformerDecoderLayer"]
-    _skip_keys_device_placement = ["past_key_values", "cache"]
-
-    def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
-        if isinstance(module, nn.Embedding):
-            # Token and learned position tables are drawn with std d_model^-0.5: scaled by sqrt(d_model) they
-            # are of unit size like the sinusoids, and as the tied output projection they give logits of unit
-            # size. (With the generic 0.02 the frozen sinusoids drown the tokens and a model barely sees its
-            # input.) This is done per nn.Embedding because transformers skips, for models defined outside
-            # the library, any module that holds no parameter or buffer of its own.
-            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
-            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
-                init.zeros_(module.weight[module.padding_idx])
-        elif hasattr(module, "xavier_gain") and self.config.init_method == "xavier_uniform":
-            init.xavier_uniform_(module.weight, gain=module.xavier_gain)  # the layers' projections; biases stay zero
-        elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
-            init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
-        elif isinstance(module, TransformerForMaskedLM):
-            init.zeros_(module.output_bias)
-
-    @property
-    def dummy_inputs(self) -> dict[str, torch.Tensor]:
-        pad = self.config.pad_token_id
-        real = [i for i in range(min(self.config.vocab_size, 12)) if i != pad]
-        input_ids = torch.tensor([real[:5], real[5:8] + [pad, pad]], device=self.device)
-        return {"input_ids": input_ids, "attention_mask": input_ids.ne(pad)}
-
-
-def _tied_embedding_keys(config: TransformerConfig, prefix: str = "", lm_head: bool = False) -> dict[str, str]:
-    """{target: source}: the decoder's token table is the encoder's with `share_embeddings`, and the output
-    projection (``lm_head``) is the decoder's table with `tie_word_embeddings`."""
-    encoder_table = f"{prefix}encoder.embeddings.embed_tokens.weight"
-    decoder_table = f"{prefix}decoder.embeddings.embed_tokens.weight"
-    keys = {decoder_table: encoder_table} if config.share_embeddings else {}
-    if lm_head and config.tie_word_embeddings:
-        keys["lm_head.weight"] = keys.get(decoder_table, decoder_table)
-    return keys
-
-
 # ---------------------------------------------------------------------------------------------------
 # 3.4 The model: encoder + decoder with shared token tables, and its heads
 # ---------------------------------------------------------------------------------------------------
 
 
+@auto_docstring(
+    custom_intro="""
+    Encoder and decoder without a head; returns `Seq2SeqModelOutput`. `add_decoder=False` builds the encoder alone
+    (used by the classifiers that pool the encoder, and by the masked-token head).
+    """
+)
 class TransformerModel(TransformerPreTrainedModel):
-    """Encoder and decoder without a head; returns ``Seq2SeqModelOutput``. ``add_decoder=False`` builds the encoder
-    alone (used by the classifiers that pool the encoder, and by the masked-token head)."""
-
     def __init__(self, config: TransformerConfig, add_decoder: bool = True):
+        r"""
+        add_decoder (`bool`, *optional*, defaults to `True`):
+            Whether to build the decoder; without it the model is the encoder alone.
+        """
         super().__init__(config)
         encoder_tokens = nn.Embedding(config.vocab_size, config.d_model, padding_idx=config.pad_token_id)
         self.encoder = TransformerEncoder(config, encoder_tokens)
         self.decoder = None
         if add_decoder:
             decoder_tokens = (
+                # CODEPATH: one table for both stacks in the recipes' models, the paper's configurations and the
+                # saved folder seq2seq; two in the seed tutorial's checkpoints (`enc_emb`, `dec_emb`), beside the
+                # book-style encoder's and in the saved folder seq2seq-pre-ln-learned.
                 encoder_tokens
                 if config.share_embeddings
                 else nn.Embedding(config.decoder_vocab_size, config.d_model, padding_idx=config.pad_token_id)
@@ -703,9 +744,12 @@ class TransformerModel(TransformerPreTrainedModel):
 
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.encoder.embeddings.embed_tokens = value
+        # CODEPATH: as in `__init__`: the decoder reads the same table only where the model shares one.
         if self.decoder is not None and self.config.share_embeddings:
             self.decoder.embeddings.embed_tokens = value
 
+    @can_return_tuple
+    @auto_docstring
     @accepts_either_cache_name
     def forward(
         self,
@@ -718,16 +762,19 @@ class TransformerModel(TransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqModelOutput:
+        r"""
+        decoder_attention_mask (`torch.Tensor` of shape `(batch_size, past_length + target_length)`, *optional*):
+            Which target tokens are real (1) or padding (0), the cached ones included; or a prepared 4-D mask over the
+            keys self-attention reads. Without it the causal mask alone hides right padding from every real token.
+        cache (`EncoderDecoderCache`, *optional*):
+            The keys and values of the target tokens decoded before, and of the encoder output.
+        past_key_values (`EncoderDecoderCache`, *optional*):
+            `cache` under the name transformers gave it before 5.24.
+        """
         check_no_misspelt_arguments(TransformerModel.forward, kwargs)
-        output_attentions = _default(output_attentions, self.config.output_attentions)
-        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
-        return_dict = _default(return_dict, self.config.return_dict)
-        use_cache = _default(use_cache, self.config.use_cache)
+        use_cache = use_cache if use_cache is not None else self.config.use_cache
         check_seq2seq_inputs(
             self.decoder, input_ids, inputs_embeds, encoder_outputs, decoder_input_ids, decoder_inputs_embeds
         )
@@ -738,9 +785,8 @@ class TransformerModel(TransformerPreTrainedModel):
                 input_ids=input_ids,
                 attention_mask=source_is_real,
                 inputs_embeds=inputs_embeds,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
                 return_dict=True,
+                **_recording_flags(kwargs, self.config),
             )
         encoder_outputs = as_encoder_output(encoder_outputs)  # one given as a tuple (return_dict=False) too
         if source_is_real is not None:
@@ -754,13 +800,12 @@ class TransformerModel(TransformerPreTrainedModel):
             cache=cache,
             inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            **_recording_flags(kwargs, self.config),
         )
-        output = seq2seq_output(
+        return seq2seq_output(
             Seq2SeqModelOutput, decoder_outputs, encoder_outputs, last_hidden_state=decoder_outputs.last_hidden_state
         )
-        return output if return_dict else output.to_tuple()
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -771,10 +816,13 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+@auto_docstring(
+    custom_intro="""
+    Encoder-decoder with the output projection to the target vocabulary (tied to the decoder's token table when
+    `tie_word_embeddings`), a label-smoothed cross-entropy loss, and `generate()`.
+    """
+)
 class TransformerForConditionalGeneration(TransformerPreTrainedModel, TransformerGenerationMixin):
-    """Encoder-decoder with the output projection to the target vocabulary (tied to the decoder's token
-    table when ``tie_word_embeddings``), a label-smoothed cross-entropy loss, and ``generate()``."""
-
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.model = TransformerModel(config)
@@ -797,6 +845,8 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @can_return_tuple
+    @auto_docstring
     @accepts_either_cache_name
     def forward(
         self,
@@ -810,17 +860,23 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
         decoder_inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
-        **kwargs,
-    ) -> Seq2SeqLMOutput | tuple:
-        """``labels`` (B, T), -100 ignored, are shifted right into ``decoder_input_ids`` when those are absent.
-        ``num_items_in_batch`` (given by Trainer) makes the loss a sum over the whole accumulated batch
-        divided by its number of target tokens, so gradient accumulation gives the same update."""
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> Seq2SeqLMOutput:
+        r"""
+        decoder_attention_mask (`torch.Tensor` of shape `(batch_size, past_length + target_length)`, *optional*):
+            Which target tokens are real (1) or padding (0), the cached ones included.
+        cache (`EncoderDecoderCache`, *optional*):
+            The keys and values of the target tokens decoded before, and of the encoder output.
+        labels (`torch.LongTensor` of shape `(batch_size, target_length)`, *optional*):
+            The target tokens, -100 where ignored; shifted right into `decoder_input_ids` when those are absent.
+        num_items_in_batch (`int` or `torch.Tensor`, *optional*):
+            Given by `Trainer`: the loss is then a sum over the whole accumulated batch divided by its number of
+            target tokens, so that gradient accumulation gives the same update.
+        past_key_values (`EncoderDecoderCache`, *optional*):
+            `cache` under the name transformers gave it before 5.24.
+        """
         check_no_misspelt_arguments(TransformerForConditionalGeneration.forward, kwargs)
-        return_dict = _default(return_dict, self.config.return_dict)
         if labels is not None:
             use_cache = False
             if decoder_input_ids is None and decoder_inputs_embeds is None:
@@ -835,25 +891,37 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **_recording_flags(kwargs, self.config),
         )
         hidden_states = outputs.last_hidden_state  # (B, T, D)
         if labels is not None:
             check_target_labels(labels, hidden_states.shape[:2], self.config.decoder_vocab_size)
-        # logits = hidden_states W_emb^T (B, T, V), and the label-smoothed loss; the fused path computes a training
-        # step's loss without holding the logits (then None).
-        logits, loss = output_logits_and_loss(
-            self.lm_head, hidden_states, labels, self.loss,
-            label_smoothing=self.config.label_smoothing, fuse=self.config.fused_output_loss,
-            training=self.training, num_items_in_batch=num_items_in_batch,
-        )  # fmt: skip
+        logits, loss = self.logits_and_loss(hidden_states, labels, num_items_in_batch)
 
         # The decoder's and the encoder's outputs pass on under the names they came with, the cache's among them.
         decoder_and_encoder = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
-        output = Seq2SeqLMOutput(loss=loss, logits=logits, **decoder_and_encoder)
-        return output if return_dict else output.to_tuple()
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **decoder_and_encoder)
+
+    def logits_and_loss(
+        self,
+        hidden_states: torch.Tensor,
+        labels: torch.Tensor | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """logits = hidden_states W_emb^T (B, T, V), and with ``labels`` their label-smoothed loss (:meth:`loss`).
+        In a training step (``config.fused_output_loss``) the loss is computed without holding the logits, which are
+        then None (``speed.output_logits_and_loss``)."""
+        return output_logits_and_loss(
+            self.lm_head,
+            hidden_states,
+            labels,
+            self.loss,
+            label_smoothing=self.config.label_smoothing,
+            fuse=self.config.fused_output_loss,
+            training=self.training,
+            num_items_in_batch=num_items_in_batch,
+        )
 
     def loss(
         self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
@@ -878,22 +946,31 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
 # ---------------------------------------------------------------------------------------------------
 
 
+@auto_docstring(
+    custom_intro="""
+    Output of [`TransformerForSequenceClassification`] when it pools the encoder (`classifier_pooling` "mean", "max"
+    or "first"), with the fields of an encoder classifier's output. The config says encoder-decoder, so generic code
+    reads the encoder's fields under their seq2seq names too (`encoder_last_hidden_state`, `encoder_hidden_states`,
+    `encoder_attentions`): the same tensors, not extra fields (`to_tuple()` and Trainer do not see them twice).
+    """
+)
 @dataclass
 class EncoderSequenceClassifierOutput(SequenceClassifierOutput):
-    r"""Output of [`TransformerForSequenceClassification`] when it pools the encoder (``classifier_pooling`` "mean",
-    "max" or "first"), with the fields of an encoder classifier's output:
-
-    loss: (), with ``labels``. logits: (B, num_labels). hidden_states: with ``output_hidden_states``, the
-    embeddings and each encoder layer's output, (B, S, D) each (the last one after the final LayerNorm, if any).
-    attentions: with ``output_attentions``, each encoder layer's attention probabilities, (B, H, S, S).
-    last_hidden_state: (B, S, D), the encoder output that was pooled; always given (``Trainer`` leaves it out of
-    its predictions through ``config.keys_to_ignore_at_inference``).
+    r"""
+    loss (`torch.FloatTensor` of shape `()`, *optional*, returned when `labels` is provided):
+        The classification (or regression) loss.
+    hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`):
+        The embeddings and each encoder layer's output, `(batch_size, source_length, d_model)` each (the last one
+        after the final LayerNorm, if any).
+    attentions (`tuple(torch.FloatTensor)`, *optional*, returned when `output_attentions=True`):
+        Each encoder layer's attention probabilities, `(batch_size, num_heads, source_length, source_length)`.
+    last_hidden_state (`torch.FloatTensor` of shape `(batch_size, source_length, d_model)`):
+        The encoder output that was pooled; always given (`Trainer` leaves it out of its predictions through
+        `config.keys_to_ignore_at_inference`).
     """
 
     last_hidden_state: torch.FloatTensor | None = None
 
-    # The config says encoder-decoder, so generic code reads the encoder's fields under their seq2seq names:
-    # the same tensors, not extra fields (``to_tuple()`` and Trainer do not see them twice).
     @property
     def encoder_last_hidden_state(self) -> torch.FloatTensor | None:
         return self.last_hidden_state
@@ -907,14 +984,38 @@ class EncoderSequenceClassifierOutput(SequenceClassifierOutput):
         return self.attentions
 
 
+def mean_pooling(states: torch.Tensor, token_is_real: torch.Tensor) -> torch.Tensor:
+    """(B, S, D), (B, S) -> (B, D): the mean over each row's real tokens (0 for a row of padding only)."""
+    weights = token_is_real.unsqueeze(-1).to(states.dtype)
+    return (states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+
+
+def max_pooling(states: torch.Tensor, token_is_real: torch.Tensor) -> torch.Tensor:
+    """(B, S, D), (B, S) -> (B, D): the maximum over each row's real tokens (0 for a row of padding only)."""
+    pooled = states.masked_fill(~token_is_real.unsqueeze(-1), torch.finfo(states.dtype).min).max(dim=1).values
+    return pooled.masked_fill(~token_is_real.any(1, keepdim=True), 0.0)
+
+
+def first_token_pooling(states: torch.Tensor, token_is_real: torch.Tensor) -> torch.Tensor:
+    """(B, S, D), (B, S) -> (B, D): each row's first real token (past a left-padded row's padding)."""
+    first_real = token_is_real.int().argmax(dim=1)
+    return states[torch.arange(states.shape[0], device=states.device), first_real]
+
+
+# `classifier_pooling` -> how the encoder output is pooled; "decoder" reads it with the decoder instead.
+ENCODER_POOLINGS = {"mean": mean_pooling, "max": max_pooling, "first": first_token_pooling}
+
+
+@auto_docstring(
+    custom_intro="""
+    A linear classifier over a pooled representation (`config.classifier_pooling`): "mean" / "max" over the
+    encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder reads one start token over the encoder
+    output, as in the seed tutorial's sentiment model. Encoder pooling returns [`EncoderSequenceClassifierOutput`];
+    the decoder read-out returns `Seq2SeqSequenceClassifierOutput`, the decoder's and the encoder's outputs under
+    their seq2seq names.
+    """
+)
 class TransformerForSequenceClassification(TransformerPreTrainedModel):
-    """A linear classifier over a pooled representation (``config.classifier_pooling``):
-    "mean" / "max" over the encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder
-    reads one start token over the encoder output, as in the seed tutorial's sentiment model.
-
-    Encoder pooling returns [`EncoderSequenceClassifierOutput`]; the decoder read-out returns
-    ``Seq2SeqSequenceClassifierOutput``, the decoder's and the encoder's outputs under their seq2seq names."""
-
     # The loss is a mean over the model's own batch; Trainer must not pass `num_items_in_batch` and must
     # divide by the accumulation steps itself (it would otherwise scale the loss by the world size).
     accepts_loss_kwargs = False
@@ -927,28 +1028,25 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         self.post_init()
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> EncoderSequenceClassifierOutput | Seq2SeqSequenceClassifierOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> EncoderSequenceClassifierOutput | Seq2SeqSequenceClassifierOutput:
+        r"""
+        labels (`torch.Tensor` of shape `(batch_size,)` or `(batch_size, num_labels)`, *optional*):
+            Class ids (single-label), targets (regression) or 0/1 per label (multi-label); the loss follows
+            `config.problem_type`, or the labels when it is None.
+        """
         check_no_misspelt_arguments(TransformerForSequenceClassification.forward, kwargs)
-        output_attentions = _default(output_attentions, self.config.output_attentions)
-        output_hidden_states = _default(output_hidden_states, self.config.output_hidden_states)
-        return_dict = _default(return_dict, self.config.return_dict)
+        flags = _recording_flags(kwargs, self.config)
         encoder_outputs = self.model.encoder(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
-            return_dict=True,
+            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **flags
         )
         encoder_states = encoder_outputs.last_hidden_state  # (B, S, D)
         token_is_real = _padding_mask(input_ids, attention_mask, self.config.pad_token_id)
@@ -956,45 +1054,43 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
             token_is_real = torch.ones(encoder_states.shape[:2], dtype=torch.bool, device=encoder_states.device)
 
         decoder_outputs = None
-        pooling = self.config.classifier_pooling
-        if pooling == "mean":
-            weights = token_is_real.unsqueeze(-1).to(encoder_states.dtype)
-            pooled = (encoder_states * weights).sum(1) / weights.sum(1).clamp(min=1.0)
-        elif pooling == "max":
-            hidden = encoder_states.masked_fill(~token_is_real.unsqueeze(-1), torch.finfo(encoder_states.dtype).min)
-            pooled = hidden.max(dim=1).values
-            pooled = pooled.masked_fill(~token_is_real.any(1, keepdim=True), 0.0)  # all-padding rows
-        elif pooling == "first":
-            first_real = token_is_real.int().argmax(dim=1)  # 0 for right padding; past a left-padded row's padding
-            pooled = encoder_states[torch.arange(encoder_states.shape[0], device=encoder_states.device), first_real]
+        # CODEPATH: "decoder" is the seed tutorial's sentiment classifier (its checkpoints, convert.from_seed); the
+        # NSMC recipe's classifiers pool the encoder ("mean").
+        if self.config.classifier_pooling == "decoder":
+            pooled, decoder_outputs = self._decoder_read_out(encoder_states, token_is_real, **flags)
         else:
-            start = torch.full(
-                (encoder_states.shape[0], 1), self.config.decoder_start_token_id, device=encoder_states.device
-            )
-            decoder_outputs = self.model.decoder(
-                input_ids=start,
-                encoder_hidden_states=encoder_states,
-                encoder_attention_mask=token_is_real,
-                output_attentions=output_attentions,
-                output_hidden_states=output_hidden_states,
-            )
-            pooled = decoder_outputs.last_hidden_state.max(dim=1).values  # (B, D)
+            pooled = ENCODER_POOLINGS[self.config.classifier_pooling](encoder_states, token_is_real)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
 
         loss = self._classification_loss(logits, labels) if labels is not None else None
         if decoder_outputs is None:
-            output = EncoderSequenceClassifierOutput(
+            return EncoderSequenceClassifierOutput(
                 loss=loss,
                 logits=logits,
                 hidden_states=encoder_outputs.hidden_states,
                 attentions=encoder_outputs.attentions,
                 last_hidden_state=encoder_states,
             )
-        else:
-            output = seq2seq_output(
-                Seq2SeqSequenceClassifierOutput, decoder_outputs, encoder_outputs, loss=loss, logits=logits
-            )
-        return output if return_dict else output.to_tuple()
+        return seq2seq_output(
+            Seq2SeqSequenceClassifierOutput, decoder_outputs, encoder_outputs, loss=loss, logits=logits
+        )
+
+    def _decoder_read_out(
+        self, encoder_states: torch.Tensor, token_is_real: torch.Tensor, **flags
+    ) -> tuple[torch.Tensor, BaseModelOutputWithPastAndCrossAttentions]:
+        """The seed tutorial's read-out: the decoder reads one start token over the encoder output (B, S, D); its
+        output, max-pooled over that one position, is the representation (B, D)."""
+        start = torch.full(
+            (encoder_states.shape[0], 1), self.config.decoder_start_token_id, device=encoder_states.device
+        )
+        decoder_outputs = self.model.decoder(
+            input_ids=start,
+            encoder_hidden_states=encoder_states,
+            encoder_attention_mask=token_is_real,
+            return_dict=True,
+            **flags,
+        )
+        return decoder_outputs.last_hidden_state.max(dim=1).values, decoder_outputs
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Mean squared error (regression), cross-entropy (single-label) or binary cross-entropy (multi-label),
@@ -1016,22 +1112,27 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
 # ---------------------------------------------------------------------------------------------------
 
 
+@auto_docstring(
+    custom_intro="""
+    The encoder alone (the classifier's parameter names, `model.encoder.*`) predicting masked tokens: dense -> GELU
+    -> LayerNorm, then the token table as output projection, plus a bias.
+
+    With `labels` (B, S; the original token where one is to be predicted, -100 elsewhere) the logits are computed only
+    at the predicted positions, (N, V) in the order of `labels[labels != -100]`, which keeps the vocabulary-wide
+    softmax to the few masked tokens; the loss is their mean cross-entropy. Without `labels` the logits cover every
+    position, (B, S, V), as the fill-mask pipeline reads them. In training the loss is fused with the projection
+    (`config.fused_output_loss`) and `logits` is None.
+    """
+)
 class TransformerForMaskedLM(TransformerPreTrainedModel):
-    """The encoder alone (the classifier's parameter names, ``model.encoder.*``) predicting masked tokens:
-    dense -> GELU -> LayerNorm, then the token table as output projection, plus a bias.
-
-    With ``labels`` (B, S; the original token where one is to be predicted, -100 elsewhere) the logits are computed
-    only at the predicted positions, (N, V) in the order of ``labels[labels != -100]``, which keeps the
-    vocabulary-wide softmax to the few masked tokens; the loss is their mean cross-entropy. Without ``labels`` the
-    logits cover every position, (B, S, V), as the fill-mask pipeline reads them. In training the loss is fused with
-    the projection (``config.fused_output_loss``) and ``logits`` is None."""
-
     # The loss is a mean over this batch's predicted tokens; Trainer must not pass `num_items_in_batch`.
     accepts_loss_kwargs = False
 
     def __init__(self, config: TransformerConfig):
         super().__init__(config)
         self.model = TransformerModel(config, add_decoder=False)
+        # An `nn.Sequential`, whose weights are named by index (`transform.0`, `transform.2`): the folders saved
+        # by this head so far hold those names, and another module would need a renaming on every load.
         self.transform = nn.Sequential(
             nn.Linear(config.d_model, config.d_model),
             nn.GELU(),
@@ -1051,26 +1152,28 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         self.config.decoder_vocab_size = self.config.vocab_size  # one vocabulary (the config checks it)
         return embeddings
 
+    @can_return_tuple
+    @auto_docstring
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
-        output_attentions: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> MaskedLMOutput | tuple:
+        **kwargs: Unpack[TransformersKwargs],
+    ) -> MaskedLMOutput:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, source_length)`, *optional*):
+            The original token where one is to be predicted, -100 elsewhere; the logits then cover the predicted
+            positions only.
+        """
         check_no_misspelt_arguments(TransformerForMaskedLM.forward, kwargs)
-        return_dict = _default(return_dict, self.config.return_dict)
         encoder_outputs = self.model.encoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
             inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
-            output_hidden_states=output_hidden_states,
             return_dict=True,
+            **_recording_flags(kwargs, self.config),
         )
         states = encoder_outputs.last_hidden_state  # (B, S, D)
         if labels is not None:
@@ -1078,17 +1181,26 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
             labels = labels.to(states.device)
             predicted = labels != -100
             states, labels = states[predicted], labels[predicted]  # (N, D), (N,)
-        # logits = LayerNorm(GELU(states W + b)) E^T + output_bias, E the token table, and their mean cross-entropy;
-        # the fused path computes a training step's loss without holding the logits (then None).
-        logits, loss = output_logits_and_loss(
-            self.get_input_embeddings().weight, self.transform(states), labels, self.loss,
-            bias=self.output_bias, fuse=self.config.fused_output_loss, training=self.training,
-        )  # fmt: skip
-
-        output = MaskedLMOutput(
+        logits, loss = self.logits_and_loss(states, labels)
+        return MaskedLMOutput(
             loss=loss, logits=logits, hidden_states=encoder_outputs.hidden_states, attentions=encoder_outputs.attentions
         )
-        return output if return_dict else output.to_tuple()
+
+    def logits_and_loss(
+        self, states: torch.Tensor, labels: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """logits = LayerNorm(GELU(states W + b)) E^T + output_bias, E the token table, and with ``labels`` their mean
+        cross-entropy (:meth:`loss`). In a training step (``config.fused_output_loss``) the loss is computed without
+        holding the logits, which are then None (``speed.output_logits_and_loss``)."""
+        return output_logits_and_loss(
+            self.get_input_embeddings().weight,
+            self.transform(states),
+            labels,
+            self.loss,
+            bias=self.output_bias,
+            fuse=self.config.fused_output_loss,
+            training=self.training,
+        )
 
     def loss(
         self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None

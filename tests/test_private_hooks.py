@@ -159,9 +159,9 @@ def test_the_forward_takes_the_cache_under_the_name_generate_hands_it_over():
 
 
 def test_config_hooks_still_exist():
-    # TransformerConfig checks assignments only once `PretrainedConfig.__post_init__` has set `_post_init_done`
-    # (before it, the dataclass constructor assigns every field, derived ones still None), and relies on
-    # `save_pretrained` calling `validate()` to refuse a config that would not load.
+    # TransformerConfig derives a setting again when None is assigned only once `PretrainedConfig.__post_init__` has
+    # set `_post_init_done` (before it, the dataclass constructor assigns every field, derived ones still None), and
+    # relies on `save_pretrained` calling `validate()` to refuse a config that would not load.
     assert "self._post_init_done = True" in inspect.getsource(PretrainedConfig.__post_init__)
     assert "self.validate()" in inspect.getsource(PretrainedConfig.save_pretrained)
     config = TransformerConfig()
@@ -192,3 +192,22 @@ def test_morpheme_tokenizer_hooks_still_exist():
     lattice = create_lattice("영화였던가")
     assert mecab.MeCab()._tagger.parse(lattice)
     assert [tuple(span) for span, _node in lattice] == [(0, 2), (2, 3), (3, 5)]
+
+
+def test_output_capture_hooks_still_exist():
+    # The encoder and decoder stacks declare what transformers records of them (`_can_record_outputs`), which
+    # `capture_outputs` reads through the registry `PreTrainedModel.__init__` fills; both live in
+    # transformers.utils.output_capturing, which transformers does not export at its top. A stack draws no weights of
+    # its own (`init_weights`, called by `post_init`): the model holding it does, in its order.
+    from transformers.utils.output_capturing import _CAN_RECORD_REGISTRY, OutputRecorder, capture_outputs
+
+    from hf_transformer.modeling_transformer import TransformerDecoder, TransformerEncoder
+
+    assert callable(capture_outputs) and "layer_name" in OutputRecorder.__dataclass_fields__
+    assert "_CAN_RECORD_REGISTRY[self] = self._can_record_outputs" in inspect.getsource(PreTrainedModel.__init__)
+    assert "self.init_weights()" in inspect.getsource(PreTrainedModel.post_init)
+    model = TransformerForConditionalGeneration(TransformerConfig(vocab_size=40, d_model=16, num_attention_heads=2))
+    for stack, stack_class in ((model.model.encoder, TransformerEncoder), (model.model.decoder, TransformerDecoder)):
+        assert _CAN_RECORD_REGISTRY.get(stack) == stack_class._can_record_outputs
+    # A config class without an `__init__` of its own is given one that takes any keyword, which `@strict` keeps.
+    assert "wrap_init_to_accept_kwargs" in inspect.getsource(PretrainedConfig.__init_subclass__)
