@@ -64,8 +64,10 @@ def check_device(device, engine: str = "torch") -> None:
         raise ValueError("device 'meta' holds no weights; a Predictor computes on cpu, cuda, mps...")
     if parsed.type == "cuda":
         if engine == "ctranslate2":
+            from .export.ctranslate2_export import _ctranslate2
+
             try:
-                import ctranslate2
+                ctranslate2 = _ctranslate2()  # imported with the package's kernel choices
             except ImportError:
                 return  # loading says what to install
             count, source = ctranslate2.get_cuda_device_count(), "CTranslate2 sees"

@@ -21,6 +21,7 @@ from hf_transformer.export.ctranslate2_export import (  # noqa: E402
     check_convertible,
     ctranslate2_generate,
     prefer_avx512,
+    prefer_mkl_for_int8,
     to_ctranslate2,
 )
 
@@ -444,6 +445,23 @@ def test_avx512_is_chosen_for_ctranslate2_on_amd_cpus_that_have_it(vendor, flags
     changed = prefer_avx512(environ, cpuinfo(vendor, flags))
     assert environ.get("CT2_FORCE_CPU_ISA") == chosen
     assert changed == (chosen == "AVX512")
+
+
+@pytest.mark.parametrize(
+    ("vendor", "flags", "environ", "chosen"),
+    [
+        ("AuthenticAMD", "", {}, "1"),  # AVX2 only: oneDNN's int8 products saturate there
+        ("AuthenticAMD", "avx_vnni", {}, None),  # VNNI sums in 32 bits
+        ("AuthenticAMD", AVX512, {}, None),  # AVX-512 chosen instead (above)
+        ("GenuineIntel", "", {}, None),  # CTranslate2 uses MKL there by itself
+        ("AuthenticAMD", "", {"CT2_USE_MKL": "0"}, "0"),  # the user's choice stands
+    ],
+)
+def test_mkl_is_chosen_for_int8_on_amd_cpus_with_avx2_only(vendor, flags, environ, chosen):
+    environ = dict(environ)
+    changed = prefer_mkl_for_int8(environ, cpuinfo(vendor, flags))
+    assert environ.get("CT2_USE_MKL") == chosen
+    assert changed == (chosen == "1")
 
 
 def test_generation_settings_the_engine_does_not_apply_are_warned_about(converted, tokenizer, tmp_path):

@@ -128,13 +128,9 @@ def prefer_avx512(environ=os.environ, cpuinfo: str | None = None) -> bool:
     """
     if "CT2_FORCE_CPU_ISA" in environ:
         return False
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    fields = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    fields = _cpu_fields(cpuinfo)
+    if fields is None:
+        return False
     flags = set(fields.get("flags", "").split())
     if fields.get("vendor_id") != "AuthenticAMD" or not flags.issuperset(AVX512_FLAGS):
         return False
@@ -142,8 +138,42 @@ def prefer_avx512(environ=os.environ, cpuinfo: str | None = None) -> bool:
     return True
 
 
+# On an AMD CPU with AVX2 but neither AVX-512 nor VNNI, CTranslate2's default int8 products (oneDNN's u8s8 kernels)
+# sum pairs of 8-bit products in 16 bits, which saturate: a model's int8 log-probabilities there move about ten times
+# as far from float32's as with MKL's kernels (docs/deployment.md). MKL is chosen there unless the user has chosen.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
+
+
+def _cpu_fields(cpuinfo: str | None) -> dict[str, str] | None:
+    """The first processor's fields of /proc/cpuinfo (``cpuinfo``: its text, read when None); None where there is
+    none."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return None
+    fields = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
+    return {key.strip(): value.strip() for key, value in fields.items()}
+
+
+def prefer_mkl_for_int8(environ=os.environ, cpuinfo: str | None = None) -> bool:
+    """Set ``CT2_USE_MKL=1`` on an AMD CPU with neither AVX-512 nor VNNI when it is not set; True when it was set
+    here. Like ``CT2_FORCE_CPU_ISA``, CTranslate2 reads it when it first picks its kernels."""
+    if "CT2_USE_MKL" in environ:
+        return False
+    fields = _cpu_fields(cpuinfo)
+    if fields is None or fields.get("vendor_id") != "AuthenticAMD":
+        return False
+    flags = set(fields.get("flags", "").split())
+    if "avx512f" in flags or flags.intersection(VNNI_FLAGS):
+        return False
+    environ["CT2_USE_MKL"] = "1"
+    return True
+
+
 def _ctranslate2():
     prefer_avx512()
+    prefer_mkl_for_int8()
     try:
         import ctranslate2
         import ctranslate2.converters.transformers  # noqa: F401  (the converter and its loaders)
