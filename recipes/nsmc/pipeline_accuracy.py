@@ -1,0 +1,57 @@
+"""The NSMC test accuracy of a saved classifier folder computed as a user would compute it: raw review text through
+``transformers.pipeline("text-classification", model=FOLDER)``, set beside the accuracy its training run recorded.
+
+    python -m recipes.nsmc.pipeline_accuracy runs/nsmc runs/nsmc-data/test.jsonl
+
+The folder's own tokenizer does all the cutting (for a morpheme tokenizer, MeCab-ko runs inside it): no review is
+segmented beforehand. Writes ``pipeline_accuracy.json`` into the folder (the accuracy, the recorded one, how many
+reviews the two disagree on, reviews a second) and exits with status 1 when the two accuracies differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import hf_transformer  # noqa: F401  (registers the Auto classes and the morpheme tokenizer)
+
+
+def pipeline_accuracy(folder: Path, test_file: Path, batch_size: int = 256) -> dict:
+    """The pipeline's predictions for every review of ``test_file`` (JSON lines with ``text`` and ``label``)."""
+    from transformers import pipeline
+
+    rows = [json.loads(line) for line in test_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    classify = pipeline("text-classification", model=str(folder), truncation=True)
+    started = time.time()
+    predicted = [result["label"] for result in classify([row["text"] for row in rows], batch_size=batch_size)]
+    seconds = time.time() - started
+    correct = sum(label == row["label"] for label, row in zip(predicted, rows))
+    return {"reviews": len(rows), "accuracy": correct / len(rows), "reviews_per_second": round(len(rows) / seconds, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m recipes.nsmc.pipeline_accuracy", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("folder", type=Path, help="a classifier folder saved by scripts/train_classifier.py")
+    parser.add_argument("test_file", type=Path, help="the test reviews the run scored (recipes.nsmc.prepare's)")
+    parser.add_argument("--batch_size", type=int, default=256)
+    args = parser.parse_args(argv)
+    recorded = json.loads((args.folder / "results.json").read_text())
+    result = pipeline_accuracy(args.folder, args.test_file, args.batch_size)
+    result["recorded_accuracy"] = recorded["test_accuracy"]
+    result["reviews_apart"] = round(abs(result["accuracy"] - result["recorded_accuracy"]) * result["reviews"])
+    (args.folder / "pipeline_accuracy.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"pipeline accuracy {result['accuracy']:.4f} on {result['reviews']:,} reviews; recorded "
+        f"{result['recorded_accuracy']:.4f}; {result['reviews_apart']} review(s) apart; "
+        f"{result['reviews_per_second']:,} reviews/s"
+    )
+    return 0 if result["reviews_apart"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

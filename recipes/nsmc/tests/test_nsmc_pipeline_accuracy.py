@@ -1,0 +1,51 @@
+"""recipes.nsmc.pipeline_accuracy: a classifier folder's test accuracy through the text-classification pipeline, set
+beside the one its run recorded."""
+
+import json
+
+import torch
+
+from hf_transformer import Predictor, TransformerConfig, TransformerForSequenceClassification
+from hf_transformer.tokenization import train_tokenizer
+from recipes.nsmc import pipeline_accuracy
+
+REVIEWS = [
+    ("정말 재미있고 감동적인 영화였어요", "positive"),
+    ("시간이 아까운 최악의 영화", "negative"),
+    ("배우들 연기는 좋았는데 스토리가 너무 지루했다", "negative"),
+    ("다시 보고 싶은 인생 영화", "positive"),
+    ("별로였다 1점도 아깝다", "negative"),
+    ("감독의 다음 영화가 기대된다", "positive"),
+]
+
+
+def make_folder(tmp_path):
+    tokenizer = train_tokenizer([text for text, _ in REVIEWS] * 5, vocab_size=120, show_progress=False)
+    tokenizer.model_max_length = 16
+    torch.manual_seed(0)
+    config = TransformerConfig(
+        vocab_size=len(tokenizer), d_model=16, n_layer=1, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=16, pad_token_id=tokenizer.pad_token_id, num_labels=2,
+        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+    )  # fmt: skip
+    folder = tmp_path / "classifier"
+    TransformerForSequenceClassification(config).eval().save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    test_file = tmp_path / "test.jsonl"
+    test_file.write_text("".join(json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in REVIEWS))
+    predicted = [result["label"] for result in Predictor.from_pretrained(folder).classify([t for t, _ in REVIEWS])]
+    accuracy = sum(p == y for p, (_, y) in zip(predicted, REVIEWS)) / len(REVIEWS)
+    return folder, test_file, accuracy
+
+
+def test_pipeline_accuracy_is_set_beside_the_recorded_one(tmp_path, capsys):
+    folder, test_file, accuracy = make_folder(tmp_path)
+    (folder / "results.json").write_text(json.dumps({"test_accuracy": accuracy}))
+    assert pipeline_accuracy.main([str(folder), str(test_file)]) == 0
+    written = json.loads((folder / "pipeline_accuracy.json").read_text())
+    assert written["accuracy"] == written["recorded_accuracy"] == accuracy and written["reviews"] == len(REVIEWS)
+    assert "0 review(s) apart" in capsys.readouterr().out
+
+    (folder / "results.json").write_text(json.dumps({"test_accuracy": accuracy + 2 / len(REVIEWS)}))
+    assert pipeline_accuracy.main([str(folder), str(test_file)]) == 1
+    assert json.loads((folder / "pipeline_accuracy.json").read_text())["reviews_apart"] == 2
