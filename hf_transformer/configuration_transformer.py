@@ -331,6 +331,11 @@ class TransformerConfig(PretrainedConfig):
     # the heads return beside their logits are not predictions.
     keys_to_ignore_at_inference = ["past_key_values", "cache", "encoder_last_hidden_state", "last_hidden_state"]
     attribute_map = dict(_ALIASES, num_hidden_layers="encoder_layers")
+    # transformers' FSDP2 loading (`from_pretrained(..., distributed_config=DistributedConfig(fsdp_size=N))`) shards
+    # each encoder and decoder layer as a unit (the stacks' own `_fsdp_plan`); the token tables, the final LayerNorms
+    # and the output projection (one tensor, tied three ways) stay in the model's root unit. transformers' default plan
+    # names modules of a decoder-only model (`embed_tokens`, `layers.*`, `norm` at the base), none of which is here.
+    base_model_fsdp_plan = {}
 
     vocab_size: int = positive(default=8007)
     decoder_vocab_size: int | None = positive(default=None)

@@ -366,8 +366,8 @@ class TransformerFeedForward(nn.Module):
         super().__init__()
         self.fc1 = _projection(config.d_model, config.intermediate_size)
         self.fc2 = _projection(config.intermediate_size, config.d_model)
-        # CODEPATH: ReLU in the paper's configurations and the Multi30k recipe's translators; GELU (exact, erf) in the
-        # seed tutorial's and the book-style encoder's checkpoints and the NSMC recipe's classifiers.
+        # CODEPATH: ReLU in the paper's configurations and the translators `train_translation.py` builds; GELU
+        # (exact, erf) in the seed tutorial's and the book-style encoder's checkpoints and the saved folders.
         self.activation = nn.ReLU() if config.activation_function == "relu" else nn.GELU()
         self.activation_dropout = Dropout(config.activation_dropout)
 
@@ -508,8 +508,8 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, AttentionKernels, PreTrain
             init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
             if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
                 init.zeros_(module.weight[module.padding_idx])
-        # CODEPATH: only a new model's first draw: the Multi30k record m30k-en-de-xavier was drawn Glorot-uniform, every
-        # other recorded run from N(0, init_std); loaded weights are never drawn.
+        # CODEPATH: only a new model's first draw (`--init_method xavier_uniform` of the training scripts; the
+        # default, N(0, init_std), elsewhere); loaded weights are never drawn.
         elif hasattr(module, "xavier_gain") and self.config.init_method == "xavier_uniform":
             init.xavier_uniform_(module.weight, gain=module.xavier_gain)  # the layers' projections; biases stay zero
         elif isinstance(module, TransformerEmbeddings) and module.position_embedding_type == "sinusoidal":
@@ -566,6 +566,7 @@ class TransformerEncoder(_Stack, TransformerPreTrainedModel):
     """N encoder layers over the embedded source. Called by ``generate`` through ``get_encoder()``."""
 
     _can_record_outputs = {"hidden_states": TransformerEncoderLayer, "attentions": TransformerAttention}
+    _fsdp_plan = {"layers.*": "free_full_weight"}  # FSDP2 through transformers: one unit per layer (TransformerConfig)
 
     def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
         super().__init__(config)
@@ -611,6 +612,7 @@ class TransformerDecoder(_Stack, TransformerPreTrainedModel):
         "attentions": OutputRecorder(TransformerAttention, index=1, layer_name="self_attn"),
         "cross_attentions": OutputRecorder(TransformerAttention, index=1, layer_name="cross_attn"),
     }
+    _fsdp_plan = {"layers.*": "free_full_weight"}
 
     def __init__(self, config: TransformerConfig, embed_tokens: nn.Embedding):
         super().__init__(config)
@@ -1055,7 +1057,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
 
         decoder_outputs = None
         # CODEPATH: "decoder" is the seed tutorial's sentiment classifier (its checkpoints, convert.from_seed); the
-        # NSMC recipe's classifiers pool the encoder ("mean").
+        # classifiers `train_classifier.py` trains and the saved folder classifier pool the encoder ("mean").
         if self.config.classifier_pooling == "decoder":
             pooled, decoder_outputs = self._decoder_read_out(encoder_states, token_is_real, **flags)
         else:
