@@ -15,7 +15,8 @@ and under each OpenMP waiting setting (``--settings``):
 - ``job``: what the job scripts do (``recipes/common/wait_policy.sh``: ``python -m hf_transformer.openmp``, run
   with the load already running, exports ``OMP_WAIT_POLICY=PASSIVE`` where other processes keep the cores busy; a
   quiet machine keeps the runtime's default, and the training script, finding it quiet too, runs on);
-- ``libgomp-default``: ``GOMP_SPINCOUNT=300000``, the OpenMP runtime's own default, set as a user would (nothing then chooses for the run);
+- ``libgomp-default``: ``GOMP_SPINCOUNT=300000``, the OpenMP runtime's own default, set as a user would (nothing
+  then chooses for the run);
 - ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (no spin at all).
 
 Each round runs every load in turn (the load started before its runs and stopped after them) and, within a load,
