@@ -624,9 +624,9 @@ class TransformerDecoder(_Stack, TransformerPreTrainedModel):
         )
         self.post_init()
 
+    @accepts_either_cache_name
     @capture_outputs
     @auto_docstring
-    @accepts_either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -750,9 +750,9 @@ class TransformerModel(TransformerPreTrainedModel):
         if self.decoder is not None and self.config.share_embeddings:
             self.decoder.embeddings.embed_tokens = value
 
+    @accepts_either_cache_name
     @can_return_tuple
     @auto_docstring
-    @accepts_either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -847,9 +847,9 @@ class TransformerForConditionalGeneration(TransformerPreTrainedModel, Transforme
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    @accepts_either_cache_name
     @can_return_tuple
     @auto_docstring
-    @accepts_either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
