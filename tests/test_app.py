@@ -287,6 +287,7 @@ def test_the_command_serves_on_localhost(folders, monkeypatch):
     assert os.environ["GRADIO_ANALYTICS_ENABLED"] == "False"
 
 
+@pytest.mark.slow
 def test_write_space_writes_an_app_that_builds(tmp_path, folders):
     space = hub.write_space(folders["seq2seq"], tmp_path / "space")
     requirements = (space / "requirements.txt").read_text().splitlines()

@@ -30,6 +30,8 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
+pytestmark = pytest.mark.browser
+
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "docs" / "images" / "demo-app.png"
 PAIRS = [

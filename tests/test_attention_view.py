@@ -241,6 +241,7 @@ def test_the_command_writes_the_page(folders, tmp_path, capsys):
     assert "<!DOCTYPE html>" in page and json.dumps(TARGET, ensure_ascii=False) in page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [

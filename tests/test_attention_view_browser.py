@@ -19,6 +19,8 @@ from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
+pytestmark = pytest.mark.browser
+
 SENTENCE, TARGET = 'a man <rides> "a" red bike . 정말', "ein mann fährt ein rotes fahrrad ."
 TEXTS = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 3
 

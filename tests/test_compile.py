@@ -8,6 +8,8 @@ from model_helpers import batch_with_padding, tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration
 
+pytestmark = pytest.mark.slow
+
 
 def _inputs(padding: bool) -> dict:
     source, target = batch_with_padding()

@@ -505,6 +505,7 @@ def test_script_converts_a_seed_checkpoint_that_automodel_loads(tmp_path, capsys
     assert max_difference(ours.last_hidden_state, output, target.ne(0)) < TOLERANCE
 
 
+@pytest.mark.slow
 def test_script_converts_a_book_checkpoint_that_automodel_loads(tmp_path):
     reference, _ = book_pair()
     torch.save(reference.state_dict(), tmp_path / "encoder.pt")

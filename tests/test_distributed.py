@@ -58,6 +58,7 @@ def classifier_args(data_dir, output_dir, per_device_batch: int, *extra: str) ->
     ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_classifier_two_processes_match_one(nsmc_dir, tmp_path):
     two, one = tmp_path / "two", tmp_path / "one"
     # World size 2 through accelerate's torchrun-style launcher; process 0 trains the tokenizer for both.
@@ -110,6 +111,7 @@ TRANSLATION_MODEL = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_translation_two_processes_match_one(tmp_path):
     data_dir, two, one = tmp_path / "data", tmp_path / "two", tmp_path / "one"
     write_multi30k(data_dir, {"train": 256, "val": 16, "test_2016_flickr": 16})

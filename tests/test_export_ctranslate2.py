@@ -123,6 +123,7 @@ def converted(tmp_path_factory, tokenizer):
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_beams", [1, 4])
 @pytest.mark.parametrize("case", list(CASES))
 def test_ctranslate2_decodes_what_generate_decodes(converted, tokenizer, case, num_beams):
@@ -403,6 +404,7 @@ def test_an_existing_output_folder_needs_force(tmp_path, tokenizer):
     assert (folder / "config.json").is_file()
 
 
+@pytest.mark.slow
 def test_command_line(tmp_path, tokenizer):
     folder = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
     env = dict(

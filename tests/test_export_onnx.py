@@ -18,6 +18,8 @@ pytest.importorskip("onnxruntime")
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification  # noqa: E402
 from hf_transformer.export.onnx_export import OnnxClassifier, OnnxSeq2SeqGenerator, to_onnx  # noqa: E402
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = [
     "a man rides a red bike .",

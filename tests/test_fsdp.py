@@ -247,6 +247,7 @@ def fsdp_run(data_dir, tmp_path_factory):
     return output_dir, reports(done.stderr + done.stdout)
 
 
+@pytest.mark.slow
 def test_fsdp2_shards_the_model_over_two_cpu_processes(fsdp_run):
     output_dir, found = fsdp_run
     assert sorted(found) == [0, 1], found
@@ -266,6 +267,7 @@ def test_fsdp2_shards_the_model_over_two_cpu_processes(fsdp_run):
     assert len(losses) == STEPS and losses[-1] < 0.8 * losses[0], losses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", ["run", f"run/checkpoint-{STEPS}"])
 def test_fsdp2_saves_one_full_safetensors_file(fsdp_run, folder):
     output_dir, _ = fsdp_run
@@ -290,6 +292,7 @@ def test_fsdp2_saves_one_full_safetensors_file(fsdp_run, folder):
     assert model.lm_head.weight is model.model.encoder.embeddings.embed_tokens.weight
 
 
+@pytest.mark.slow
 def test_fsdp2_final_model_is_the_last_checkpoint(fsdp_run):
     output_dir, _ = fsdp_run
     with (
@@ -301,6 +304,7 @@ def test_fsdp2_final_model_is_the_last_checkpoint(fsdp_run):
             assert torch.equal(final.get_tensor(name), last.get_tensor(name)), name
 
 
+@pytest.mark.slow
 def test_fsdp2_resumes_from_a_checkpoint(fsdp_run, data_dir, tmp_path):
     output_dir, _ = fsdp_run
     checkpoint = output_dir / f"checkpoint-{SAVE_STEPS}"
@@ -326,6 +330,7 @@ def test_fsdp2_resumes_from_a_checkpoint(fsdp_run, data_dir, tmp_path):
     assert after[RESUMED_STEPS] < before[1]
 
 
+@pytest.mark.slow
 def test_stock_launch_on_cpu_is_ddp(fsdp_run, data_dir, tmp_path):
     """Without `--shard-on-cpu` accelerate silently trains with DDP; same rows per step, so the same losses."""
     output_dir, _ = fsdp_run
@@ -345,6 +350,7 @@ def test_stock_launch_on_cpu_is_ddp(fsdp_run, data_dir, tmp_path):
     assert ddp_losses == pytest.approx(fsdp_losses, abs=2e-4)
 
 
+@pytest.mark.slow
 def test_saved_folder_names_the_package_code(fsdp_run):
     # fully_shard swaps the model's class for a subclass defined in torch; the saved folder must still name and
     # carry the package's own code, so that trust_remote_code loads it where the package is not installed.

@@ -331,6 +331,7 @@ exec(compile(open(snippet_file).read(), "README.md", "exec"), {})
 """
 
 
+@pytest.mark.slow
 def test_loads_without_the_package_through_trust_remote_code(saved):
     tmp, reference = saved["root"] / "isolated", saved["reference"]
     tmp.mkdir()

@@ -136,6 +136,7 @@ class _PadOnlyTokenizer:
         return {key: torch.tensor(value) for key, value in batch.items()}
 
 
+@pytest.mark.slow
 def test_trainer_learns_a_copy_task(tmp_path):
     config = tiny_config(d_model=64, intermediate_size=128, dropout=0.0)
     model = TransformerForConditionalGeneration(config)
@@ -177,6 +178,7 @@ def test_trainer_learns_a_copy_task(tmp_path):
     assert copied >= 0.75 * len(evaluation), f"only {copied} of {len(evaluation)} sequences copied"
 
 
+@pytest.mark.slow
 def test_trainer_label_smoothing_factor_trains_the_seq2seq_head(tmp_path):
     # Trainer's `label_smoothing_factor` takes `labels` out of the batch and smooths the model's logits itself; the
     # decoder then reads the `decoder_input_ids` DataCollatorForSeq2Seq(model=...) adds. Without them the model
@@ -200,6 +202,7 @@ def test_trainer_label_smoothing_factor_trains_the_seq2seq_head(tmp_path):
     assert loss == pytest.approx(LabelSmoother(epsilon=0.1)({"logits": logits}, batch["labels"]).item(), rel=1e-4)
 
 
+@pytest.mark.slow
 def test_gradient_accumulation_gives_the_same_first_update(tmp_path):
     """With num_items_in_batch the loss is normalised over the whole accumulated batch."""
     data = copy_task(16)
@@ -231,6 +234,7 @@ def test_gradient_accumulation_gives_the_same_first_update(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_trainer_trains_the_classifier(tmp_path):
     generator = torch.Generator().manual_seed(0)
     rows = []

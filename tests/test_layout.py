@@ -108,6 +108,7 @@ def test_the_package_names_no_corpus():
     assert not named, "the installed package names a corpus:\n" + "\n".join(named[:20])
 
 
+@pytest.mark.slow
 def test_importing_the_package_leaves_the_optional_libraries_unloaded():
     code = f"import sys, hf_transformer; print(','.join(m for m in {OPTIONAL_LIBRARIES!r} if m in sys.modules))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()

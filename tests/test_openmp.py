@@ -96,6 +96,7 @@ print(json.dumps({{
 """
 
 
+@pytest.mark.slow
 @needs_proc_stat
 def test_importing_the_package_changes_no_environment_variable_beside_a_busy_process(busy_core):
     # Imported first, where the package once chose a waiting policy for torch's runtime, about to load.
@@ -189,6 +190,7 @@ print("running with", os.environ.get("OMP_WAIT_POLICY"))
 """
 
 
+@pytest.mark.slow
 def test_the_restart_runs_the_same_program_again_under_passive_waiting(tmp_path):
     program = tmp_path / "program.py"
     program.write_text(RESTARTING)
@@ -216,6 +218,7 @@ def source_wait_policy(python_dir: Path | None = None, **settings: str) -> subpr
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
+@pytest.mark.slow
 @needs_proc_stat
 def test_the_job_scripts_line_exports_passive_waiting_beside_a_busy_process(busy_core):
     done = source_wait_policy()

@@ -55,6 +55,7 @@ def test_an_adapted_model_computes_what_its_merged_weights_compute_and_differs_f
         assert (logits - base(**inputs).logits).abs().max() > 0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_beams", [1, 3])
 def test_generate_with_adapters_scores_each_step_as_the_merged_model_does_with_packed_base_weights(
     monkeypatch, num_beams
@@ -232,6 +233,7 @@ def test_an_adapter_saved_without_a_task_type_is_read_with_its_base_models_head(
     assert translator.translate(TEXTS) == tokenizer.batch_decode(expected, skip_special_tokens=True)
 
 
+@pytest.mark.slow
 def test_exports_of_an_adapter_folder_are_those_of_its_merged_model(folders, tmp_path, monkeypatch):
     pytest.importorskip("ctranslate2")
     pytest.importorskip("onnxruntime")

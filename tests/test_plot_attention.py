@@ -16,6 +16,8 @@ from model_helpers import tiny_config
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 from hf_transformer.modeling_transformer import sinusoid_table
 
+pytestmark = pytest.mark.slow
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "plot_attention.py"
 ENGLISH = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 3
 KOREAN = ["정말 재미있는 영화였어요", "시간이 아깝다", "배우 연기가 훌륭하다"] * 3

@@ -135,6 +135,7 @@ def test_ctranslate2_engine_with_a_compute_type(translator_dir, capsys):
     assert "compute_type applies to engine='ctranslate2'" in capsys.readouterr().err.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_translator_from_stdin_in_a_subprocess(translator_dir):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     completed = subprocess.run(

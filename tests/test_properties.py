@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import tempfile
 
+import pytest
 import torch
 import torch.nn.functional as F
 from generation_checks import SCORED, assert_generations_agree
@@ -13,6 +14,8 @@ from hypothesis import strategies as st
 from model_helpers import tiny_config
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
+
+pytestmark = pytest.mark.slow
 
 settings.register_profile(
     "properties", max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]

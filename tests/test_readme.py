@@ -7,6 +7,7 @@ import io
 import re
 from pathlib import Path
 
+import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,6 +18,7 @@ def blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", README, re.S)
 
 
+@pytest.mark.slow
 def test_the_example_runs_and_trains(tmp_path, monkeypatch):
     (example,) = blocks("python")
     monkeypatch.chdir(tmp_path)  # the example saves "my-model" where it runs

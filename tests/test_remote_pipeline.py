@@ -110,6 +110,7 @@ json.dump(results, open(out, "w"))
 """
 
 
+@pytest.mark.slow
 def test_a_translation_folder_runs_its_pipeline_without_the_package(folders, tmp_path):
     translate = pipeline(PIPELINE_TASK, model=str(folders["translator"]))
     expected = {

@@ -27,6 +27,8 @@ from launch_utils import (
 )
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.slow
+
 SAVE_STEPS, MAX_STEPS = 5, 60
 
 

@@ -165,6 +165,7 @@ def test_a_static_cache_longer_than_the_position_table_is_stopped_at_the_table_e
             model(encoder_outputs=encoder_outputs, decoder_input_ids=torch.full((3, 1), 5), **{CACHE_NAME: cache})
 
 
+@pytest.mark.slow
 def test_generate_compiles_the_decoding_step_over_a_static_cache(monkeypatch):
     torch._dynamo.reset()
     model = _model()

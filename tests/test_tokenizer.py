@@ -397,6 +397,7 @@ def test_distribution_does_not_claim_the_top_level_name_tokenizer():
     assert scripts.get("hf-transformer-tokenizer") == "hf_transformer.tokenization.cli:main", scripts
 
 
+@pytest.mark.slow
 def test_no_code_imports_the_top_level_tokenizer_shim():
     """Only the shim itself may import `tokenizer`: installed code would get the PyPI package instead."""
     offenders = []
@@ -420,12 +421,14 @@ def _python(*arguments: str, cwd: Path, pythonpath: list[str] | None = None) -> 
     return subprocess.run([sys.executable, *arguments], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_python_m_tokenizer_from_the_repository_root_runs_the_shim():
     result = _python("-m", "tokenizer", "--help", cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: python -m tokenizer ") and "import-sentencepiece" in result.stdout
 
 
+@pytest.mark.slow
 def test_works_beside_the_registry_tokenizer_package(tmp_path):
     """A stand-in for PyPI's `tokenizer` comes first on sys.path, outside the repository: `import tokenizer`
     gives it, and hf_transformer.tokenization and `python -m hf_transformer.tokenization` still work."""

@@ -94,6 +94,7 @@ print(applied, page, sum(faults[10:]) / 20)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator and page-fault counts")
 def test_keep_freed_memory_stops_each_allocation_from_faulting_in_fresh_pages():
     def faults(mode: str) -> tuple[str, int, float]:

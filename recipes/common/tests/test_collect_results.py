@@ -54,6 +54,7 @@ def classifier_run(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_collects_runs_into_markdown_json_and_curves(classifier_run, tmp_path):
     root = classifier_run
     fake_run(
@@ -212,6 +213,7 @@ def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
     assert "22 min 30 s (the members' runs 21 min 00 s + this scoring 1 min 30 s)" in text
 
 
+@pytest.mark.slow
 def test_a_run_folder_not_on_this_machine_keeps_its_published_records(tmp_path):
     member = {"task": "translation_en_to_de", "test_bleu": 30.0, "eval_bleu": 31.0, "parameters": 500}
     member.update(wall_seconds=600.0, command="train_translation.py --output_dir runs/a")

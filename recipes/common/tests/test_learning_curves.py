@@ -8,6 +8,8 @@ from matplotlib import image as mpimg
 
 from recipes.common import plotting
 
+pytestmark = pytest.mark.slow
+
 
 def assert_real_png(path: Path, size: tuple[int, int]):
     pixels = mpimg.imread(path)

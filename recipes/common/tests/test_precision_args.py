@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from launch_utils import PRECISION_ARGS, precision_choices
 
@@ -34,6 +35,7 @@ def _this_python(folder: Path) -> str:
     return str(folder)
 
 
+@pytest.mark.slow
 def test_precision_args_follow_this_machine_and_say_why(tmp_path):
     done = source_precision_args(_this_python(tmp_path))
     assert done.returncode == 0, done.stderr
@@ -60,6 +62,7 @@ def test_precision_args_stop_the_job_when_the_check_fails(tmp_path):
     assert "[" not in done.stdout
 
 
+@pytest.mark.slow
 def test_precision_args_without_a_model_shape_stop_the_job(tmp_path):
     # Sourced without arguments, a script's own arguments would reach the check: it must name what is missing.
     done = source_precision_args(_this_python(tmp_path), arguments="")

@@ -36,6 +36,7 @@ def test_bleu_lc_tok_ignores_case_and_tokenisation_but_bleu_does_not():
         bleu_lc_tok(hypotheses, tokenized[:1], "en")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (SHARED_DATA / "multi30k" / "tok").is_dir(), reason="the shared Multi30k corpus is absent")
 @pytest.mark.parametrize("split, stem", [("validation", "val"), ("test", "test_2016_flickr")])
 @pytest.mark.parametrize("lang", ["en", "de"])

@@ -49,6 +49,7 @@ def test_multi30k_sides_of_different_length_are_an_error(tmp_path):
     assert "val.en has 1 lines" in message and "val.de has 2" in message
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (REAL_DATA_DIR / "multi30k" / "train.en").is_file(),
     reason=f"no real corpora in {REAL_DATA_DIR} (set {DATA_DIR_ENV} to a folder with multi30k/)",

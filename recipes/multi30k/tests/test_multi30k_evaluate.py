@@ -9,6 +9,8 @@ from test_multi30k_train import TINY_MODEL, write_multi30k
 from recipes.multi30k import evaluate as evaluate_step
 from recipes.multi30k import train
 
+pytestmark = pytest.mark.slow
+
 
 def train_tiny(data_dir, output_dir, seed: int, *extra: str) -> dict:
     return train.main(

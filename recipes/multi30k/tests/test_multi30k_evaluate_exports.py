@@ -12,6 +12,8 @@ from model_helpers import tiny_config
 from hf_transformer import TransformerForConditionalGeneration
 from recipes.multi30k import evaluate_exports
 
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("ctranslate2")
 pytest.importorskip("onnxruntime")
 

@@ -122,6 +122,7 @@ def test_with_dropout_the_two_passes_differ_and_only_training_runs_them(tmp_path
     torch.testing.assert_close(evaluated, model(**_batch()).loss)
 
 
+@pytest.mark.slow
 def test_the_training_step_trains_with_rdrop(tmp_path, monkeypatch):
     from test_multi30k_train import TINY_MODEL, write_multi30k
 

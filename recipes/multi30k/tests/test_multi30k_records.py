@@ -37,6 +37,7 @@ def test_the_readme_reports_only_kept_outputs_and_they_are_there():
     assert all(recorded(path.name.split(".test.")[0], "bleu_lc_tok") > 0 for path in OUTPUTS)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (REAL_DATA_DIR / "multi30k" / "tok").is_dir(),
     reason=f"no Multi30k references in {REAL_DATA_DIR} (set {DATA_DIR_ENV} to a folder with multi30k/)",

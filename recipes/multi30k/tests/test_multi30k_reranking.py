@@ -215,6 +215,7 @@ def train_tiny(data_dir, output_dir, source: str, target: str, seed: int) -> dic
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch):
     data_dir = tmp_path / "data"
     written = write_multi30k(data_dir, sizes=(("train", 1000), ("val", 30), ("test_2016_flickr", 40)))

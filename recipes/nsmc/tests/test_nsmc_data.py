@@ -60,6 +60,7 @@ def test_nsmc_validation_split_is_fixed_by_the_seed(tmp_path):
     assert sorted(first["validation"]["id"][:]) != sorted(other["validation"]["id"][:])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     not (REAL_DATA_DIR / "nsmc" / "ratings_train.txt").is_file(),
     reason=f"no real corpora in {REAL_DATA_DIR} (set {DATA_DIR_ENV} to a folder with nsmc/)",
