@@ -96,7 +96,8 @@ def load_predictor(args, parser) -> Predictor:
     except FolderTaskError as error:  # a folder of a class it does not serve (a masked-token model)
         parser.error(str(error))
     except (OSError, ValueError) as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        # One line: a message of several lines (a config's field and its reason) joined, not cut to its first.
+        first_line = " ".join(line.strip() for line in str(error).strip().splitlines()) or type(error).__name__
         if Path(args.model_dir).is_dir():  # a folder that exists but does not load: what went wrong, in one line
             parser.error(f"{args.model_dir}: {first_line}")
         parser.error(f"{args.model_dir}: no such model folder, and not a Hub model that loads here ({first_line})")

@@ -176,7 +176,7 @@ def test_a_folder_that_does_not_exist_is_named_in_one_line(folder, capsys):
     ("case", "told"),
     [
         ("empty", "not a model folder: it has no config.json (nor adapter_config.json)"),
-        ("bad config", "TransformerConfig: `d_model` must be a positive integer, got 'x'."),
+        ("bad config", "Validation error for field 'd_model': TypeError: Field 'd_model' expected int, got str"),
         ("classifier to ctranslate2", "a classification model: engine='ctranslate2' serves translation (seq2seq)"),
     ],
 )
