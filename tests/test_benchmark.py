@@ -9,6 +9,7 @@ import torch
 from launch_utils import REPO, load_benchmark_module
 
 
+@pytest.mark.slow
 def test_benchmark_runs_every_model_and_writes_its_report(tmp_path):
     benchmark = load_benchmark_module("benchmark")
     output = tmp_path / "performance.md"
@@ -62,6 +63,7 @@ def test_training_flops_count_the_output_projection_and_every_layer():
     assert benchmark.training_flops(dict(c, layers=2)) > base
 
 
+@pytest.mark.slow
 def test_benchmark_runs_in_bf16_autocast_and_reports_mfu_against_a_stated_peak(tmp_path):
     """The GPU mode's code path (autocast, stated peak), exercised on the CPU with two models."""
     benchmark = load_benchmark_module("benchmark")
@@ -77,6 +79,7 @@ def test_benchmark_runs_in_bf16_autocast_and_reports_mfu_against_a_stated_peak(t
     assert set(rows) == {"ours", "marian"} and "beam4_tokens_per_s" not in rows["ours"]
 
 
+@pytest.mark.slow
 def test_a_model_that_cannot_run_is_reported_and_the_others_are_timed(tmp_path, monkeypatch):
     benchmark = load_benchmark_module("benchmark")
 
@@ -96,6 +99,7 @@ def test_a_model_that_cannot_run_is_reported_and_the_others_are_timed(tmp_path, 
     assert result["models"]["ours"]["greedy_tokens_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_static_cache_entries_time_generation_only(tmp_path):
     benchmark = load_benchmark_module("benchmark")
     output = tmp_path / "static.md"
@@ -112,6 +116,7 @@ def test_static_cache_entries_time_generation_only(tmp_path):
     assert rows["ours"]["train_tokens_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_benchmark_with_kept_freed_memory_says_so_in_its_report(tmp_path):
     # In a subprocess: the allocator setting lasts for the whole process.
     output = tmp_path / "kept.md"
@@ -128,6 +133,7 @@ def test_benchmark_with_kept_freed_memory_says_so_in_its_report(tmp_path):
     assert json.loads(output.with_suffix(".json").read_text())["flushed_denormals"] is True
 
 
+@pytest.mark.slow
 def test_denormals_are_flushed_on_every_thread_or_not_at_all():
     # In subprocesses: the setting lasts for the whole process. Set before any parallel work, the intra-op
     # threads inherit it; set after, only the calling thread would flush, so it is undone. That needs a second
@@ -160,6 +166,7 @@ print(started, flushed, int(products.view(torch.int32).count_nonzero()))
         assert outcome == expected.split(), when
 
 
+@pytest.mark.slow
 def test_deployed_engines_time_generation_with_ours_weights_and_report_int8_memory(tmp_path):
     for module in ("ctranslate2", "onnxruntime", "onnxscript"):
         pytest.importorskip(module)
@@ -198,6 +205,7 @@ def test_deployed_engines_time_generation_with_ours_weights_and_report_int8_memo
     assert "Matmul probe timed in the training rounds" not in report
 
 
+@pytest.mark.slow
 def test_a_deployed_engine_that_is_not_installed_is_skipped_with_its_reason(tmp_path, monkeypatch):
     benchmark = load_benchmark_module("benchmark")
     require = benchmark._require
@@ -220,6 +228,7 @@ def test_a_deployed_engine_that_is_not_installed_is_skipped_with_its_reason(tmp_
     assert "`ours_ct2` did not run: ImportError: ctranslate2 is not installed" in output.read_text()
 
 
+@pytest.mark.slow
 def test_deployed_engines_compute_in_the_runs_dtype_on_cuda_and_in_float32_on_the_cpu(tmp_path):
     benchmark = load_benchmark_module("benchmark")
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
@@ -252,6 +261,7 @@ def test_deployed_option_adds_the_engines_and_its_own_report():
     assert default.generation_batch_sizes == [8]
 
 
+@pytest.mark.slow
 def test_encoder_share_times_both_halves_of_a_call_and_bounds_each_engine(tmp_path):
     pytest.importorskip("ctranslate2")
     share = load_benchmark_module("encoder_share")
@@ -280,6 +290,7 @@ def test_encoder_share_times_both_halves_of_a_call_and_bounds_each_engine(tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_thread_layouts_time_each_engine_in_each_layout_beside_marian(tmp_path):
     pytest.importorskip("ctranslate2")
     layouts = load_benchmark_module("thread_layouts")
@@ -326,6 +337,7 @@ def test_engine_calls_are_checked_for_equal_work_and_unchanged_threads():
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks_results():
     # encoder_share imports benchmark, which imports seed_reference: as a script through its own folder on the path,
     # as a module through the package; neither edits sys.path.
@@ -337,6 +349,7 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's heap statistics and /proc/self/status")
 def test_training_memory_reports_each_setting_from_a_process_of_its_own(tmp_path):
     from benchmarks import training_memory

@@ -7,6 +7,8 @@ import pytest
 import torch
 from launch_utils import load_script
 
+pytestmark = pytest.mark.slow
+
 
 def held_out_loss(model, batch) -> float:
     model.eval()

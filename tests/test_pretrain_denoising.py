@@ -32,6 +32,7 @@ def pretrained(tmp_path_factory):
     return data_dir, output_dir, results
 
 
+@pytest.mark.slow
 def test_pretraining_learns_and_saves_an_encoder(pretrained):
     _, output_dir, results = pretrained
     assert results["task"] == "masked_lm_pretraining" and results["train_samples"] == 360  # 400 less 40 held out
@@ -52,6 +53,7 @@ def test_pretraining_learns_and_saves_an_encoder(pretrained):
     assert "| learning_rate | 0.003 |" in card and "| epochs | 6.0 |" in card and "| dropout | 0.1 |" in card
 
 
+@pytest.mark.slow
 def test_a_folder_of_the_earlier_script_head_loads_as_the_package_head(pretrained, tmp_path):
     # Folders written before the head joined the package name `TransformerForMaskedTokens`, with the same weights.
     _, output_dir, _ = pretrained
@@ -69,6 +71,7 @@ def test_a_folder_of_the_earlier_script_head_loads_as_the_package_head(pretraine
     assert read_folder(folder).head == "TransformerForMaskedLM"
 
 
+@pytest.mark.slow
 def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     data_dir, pretrained_dir, _ = pretrained
     train_classifier = load_script("train_classifier")
@@ -121,6 +124,7 @@ def test_classifier_starts_from_the_pretrained_encoder(pretrained, tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_pretraining_continues_from_an_earlier_folder(pretrained, tmp_path):
     data_dir, pretrained_dir, first = pretrained
     script = load_script("pretrain_denoising")
@@ -142,6 +146,7 @@ def test_pretraining_continues_from_an_earlier_folder(pretrained, tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
     _, pretrained_dir, _ = pretrained
     train_classifier = load_script("train_classifier")

@@ -103,6 +103,7 @@ def _run(code: str, cwd: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_loads_with_remote_code_where_the_package_is_absent(tokenizer, tmp_path):
     folder = tmp_path / "folder"
     tokenizer.save_pretrained(folder)
@@ -128,6 +129,7 @@ def test_loads_with_remote_code_where_the_package_is_absent(tokenizer, tmp_path)
     assert name == "MorphemeTokenizerFast" and json.loads(ids) == expected
 
 
+@pytest.mark.slow
 def test_without_the_analyzer_loading_says_what_to_install(tokenizer, tmp_path):
     tokenizer.save_pretrained(tmp_path / "folder")
     result = _run(
@@ -162,6 +164,7 @@ TRAIN_AND_HASH = """
 """
 
 
+@pytest.mark.slow
 def test_training_twice_writes_the_same_tokenizer_file():
     """The main job's tokenizer settings (BPE, with and without morphemes), trained in two fresh processes: string
     hashing differs between processes, and a trainer that gathers its texts in a hash map shows it here (Unigram's

@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 
+@pytest.mark.slow
 def test_train_classifier_end_to_end(tmp_path, recwarn):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
     write_reviews(data_dir, 600, seed=1, name="train.jsonl", empty_rows=1)
@@ -88,6 +89,7 @@ TINY_CLASSIFIER = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
     write_reviews(data_dir, 300, seed=1, name="train.jsonl")

@@ -39,6 +39,7 @@ def write_text_pairs(folder, name: str, pairs) -> list[str]:
     return [str(path) for path in files]
 
 
+@pytest.mark.slow
 def test_text_files_train_a_translator_scored_on_validation_and_test(tmp_path):
     splits = {"train": toy_pairs(200, 0), "valid": toy_pairs(24, 1), "test": toy_pairs(30, 2)}
     files = {name: write_text_pairs(tmp_path, name, pairs) for name, pairs in splits.items()}
@@ -85,6 +86,7 @@ def test_text_files_train_a_translator_scored_on_validation_and_test(tmp_path):
     assert f"| test (30 pairs) | {results['test_bleu']:.2f} |" in card and "among 0.6, 1.0" in card
 
 
+@pytest.mark.slow
 def test_a_table_file_without_validation_or_test_files_is_scored_on_held_out_pairs(tmp_path):
     rows = [{"en": source, "de": target, "id": i} for i, (source, target) in enumerate(toy_pairs(80, 0))]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")

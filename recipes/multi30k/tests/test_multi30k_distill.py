@@ -17,6 +17,8 @@ from recipes.multi30k import distill
 from recipes.multi30k import train as train_step
 from recipes.multi30k.data import DataArguments
 
+pytestmark = pytest.mark.slow
+
 WORDS = "the man woman dog cat runs sleeps eats red small big child house near green sees".split()
 
 

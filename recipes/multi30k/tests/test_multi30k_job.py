@@ -269,6 +269,7 @@ def _member_of(call: str) -> str:
     return call.split("--output_dir ")[1].split()[0].rsplit("member-", 1)[1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds, small_member", [(None, False), ("42 43 44", False), ("42 43 44", True)])
 def test_ensemble_job_trains_its_members_before_it_scores_them_together(seeds, small_member, tmp_path):
     result, calls = _run_ensemble_job(tmp_path, seeds, small_member)
@@ -314,6 +315,7 @@ def test_ensemble_job_refuses_a_small_member_setting_it_does_not_know(tmp_path):
     assert not (tmp_path / "out").exists()  # nothing was started
 
 
+@pytest.mark.slow
 def test_ensemble_job_stops_before_scoring_when_a_member_fails(tmp_path):
     result, calls = _run_ensemble_job(tmp_path, "42 FAIL")
     assert result.returncode == 3
@@ -374,6 +376,7 @@ def test_reranked_job_reranks_each_direction_with_the_other(direction):
     _assert_same_settings(job, reported, {"model_dirs", "channel_model_dirs", "output_dir", "data_dir", "device"})
 
 
+@pytest.mark.slow
 def test_reranked_job_stops_when_a_direction_fails(tmp_path):
     # No data: both trainings fail; the job says so after both have ended and reranks nothing.
     env = {**os.environ, "VIRTUAL_ENV": sys.prefix, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}

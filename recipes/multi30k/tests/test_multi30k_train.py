@@ -67,6 +67,7 @@ TINY_MODEL = [
 ]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_train_translation_end_to_end(tmp_path):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
     written = write_multi30k(data_dir)
@@ -155,6 +156,7 @@ def test_paper_recipe_defaults():
     assert xavier_args.config(Tokenizer()).init_method == "xavier_uniform"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_MULTI30K.is_dir(), reason="the shared Multi30k corpus is not present")
 def test_real_multi30k_de_en_smoke(tmp_path):
     """A few steps on real Multi30k De->En: the pipeline runs and writes a sane results file."""
@@ -214,6 +216,7 @@ def test_a_missing_scorer_is_named_before_any_training(tmp_path, monkeypatch):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_subword_dropout_trains_on_sampled_segmentations_and_saves_the_fixed_tokenizer(tmp_path, monkeypatch):
     from hf_transformer.data import SubwordSampledTranslation
 
@@ -249,6 +252,7 @@ def test_subword_dropout_with_a_unigram_tokenizer_is_refused_before_training(tmp
     assert not (tmp_path / "model" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_lowercase_model_is_chosen_on_lowercased_bleu_and_writes_lowercase(tmp_path, monkeypatch):
     data_dir = tmp_path / "data"
     written = write_multi30k(data_dir, sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
@@ -304,6 +308,7 @@ def test_lowercase_with_a_tokenizer_that_keeps_case_is_refused_before_training(t
     assert not (tmp_path / "model" / "model.safetensors").exists()
 
 
+@pytest.mark.slow
 def test_bidirectional_epochs_draw_both_directions_then_the_model_s_own(tmp_path, monkeypatch):
     from hf_transformer.data import BidirectionalTranslation
 
