@@ -345,6 +345,7 @@ class _Logits(torch.nn.Module):
         ).logits
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning")
 def test_a_model_traced_on_unpadded_inputs_keeps_the_padding_masks():
     # What `torch.onnx.export(..., dynamo=False)` records: a trace of one example input.

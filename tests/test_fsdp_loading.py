@@ -98,6 +98,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_transformers_fsdp2_loading_trains_and_saves_the_tied_model(tmp_path):
     from transformers import AutoModelForSeq2SeqLM
 

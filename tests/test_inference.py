@@ -63,6 +63,7 @@ def one_by_one(model, tokenizer, texts, **options):
     return outputs
 
 
+@pytest.mark.slow
 def test_translations_come_back_in_input_order_whatever_the_batching(translator, tokenizer):
     folder, model = translator
     texts = SENTENCES[::-1]

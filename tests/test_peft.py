@@ -92,6 +92,7 @@ def test_generate_with_adapters_scores_each_step_as_the_merged_model_does_with_p
         torch.testing.assert_close(out.sequences_scores, chosen.sum(-1) / 6, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_training_an_adapted_model_moves_only_the_adapters_and_the_adapter_folder_loads_back(tmp_path):
     torch.manual_seed(0)
     TransformerForConditionalGeneration(tiny_config()).save_pretrained(tmp_path / "base")

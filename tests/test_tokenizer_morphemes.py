@@ -237,6 +237,7 @@ def classifier_folder(tokenizer, tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_every_entry_point_takes_raw_text_and_gives_the_same_predictions(classifier_folder):
     """Raw reviews, some longer than the model's 12 positions, through AutoTokenizer, the pipeline, the Predictor,
     scripts/predict.py and the demo app: the same pieces and the same labels and scores."""

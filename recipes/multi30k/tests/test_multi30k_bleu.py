@@ -18,6 +18,7 @@ from recipes.multi30k.data import load_multi30k_tok_references
 SHARED_DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 
 
+@pytest.mark.slow
 def test_moses_lc_tok_lowercases_normalises_tokenises_and_escapes():
     assert moses_lc_tok(['A man says "Hi, there!"'], "en") == ["a man says &quot; hi , there ! &quot;"]
     assert moses_lc_tok(["Der Hund's Ball."], "de") == ["der hund &apos; s ball ."]
@@ -75,6 +76,7 @@ def _bootstrap_systems(references: list[str]) -> dict[str, list[str]]:
     }
 
 
+@pytest.mark.slow
 def test_paired_bootstrap_scores_both_conventions_and_tells_a_real_difference_from_chance(tmp_path):
     write_multi30k(tmp_path, {"test_2016_flickr": 300})
     references = (tmp_path / "multi30k" / "test_2016_flickr.en").read_text(encoding="utf-8").splitlines()
