@@ -29,12 +29,15 @@ What the library cannot express stays written here:
 
 - the aliases given to the constructor and their conflicts (``n_layer`` sets two fields, a seed name and its
   canonical name given together must agree);
-- an unknown keyword refused with the closest name (``accept_kwargs=True`` takes any keyword; without it the
-  library would refuse, with a ``TypeError`` naming no close name, the keys other tools add to saved configs);
+- an unknown keyword refused with the closest name (the constructor ``PretrainedConfig`` gives a subclass takes any
+  keyword, as ``strict(accept_kwargs=True)`` would; refusing them all, the library would name no close name, and
+  would refuse the keys other tools add to saved configs);
 - the settings derived from others when not given (``head_dim``, ``decoder_vocab_size``...), derived again when
   None is assigned, and ``head_dim``'s divisibility when it is derived;
 - a saved config read leniently: unknown keys kept as attributes, a ``problem_type`` saved before it was checked
-  read as None, a both-stack depth that contradicts the saved stacks ignored.
+  read as None, a both-stack depth that contradicts the saved stacks ignored;
+- the checks between settings on assignment: the library runs them at construction and in ``validate`` only, so
+  ``config.decoder_vocab_size = 30`` under ``share_embeddings`` is refused when the config is saved, not before.
 """
 
 import contextlib
