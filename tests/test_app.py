@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from launch_utils import load_script
-from model_helpers import record_calls, tiny_config
 
 from hf_transformer import (
     Predictor,
@@ -22,6 +20,8 @@ from hf_transformer import (
     TransformerForSequenceClassification,
 )
 from hf_transformer.tokenization import train_tokenizer
+from tests.helpers.launch import load_script
+from tests.helpers.models import record_calls, tiny_config
 
 gr = pytest.importorskip("gradio")
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from browser_helpers import headless_chromium, needed
-from model_helpers import tiny_config
 from transformers import DataCollatorForSeq2Seq
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
 from hf_transformer.tokenization import train_tokenizer
+from tests.helpers.browser import headless_chromium, needed
+from tests.helpers.models import tiny_config
 
 needed("gradio", 'pip install -e ".[demo]"')
 needed("selenium.webdriver", "pip install selenium")

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from launch_utils import load_script
-from model_helpers import tiny_config
 
 from hf_transformer import (
     TransformerForConditionalGeneration,
@@ -18,6 +16,8 @@ from hf_transformer import (
     TransformerForSequenceClassification,
 )
 from hf_transformer.attention_view import attention_data, attention_page
+from tests.helpers.launch import load_script
+from tests.helpers.models import tiny_config
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "explore_attention.py"
 TEXTS = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 3

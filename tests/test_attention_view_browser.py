@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from browser_helpers import headless_chromium, needed
-from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration
 from hf_transformer.attention_view import attention_data, render_page
+from tests.helpers.browser import headless_chromium, needed
+from tests.helpers.models import tiny_config
 
 needed("selenium.webdriver", "pip install selenium")
 from selenium.webdriver.common.action_chains import ActionChains  # noqa: E402

@@ -1,6 +1,5 @@
 import pytest
 import torch
-from model_helpers import batch_with_padding
 
 from hf_transformer import (
     TransformerForConditionalGeneration,
@@ -8,6 +7,7 @@ from hf_transformer import (
     TransformerForSequenceClassification,
     TransformerModel,
 )
+from tests.helpers.models import batch_with_padding
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 import torch
-from launch_utils import REPO, load_benchmark_module
+
+from tests.helpers.launch import REPO, load_benchmark_module
 
 
 @pytest.mark.slow

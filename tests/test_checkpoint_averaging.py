@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 from hf_transformer.training import average_checkpoints, last_checkpoints
+from tests.helpers.models import tiny_config
 
 
 def _saved_models(tmp_path, count, config):

@@ -3,10 +3,10 @@ training step computes what the eager one does."""
 
 import pytest
 import torch
-from launch_utils import load_benchmark_module
-from model_helpers import batch_with_padding, tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration
+from tests.helpers.launch import load_benchmark_module
+from tests.helpers.models import batch_with_padding, tiny_config
 
 pytestmark = pytest.mark.slow
 

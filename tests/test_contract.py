@@ -10,7 +10,6 @@ import logging as std_logging
 import numpy as np
 import pytest
 import torch
-from model_helpers import batch_with_padding, tiny_config
 from transformers import (
     AutoConfig,
     AutoModel,
@@ -33,6 +32,7 @@ from hf_transformer import (
 from hf_transformer.checkpoint import CheckpointError
 from hf_transformer.generation import CACHE_NAME, TransformerGenerationMixin
 from hf_transformer.modeling_transformer import EncoderSequenceClassifierOutput, sinusoid_table
+from tests.helpers.models import batch_with_padding, tiny_config
 
 # --- 1. configs with attributes added before saving ------------------------------------------------------------
 

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 import torch.nn.functional as F
-from launch_utils import load_benchmark_module, load_script
 from torch import nn
 from transformers import AutoModel, BertConfig
 
 from hf_transformer import TransformerModel
 from hf_transformer.convert import from_book, from_seed
+from tests.helpers.launch import load_benchmark_module, load_script
 
 TOLERANCE = 1e-5
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "convert_checkpoint.py"

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import tiny_config
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, PreTrainedModel
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification, TransformerModel
 from hf_transformer.checkpoint import CheckpointError, checked_from_pretrained
+from tests.helpers.models import tiny_config
 
 
 def load(cls, folder, **kwargs):

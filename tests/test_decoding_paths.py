@@ -6,12 +6,12 @@ import contextlib
 import pytest
 import torch
 import torch.nn.functional as F
-from generation_checks import SCORED, assert_generations_agree
-from model_helpers import batch_with_padding, record_calls, tiny_config
 from transformers import DynamicCache, GenerationMixin
 
 from hf_transformer import TransformerForConditionalGeneration, generation, speed
 from hf_transformer.speed import is_packing, packed_linear_weights, packed_weight
+from tests.helpers.generation import SCORED, assert_generations_agree
+from tests.helpers.models import batch_with_padding, record_calls, tiny_config
 
 
 @pytest.fixture

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 import torch
-from launch_utils import load_script
+
+from tests.helpers.launch import load_script
 
 pytestmark = pytest.mark.slow
 

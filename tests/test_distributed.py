@@ -12,7 +12,9 @@ import sys
 import pytest
 import torch
 from accelerate.commands.config.config_args import load_config_from_file
-from launch_utils import (
+from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
+
+from tests.helpers.launch import (
     REPO,
     SCRIPTS,
     accelerate_launch,
@@ -25,7 +27,6 @@ from launch_utils import (
     write_multi30k,
     write_reviews,
 )
-from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, AutoTokenizer
 
 STEPS = 12
 # What torch's DistributedDataParallel prints when asked to find unused parameters and there are none (Trainer's

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+from tests.helpers.models import tiny_config
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

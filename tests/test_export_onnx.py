@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from model_helpers import tiny_config
+
+from tests.helpers.models import tiny_config
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxscript")

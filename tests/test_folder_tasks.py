@@ -7,8 +7,6 @@ import re
 
 import pytest
 import torch
-from launch_utils import load_script
-from model_helpers import tiny_config
 from transformers import AutoConfig, pipeline
 
 from hf_transformer import (
@@ -20,6 +18,8 @@ from hf_transformer import (
 )
 from hf_transformer.folders import CLASSIFICATION, MASKED_LM, SEQ2SEQ, FolderTaskError, check_task, task_of
 from hf_transformer.saved_folder import read_folder
+from tests.helpers.launch import load_script
+from tests.helpers.models import tiny_config
 
 SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
 

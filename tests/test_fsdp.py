@@ -37,7 +37,13 @@ import torch.distributed as dist
 from accelerate.commands.config.config_args import load_config_from_file
 from accelerate.state import AcceleratorState
 from accelerate.utils import DistributedType, fsdp_utils
-from launch_utils import (
+from safetensors import safe_open
+from torch.distributed.tensor import DTensor
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, Trainer
+
+from hf_transformer import TransformerForConditionalGeneration
+from hf_transformer.modeling_transformer import TransformerPreTrainedModel
+from tests.helpers.launch import (
     REPO,
     SCRIPTS,
     accelerate_launch,
@@ -48,12 +54,6 @@ from launch_utils import (
     script_env,
     write_multi30k,
 )
-from safetensors import safe_open
-from torch.distributed.tensor import DTensor
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, Trainer
-
-from hf_transformer import TransformerForConditionalGeneration
-from hf_transformer.modeling_transformer import TransformerPreTrainedModel
 
 CONFIG = REPO / "configs" / "accelerate" / "fsdp-cpu.yaml"
 REPORT_LINE = re.compile(r"fsdp report: (\{.*?\})")

@@ -15,8 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from launch_utils import isolated_python, load_script
-from model_helpers import check_card_describes_folder, tiny_config
 from tokenizers import Tokenizer, models, pre_tokenizers, processors
 from transformers import (
     AutoConfig,
@@ -36,6 +34,8 @@ from hf_transformer import (
     TransformerModel,
     hub,
 )
+from tests.helpers.launch import isolated_python, load_script
+from tests.helpers.models import check_card_describes_folder, tiny_config
 
 ROOT = Path(__file__).resolve().parent.parent
 REPO_ID = "someone/tiny-transformer"

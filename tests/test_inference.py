@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from model_helpers import tiny_config
 from transformers import pipeline
 
 from hf_transformer import (
@@ -14,6 +13,7 @@ from hf_transformer import (
     TransformerForConditionalGeneration,
     TransformerForSequenceClassification,
 )
+from tests.helpers.models import tiny_config
 
 WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
 SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]

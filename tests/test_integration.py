@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 from datasets import Dataset
-from model_helpers import batch_with_padding, tiny_config
 from safetensors import safe_open
 from transformers import (
     AutoConfig,
@@ -25,6 +24,7 @@ from hf_transformer import (
     TransformerForSequenceClassification,
     TransformerModel,
 )
+from tests.helpers.models import batch_with_padding, tiny_config
 
 
 def outputs_of(model, source, target):

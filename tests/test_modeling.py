@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from generation_checks import SCORED, assert_generations_agree
-from model_helpers import batch_with_padding, record_calls, tiny_config
 
 from hf_transformer import (
     TransformerForConditionalGeneration,
@@ -19,6 +17,8 @@ from hf_transformer import (
 from hf_transformer import modeling_transformer as modeling
 from hf_transformer.generation import CACHE_NAME
 from hf_transformer.modeling_transformer import shift_tokens_right, sinusoid_table
+from tests.helpers.generation import SCORED, assert_generations_agree
+from tests.helpers.models import batch_with_padding, record_calls, tiny_config
 
 
 def with_attention(config, attn_implementation):

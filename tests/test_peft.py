@@ -13,10 +13,10 @@ import tempfile
 import peft
 import pytest
 import torch
-from model_helpers import batch_with_padding, record_calls, tiny_config
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification, speed
+from tests.helpers.models import batch_with_padding, record_calls, tiny_config
 
 LoraLinear = peft.tuners.lora.Linear  # the layer peft puts in place of each adapted nn.Linear
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from launch_utils import load_script
 from matplotlib import image as mpimg
-from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
 from hf_transformer.modeling_transformer import sinusoid_table
+from tests.helpers.launch import load_script
+from tests.helpers.models import tiny_config
 
 pytestmark = pytest.mark.slow
 

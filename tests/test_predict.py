@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from launch_utils import load_script
-from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+from tests.helpers.launch import load_script
+from tests.helpers.models import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "predict.py"

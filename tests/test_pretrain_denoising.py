@@ -5,14 +5,14 @@ import shutil
 
 import pytest
 import torch
-from launch_utils import load_script, review_files, write_reviews
-from model_helpers import check_card_describes_folder, trained_with
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 from hf_transformer import TransformerForMaskedLM
 from hf_transformer.encoder_training import EncoderArguments, encoder_config
 from hf_transformer.saved_folder import read_folder
+from tests.helpers.launch import load_script, review_files, write_reviews
+from tests.helpers.models import check_card_describes_folder, trained_with
 
 MODEL = ["--d_model", "32", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "64", "--max_length", "32"]
 QUIET = ["--report_to", "none", "--disable_tqdm", "true", "--use_cpu", "--seed", "0"]
@@ -169,7 +169,7 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
 
 @pytest.mark.parametrize("vocab_size", [50, 3000])  # 3000: several chunks of fused logits
 def test_fused_training_head_gives_the_loss_and_gradients_of_the_plain_head(vocab_size):
-    from model_helpers import tiny_config
+    from tests.helpers.models import tiny_config
 
     model = TransformerForMaskedLM(tiny_config(vocab_size=vocab_size, dropout=0.0))
     with torch.no_grad():

@@ -8,12 +8,12 @@ import tempfile
 import pytest
 import torch
 import torch.nn.functional as F
-from generation_checks import SCORED, assert_generations_agree
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from model_helpers import tiny_config
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
+from tests.helpers.generation import SCORED, assert_generations_agree
+from tests.helpers.models import tiny_config
 
 pytestmark = pytest.mark.slow
 

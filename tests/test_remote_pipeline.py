@@ -11,8 +11,6 @@ import textwrap
 
 import pytest
 import torch
-from launch_utils import isolated_python
-from model_helpers import tiny_config
 from transformers import pipeline
 
 from hf_transformer import (
@@ -22,6 +20,8 @@ from hf_transformer import (
     TransformerForSequenceClassification,
 )
 from hf_transformer.pipelines import TranslationPipeline
+from tests.helpers.launch import isolated_python
+from tests.helpers.models import tiny_config
 
 SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
 TEXTS = ["a man rides a red bike .", "two dogs", "ein mann fährt"]

@@ -15,7 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from launch_utils import (
+from safetensors.torch import load_file
+
+from tests.helpers.launch import (
     SCRIPTS,
     logged_losses,
     pair_files,
@@ -25,7 +27,6 @@ from launch_utils import (
     write_multi30k,
     write_reviews,
 )
-from safetensors.torch import load_file
 
 pytestmark = pytest.mark.slow
 

@@ -4,12 +4,12 @@ direct decoder calls, and in a decoding step compiled by ``generate``."""
 
 import pytest
 import torch
-from generation_checks import SCORED, assert_generations_agree
-from model_helpers import batch_with_padding, tiny_config
 from transformers import CompileConfig, DynamicCache, EncoderDecoderCache, StaticCache
 
 from hf_transformer import TransformerForConditionalGeneration, speed
 from hf_transformer.generation import CACHE_NAME
+from tests.helpers.generation import SCORED, assert_generations_agree
+from tests.helpers.models import batch_with_padding, tiny_config
 
 
 def _model(attention: str = "sdpa", **overrides) -> TransformerForConditionalGeneration:

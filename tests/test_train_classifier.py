@@ -4,10 +4,11 @@ import json
 
 import pytest
 import torch
-from launch_utils import load_script, review_files, write_reviews
-from model_helpers import check_card_describes_folder, trained_with
 from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+from tests.helpers.launch import load_script, review_files, write_reviews
+from tests.helpers.models import check_card_describes_folder, trained_with
 
 
 @pytest.mark.slow

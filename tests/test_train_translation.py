@@ -7,11 +7,11 @@ import json
 import random
 
 import pytest
-from launch_utils import WORDS, load_script
-from model_helpers import check_card_describes_folder, trained_with
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_transformer.metrics import bleu, chrf
+from tests.helpers.launch import WORDS, load_script
+from tests.helpers.models import check_card_describes_folder, trained_with
 
 TINY_MODEL = [
     "--tokenizer_type", "bpe", "--vocab_size", "120",

@@ -126,9 +126,8 @@ def test_end_process_group_closes_the_group_and_is_a_no_op_without_one(tmp_path)
 
 @pytest.mark.parametrize("script_name", ["train_translation", "train_classifier", "pretrain_denoising"])
 def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monkeypatch):
-    from launch_utils import load_script
-
     import hf_transformer.training
+    from tests.helpers.launch import load_script
 
     script = load_script(script_name)
     checked = []
@@ -162,9 +161,8 @@ def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monk
     ],
 )
 def test_every_parameter_of_each_head_gets_a_gradient_so_ddp_need_not_search(head, settings, tmp_path):
-    from model_helpers import tiny_config
-
     import hf_transformer
+    from tests.helpers.models import tiny_config
 
     torch.manual_seed(0)
     model = getattr(hf_transformer, head)(tiny_config(**{"num_labels": 2, **settings})).train()

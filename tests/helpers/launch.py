@@ -15,7 +15,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "scripts"
 PRECISION_ARGS = REPO / "recipes" / "common" / "precision_args.sh"
 POSITIVE = ["정말 재미있다", "최고의 영화", "감동적이고 좋았다", "배우 연기가 훌륭하다", "또 보고 싶다"]

@@ -1,5 +1,5 @@
-"""Helpers of the tests: tiny configurations and batches, and recording calls (``from model_helpers import ...``;
-a module name of its own, where ``conftest`` would name the repository root's conftest.py in the recipes' tests)."""
+"""Helpers of the tests: tiny configurations and batches, and recording calls (``from tests.helpers.models import
+...``, in the library's tests and the recipes' alike)."""
 
 import torch
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from launch_utils import PRECISION_ARGS, precision_choices
 
 from hf_transformer.training import cpu_computes_bfloat16
 from recipes.common.precision import LEAST_BFLOAT16_SPEEDUP
+from tests.helpers.launch import PRECISION_ARGS, precision_choices
 
 TINY_SHAPE = (
     "--task masked-lm --vocab_size 64 --max_length 8 --batch_size 4 --d_model 16 --num_layers 1 --num_heads 2 "

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from launch_utils import write_multi30k
 
 from hf_transformer.metrics import bleu, paired_bootstrap
 from recipes.multi30k import compare
 from recipes.multi30k.bleu import bleu_lc_tok, moses_lc_tok, paired_bootstrap_lc_tok
 from recipes.multi30k.data import load_multi30k_tok_references
+from tests.helpers.launch import write_multi30k
 
 SHARED_DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 

@@ -8,7 +8,6 @@ import json
 
 import pytest
 import torch
-from model_helpers import record_calls, save_random_translator
 from test_multi30k_train import TINY_MODEL, write_multi30k
 from transformers import AutoTokenizer
 
@@ -16,6 +15,7 @@ from hf_transformer import Predictor, TransformerForConditionalGeneration
 from recipes.multi30k import distill
 from recipes.multi30k import train as train_step
 from recipes.multi30k.data import DataArguments
+from tests.helpers.models import record_calls, save_random_translator
 
 pytestmark = pytest.mark.slow
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 import torch
-from launch_utils import WORDS, write_multi30k
-from model_helpers import tiny_config
 
 from hf_transformer import TransformerForConditionalGeneration
 from recipes.multi30k import evaluate_exports
+from tests.helpers.launch import WORDS, write_multi30k
+from tests.helpers.models import tiny_config
 
 pytestmark = pytest.mark.slow
 

@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from launch_utils import job_arrays, job_commands, precision_choices, precision_probe, script_calls
 from transformers import HfArgumentParser
 
 from recipes.multi30k import evaluate, rerank, tokenizer, train
+from tests.helpers.launch import job_arrays, job_commands, precision_choices, precision_probe, script_calls
 
 RECIPE = Path(__file__).resolve().parents[1]
 REPO = RECIPE.parents[1]
@@ -445,7 +445,7 @@ def test_ensemble_job_trains_the_tokenizer_the_members_were_given(tmp_path):
     assert (args.model, args.vocab_size, args.model_max_length, args.lowercase) == ("unigram", 8000, 128, False)
     assert _parse(job[TRAIN])[0].tokenizer == args.output
 
-    from launch_utils import write_multi30k
+    from tests.helpers.launch import write_multi30k
 
     write_multi30k(tmp_path, {"train": 3, "val": 1, "test_2016_flickr": 1})
     english = (tmp_path / "multi30k" / "train.en").read_text(encoding="utf-8").splitlines()

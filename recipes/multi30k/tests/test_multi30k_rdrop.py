@@ -5,13 +5,13 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from model_helpers import check_card_describes_folder, tiny_config, trained_with
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from hf_transformer import TransformerForConditionalGeneration
 from recipes.multi30k import rdrop as rdrop_module
 from recipes.multi30k import train as train_step
 from recipes.multi30k.rdrop import RDropSeq2SeqTrainer, rdrop_loss
+from tests.helpers.models import check_card_describes_folder, tiny_config, trained_with
 
 
 def _logits_and_labels(batch=3, length=5, vocab=11):

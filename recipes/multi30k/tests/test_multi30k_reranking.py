@@ -7,7 +7,6 @@ import json
 
 import pytest
 import torch
-from model_helpers import record_calls, save_random_translator
 from test_multi30k_train import TINY_MODEL, write_multi30k
 
 from hf_transformer import Predictor, TransformerForConditionalGeneration
@@ -22,6 +21,7 @@ from recipes.multi30k.reranking import (
     rerank,
     sequence_log_probs,
 )
+from tests.helpers.models import record_calls, save_random_translator
 
 WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
 SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]

@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
-from model_helpers import save_random_translator
 
 from recipes.multi30k import reranking_engines
+from tests.helpers.models import save_random_translator
 
 WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
 SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]

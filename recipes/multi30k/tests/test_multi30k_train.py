@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from model_helpers import check_card_describes_folder, trained_with
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from hf_transformer.metrics import bleu, chrf
 from recipes.multi30k import train as script
 from recipes.multi30k.bleu import bleu_lc_tok
+from tests.helpers.models import check_card_describes_folder, trained_with
 
 SHARED_MULTI30K = Path(__file__).resolve().parents[4] / "shared" / "data" / "multi30k"
 

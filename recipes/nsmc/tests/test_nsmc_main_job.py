@@ -11,11 +11,11 @@ import re
 import shlex
 
 import pytest
-from launch_utils import REPO, job_arrays, job_commands, load_script, precision_choices, precision_probe
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments
 from recipes.nsmc import prepare
+from tests.helpers.launch import REPO, job_arrays, job_commands, load_script, precision_choices, precision_probe
 
 MAIN_JOB = REPO / "scripts" / "main_job.sh"
 VARIABLES = {"data_dir": "DATA", "output_dir": "OUT", "pretrained_dir": "OUT-pretrained", "reviews_dir": "OUT-data"}

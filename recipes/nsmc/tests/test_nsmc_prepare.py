@@ -2,11 +2,10 @@
 
 import json
 
-from launch_utils import write_nsmc
-
 from hf_transformer.encoder_training import TextFileArguments
 from recipes.nsmc import prepare
 from recipes.nsmc.data import load_nsmc
+from tests.helpers.launch import write_nsmc
 
 
 def test_prepared_files_hold_the_recipe_splits_row_for_row(tmp_path):
