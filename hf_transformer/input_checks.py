@@ -125,7 +125,10 @@ def check_no_misspelt_arguments(forward, kwargs: dict) -> None:
     misspelt argument pass unnoticed (``attention_masks=...``: a mask never applied). A keyword that is a near-miss
     of one of the forward's own parameters, or of the keywords transformers hands every forward through its
     ``**kwargs`` (``TransformersKwargs``: ``output_attentions``, ``output_hidden_states``...), raises ``TypeError``, as
-    Python does for an unknown keyword."""
+    Python does for an unknown keyword. Skipped while a graph is captured (a compiled decoding step), which would
+    trace the lookup of the names."""
+    if capturing_graph():
+        return
     for key in kwargs:
         meant = _near_miss(forward, key)
         if meant is not None:
