@@ -87,8 +87,9 @@ def test_device_check_compares_ctranslate2_tokens_with_the_reference(monkeypatch
 
 
 def test_trainer_with_torch_compile_follows_the_eager_run_and_saves_a_loadable_model(tmp_path):
-    from test_integration import _PadOnlyTokenizer, copy_task
     from transformers import AutoModelForSeq2SeqLM, DataCollatorForSeq2Seq, Trainer, TrainingArguments
+
+    from tests.test_integration import _PadOnlyTokenizer, copy_task
 
     runs = {}
     for compiled in (False, True):
