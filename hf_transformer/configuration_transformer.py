@@ -173,6 +173,16 @@ def positive(default):
     return validated_field(check, default=default)
 
 
+def count(default):
+    """A field holding a whole number >= 0 (0 switches the feature it sizes off)."""
+
+    def check(value) -> None:
+        if value is not None and (isinstance(value, bool) or value < 0):
+            raise ValueError(f"must be a whole number >= 0, got {value!r}")
+
+    return validated_field(check, default=default)
+
+
 def probability(default):
     """A field holding a rate in [0, 1)."""
 
@@ -299,6 +309,12 @@ class TransformerConfig(PretrainedConfig):
         What the sequence classifier reads: `"mean"` or `"max"` over the non-pad encoder tokens, `"first"` encoder
         token, or `"decoder"` (the seed tutorial's way: the decoder reads one start token over the encoder output,
         max-pooled).
+    classifier_ngram_buckets (`int`, *optional*, defaults to 0):
+        The sequence classifier adds a linear score over the input's token n-grams, hashed into this many buckets
+        (fastText's and NBSVM's bag of n-grams beside the pooled encoder, as Wide & Deep's wide part); 0: none.
+        Its weights are fitted apart from the encoder (`hf_transformer.ngram_classifier`).
+    classifier_ngram_order (`int`, *optional*, defaults to 3):
+        The longest n-gram of that score: runs of 1 to this many consecutive tokens.
     fused_output_loss (`bool`, *optional*, defaults to `True`):
         In training, when `labels` are given, compute the output projection and the cross-entropy together, a few
         hundred rows at a time, without materialising the (batch, length, vocabulary) logits; the output's
@@ -368,6 +384,8 @@ class TransformerConfig(PretrainedConfig):
     share_embeddings: bool = True
     tie_word_embeddings: bool = True
     classifier_pooling: ClassifierPooling = "mean"
+    classifier_ngram_buckets: int = count(default=0)
+    classifier_ngram_order: int = positive(default=3)
     fused_output_loss: bool = True
     init_std: float | int = positive(default=0.02)
     init_method: InitMethod = "normal"

@@ -198,7 +198,12 @@ _DECODER_SETTINGS = (
     "tie_word_embeddings", "label_smoothing", "init_method",
 )  # fmt: skip
 _HEAD_SETTINGS = {
-    "TransformerForSequenceClassification": ("classifier_pooling", "num_labels"),
+    "TransformerForSequenceClassification": (
+        "classifier_pooling",
+        "num_labels",
+        "classifier_ngram_buckets",
+        "classifier_ngram_order",
+    ),
     "TransformerForMaskedLM": ("tie_word_embeddings",),
 }
 

@@ -516,6 +516,12 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, AttentionKernels, PreTrain
             init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
         elif isinstance(module, TransformerForMaskedLM):
             init.zeros_(module.output_bias)
+        elif isinstance(module, TokenNgramClassifier):
+            # A new n-gram score is zero (the encoder's logits alone) until it is fitted.
+            init.zeros_(module.weight)
+            init.zeros_(module.bias)
+            init.zeros_(module.idf)
+            init.copy_(module.canonical_ids, torch.arange(module.canonical_ids.shape[0]))
 
     @property
     def dummy_inputs(self) -> dict[str, torch.Tensor]:
@@ -1007,6 +1013,63 @@ def first_token_pooling(states: torch.Tensor, token_is_real: torch.Tensor) -> to
 # `classifier_pooling` -> how the encoder output is pooled; "decoder" reads it with the decoder instead.
 ENCODER_POOLINGS = {"mean": mean_pooling, "max": max_pooling, "first": first_token_pooling}
 
+# An odd multiplier for the rolling hash of token runs; any large prime spreads the runs evenly over the buckets.
+NGRAM_HASH_MULTIPLIER = 1_000_003
+
+
+def token_ngram_hashes(
+    token_ids: torch.Tensor, token_is_real: torch.Tensor, order: int, buckets: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S), (B, S) -> (B, N), (B, N): the bucket of every run of 1 to ``order`` consecutive tokens, runs of
+    length 1 first, and whether the run lies on real tokens alone. A run's bucket depends only on its tokens and
+    length, so a sentence gets the same buckets however it is padded (left or right) or batched."""
+    length = token_ids.shape[1]
+    hashes, exists = [], []
+    for n in range(1, order + 1):
+        if n > length:
+            break
+        run_hash = torch.full_like(token_ids[:, : length - n + 1], n)
+        run_real = torch.ones_like(run_hash, dtype=torch.bool)
+        for k in range(n):
+            run_hash = (run_hash * NGRAM_HASH_MULTIPLIER + token_ids[:, k : length - n + 1 + k]) % buckets
+            run_real = run_real & token_is_real[:, k : length - n + 1 + k]
+        hashes.append(run_hash)
+        exists.append(run_real)
+    return torch.cat(hashes, dim=1), torch.cat(exists, dim=1)
+
+
+class TokenNgramClassifier(nn.Module):
+    """A linear classifier over the bag of the input's token n-grams (fastText, NBSVM; Wide & Deep's wide part).
+
+    Each n-gram occurrence's feature is its inverse document frequency (``idf``; 0 for n-grams too rare to keep),
+    the sentence's occurrences scaled to unit length together; the score is their dot product with ``weight`` (one
+    row per bucket) plus ``bias``. Tokens are read through ``canonical_ids``, which can map a word-initial piece
+    ("▁film") and the same piece inside a word ("film") to one id, so that the n-grams do not depend on how the
+    text was spaced.
+    Nothing here is trained by back-propagation: ``hf_transformer.ngram_classifier.fit_ngram_classifier`` fits it
+    (a logistic regression) and sets how much it weighs beside the encoder.
+    """
+
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        self.order = config.classifier_ngram_order
+        self.buckets = config.classifier_ngram_buckets
+        self.weight = nn.Parameter(torch.zeros(self.buckets, config.num_labels))
+        self.bias = nn.Parameter(torch.zeros(config.num_labels))
+        self.idf = nn.Buffer(torch.zeros(self.buckets))
+        self.canonical_ids = nn.Buffer(torch.arange(config.vocab_size))
+
+    def features(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) -> (B, N) buckets and (B, N) feature values (0 where no n-gram or a dropped one)."""
+        hashes, exists = token_ngram_hashes(self.canonical_ids[input_ids], token_is_real, self.order, self.buckets)
+        values = self.idf[hashes] * exists
+        return hashes, values / values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12)
+
+    def forward(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> torch.Tensor:
+        hashes, values = self.features(input_ids, token_is_real)
+        # A sum of products rather than a matrix product: autocast leaves it in float32.
+        return (values.unsqueeze(-1) * self.weight[hashes]).sum(1) + self.bias  # (B, num_labels)
+
 
 @auto_docstring(
     custom_intro="""
@@ -1028,6 +1091,8 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         self.model = TransformerModel(config, add_decoder=config.classifier_pooling == "decoder")
         self.dropout = Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
+        # CODEPATH: `--ngram_buckets` of train_classifier.py (the NSMC main job); no n-gram score by default.
+        self.ngram_classifier = TokenNgramClassifier(config) if config.classifier_ngram_buckets else None
         self.post_init()
 
     @can_return_tuple
@@ -1063,6 +1128,13 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         else:
             pooled = ENCODER_POOLINGS[self.config.classifier_pooling](encoder_states, token_is_real)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
+        if self.ngram_classifier is not None:
+            if input_ids is None:
+                raise ValueError(
+                    "This classifier adds a score over the input's token n-grams (`classifier_ngram_buckets`), "
+                    "which needs `input_ids`; `inputs_embeds` alone cannot give it."
+                )
+            logits = logits + self.ngram_classifier(input_ids, token_is_real)
 
         loss = self._classification_loss(logits, labels) if labels is not None else None
         if decoder_outputs is None:

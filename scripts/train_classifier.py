@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
+from hf_transformer.ngram_classifier import accuracy, fit_ngram_classifier, ngram_logits
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
@@ -51,6 +53,18 @@ logger = logging.getLogger("train_classifier")
 @dataclass
 class ClassifierTrainingArguments(TrainingArguments):
     average_checkpoints: int = field(default=1, metadata={"help": AVERAGE_CHECKPOINTS_HELP})
+    ngram_buckets: int = field(
+        default=0,
+        metadata={
+            "help": "Add to the classifier a linear score over the token n-grams, hashed into this many buckets "
+            "(e.g. 2097152), fitted after the encoder's training and weighed beside it on the validation rows "
+            "(hf_transformer.ngram_classifier); 0: the encoder alone."
+        },
+    )
+    ngram_order: int = field(default=3, metadata={"help": "The n-gram score's longest n-gram (tokens)."})
+    ngram_inverse_l2: float = field(
+        default=4.0, metadata={"help": "The n-gram score's inverse L2 regularisation (scikit-learn's C)."}
+    )
 
 
 def accuracy_and_f1(prediction) -> dict[str, float]:
@@ -159,8 +173,14 @@ def label_names(splits) -> list[str]:
 
 
 def build_model(model_args, tokenizer, names, training_args) -> TransformerForSequenceClassification:
-    """The classifier, its encoder from --init_from where given, its token table frozen where asked."""
-    model = TransformerForSequenceClassification(encoder_config(model_args, tokenizer, names))
+    """The classifier, its encoder from --init_from where given, its token table frozen where asked; the n-gram
+    score, where asked, is there from the start but left out of the training (fitted afterwards, in `score`)."""
+    config = encoder_config(model_args, tokenizer, names)
+    config.classifier_ngram_buckets = training_args.ngram_buckets
+    config.classifier_ngram_order = training_args.ngram_order
+    model = TransformerForSequenceClassification(config)
+    if model.ngram_classifier is not None:
+        model.ngram_classifier.requires_grad_(False)
     if model_args.init_from and not training_args.resume_from_checkpoint:
         loaded = load_encoder_weights(model, model_args.init_from)
         logger.info("encoder initialised from %s: %d tensors", model_args.init_from, loaded)
@@ -171,17 +191,51 @@ def build_model(model_args, tokenizer, names, training_args) -> TransformerForSe
     return model
 
 
-def score(trainer, model, tokenized, training_args) -> dict:
-    """The weights kept (the mean of the last checkpoints where asked) scored on validation, then once on test."""
+def in_dataset_order(prediction, dataset):
+    """``prediction``, checked to hold its rows in ``dataset``'s order (the n-gram score reads the rows themselves)."""
+    if list(prediction.label_ids) != list(dataset["label"]):
+        raise RuntimeError("Trainer.predict returned the rows in another order than the dataset's")
+    return prediction
+
+
+def fit_ngram_score(trainer, model, tokenizer, tokenized, training_args) -> dict:
+    """Fit the n-gram score on the training rows and weigh it beside the trained encoder on the validation rows."""
+    validation = tokenized["validation"]
+    encoder_logits = in_dataset_order(trainer.predict(validation, metric_key_prefix="encoder"), validation)
+    started = time.time()
+    report = fit_ngram_classifier(
+        model,
+        tokenizer,
+        tokenized["train"]["input_ids"],
+        tokenized["train"]["label"],
+        validation["input_ids"],
+        validation["label"],
+        torch.as_tensor(encoder_logits.predictions),
+        inverse_l2=training_args.ngram_inverse_l2,
+    )
+    return report | {"ngram_fit_seconds": round(time.time() - started, 1)}
+
+
+def score(trainer, model, tokenizer, tokenized, training_args) -> dict:
+    """The weights kept (the mean of the last checkpoints where asked), with the n-gram score fitted where asked,
+    scored on validation, then once on test (there also the encoder's accuracy without the n-gram score)."""
     results = {}
     averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
     if averaged:
         results["averaged_checkpoints"] = averaged
+    if model.ngram_classifier is not None:
+        results.update(fit_ngram_score(trainer, model, tokenizer, tokenized, training_args))
     results.update(trainer.evaluate())
     results["eval_samples"] = len(tokenized["validation"])
     if "test" in tokenized:
-        results.update(trainer.predict(tokenized["test"], metric_key_prefix="test").metrics)
+        test = trainer.predict(tokenized["test"], metric_key_prefix="test")
+        test = in_dataset_order(test, tokenized["test"]) if model.ngram_classifier is not None else test
+        results.update(test.metrics)
         results["test_samples"] = len(tokenized["test"])
+        if model.ngram_classifier is not None:
+            ngram = ngram_logits(model.ngram_classifier, tokenized["test"]["input_ids"], model.config.pad_token_id)
+            encoder_alone = torch.as_tensor(test.predictions) - ngram
+            results["test_encoder_accuracy"] = accuracy(encoder_alone, torch.as_tensor(test.label_ids))
     return results
 
 
@@ -213,7 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
         "init_from": model_args.init_from,
     }
     results |= {"train_samples": len(tokenized["train"])} | train_metrics(train_output)
-    results |= score(trainer, model, tokenized, training_args)
+    results |= score(trainer, model, tokenizer, tokenized, training_args)
     results.update(
         world_size=training_args.world_size,
         parameters=model.num_parameters(),

@@ -1,0 +1,204 @@
+"""Fitting a classifier's n-gram score: the linear part beside the encoder (`config.classifier_ngram_buckets`).
+
+`TransformerForSequenceClassification` can add to the encoder's logits a linear score over the bag of the input's
+token n-grams (`TokenNgramClassifier`, in the model file). On short texts such a bag of n-grams is a strong
+classifier of its own (fastText, NBSVM), and its errors differ from the encoder's, so the sum beats both. It is
+not trained by back-propagation with the encoder: after the encoder's training, `fit_ngram_classifier`
+
+1. maps word-initial pieces to the same piece inside a word where the vocabulary has both (``canonical_token_ids``),
+2. counts in how many training rows each n-gram occurs and keeps those in at least ``min_count`` of them, weighted
+   by inverse document frequency (as scikit-learn's ``TfidfVectorizer(smooth_idf=True)``),
+3. fits a logistic regression on the training rows with L2 regularisation ``inverse_l2`` (scikit-learn's ``C``),
+   full-batch L-BFGS over a sparse matrix, and
+4. scales the encoder's logits and the n-gram score by the two weights that give their sum the lowest cross-entropy
+   on the validation rows (the classifier's last linear layer and the n-gram weights are multiplied by them).
+
+The rows are the token ids the model itself reads (the tokenized training set, special tokens and truncation
+included), so what is fitted is what every entry point computes from raw text.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .modeling_transformer import TokenNgramClassifier, TransformerForSequenceClassification
+
+logger = logging.getLogger(__name__)
+
+
+def canonical_token_ids(tokenizer, vocab_size: int) -> torch.Tensor:
+    """(V,): each id, or the id of the same piece without its word-start mark ("▁film" -> "film") where the
+    vocabulary has that piece. Ids beyond the tokenizer's vocabulary map to themselves."""
+    vocab = tokenizer.get_vocab()
+    canonical = torch.arange(vocab_size)
+    for piece, index in vocab.items():
+        if index < vocab_size and piece.startswith("▁") and len(piece) > 1 and piece[1:] in vocab:
+            canonical[index] = vocab[piece[1:]]
+    return canonical
+
+
+def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of token ids -> (N, S) ids padded on the right, (N, S) which are real."""
+    length = max(len(row) for row in rows)
+    ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
+    lengths = torch.tensor([len(row) for row in rows])
+    return ids, torch.arange(length)[None] < lengths[:, None]
+
+
+def _buckets(head: TokenNgramClassifier, ids: torch.Tensor, real: torch.Tensor, chunk: int = 8192):
+    from .modeling_transformer import token_ngram_hashes
+
+    for start in range(0, ids.shape[0], chunk):
+        rows = slice(start, start + chunk)
+        yield start, *token_ngram_hashes(head.canonical_ids[ids[rows]], real[rows], head.order, head.buckets)
+
+
+def document_frequencies(head: TokenNgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(buckets,): in how many rows each bucket's n-grams occur (once per row however often)."""
+    counts = torch.zeros(head.buckets, dtype=torch.long)
+    for start, hashes, exists in _buckets(head, ids, real):
+        row = torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes)
+        pairs = torch.unique(row[exists] * head.buckets + hashes[exists])
+        counts += torch.bincount(pairs % head.buckets, minlength=head.buckets)
+    return counts
+
+
+def feature_matrix(head: TokenNgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(N, buckets) sparse: the rows' n-gram features exactly as `TokenNgramClassifier.features` computes them
+    (a bucket occurring twice in a row sums)."""
+    rows, columns, values = [], [], []
+    for start in range(0, ids.shape[0], 8192):
+        hashes, value = head.features(ids[start : start + 8192], real[start : start + 8192])
+        keep = value != 0
+        rows.append((torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes))[keep])
+        columns.append(hashes[keep])
+        values.append(value[keep])
+    indices = torch.stack([torch.cat(rows), torch.cat(columns)])
+    shape = (ids.shape[0], head.buckets)
+    return torch.sparse_coo_tensor(indices, torch.cat(values), shape, check_invariants=False).coalesce()
+
+
+def logistic_regression(
+    features: torch.Tensor, labels: torch.Tensor, num_labels: int, inverse_l2: float, max_iter: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weights (F, L) and bias (L) minimising mean cross-entropy + ||weights||^2 / (2 * inverse_l2 * N), i.e.
+    scikit-learn's ``C * sum(loss) + ||w||^2 / 2`` with ``C = inverse_l2`` (the bias not penalised). The gradient
+    is written out (two sparse products a step, the transposed matrix kept) for L-BFGS over the whole training set."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        rows = features.to_sparse_csr()
+        columns = features.t().coalesce().to_sparse_csr()
+    targets = F.one_hot(labels, num_labels).float()
+    weight = torch.zeros(features.shape[1], num_labels, requires_grad=True)
+    bias = torch.zeros(num_labels, requires_grad=True)
+    penalty = 1.0 / (2.0 * inverse_l2 * features.shape[0])
+    optimizer = torch.optim.LBFGS(
+        [weight, bias], max_iter=max_iter, tolerance_grad=1e-7, history_size=20, line_search_fn="strong_wolfe"
+    )
+
+    def closure():
+        with torch.no_grad():
+            logits = rows @ weight + bias  # (N, L)
+            loss = F.cross_entropy(logits, labels) + penalty * weight.square().sum()
+            error = (logits.softmax(-1) - targets) / features.shape[0]  # d loss / d logits
+            weight.grad = columns @ error + 2.0 * penalty * weight
+            bias.grad = error.sum(0)
+        return loss
+
+    optimizer.step(closure)
+    return weight.detach(), bias.detach()
+
+
+def mixing_weights(
+    encoder_logits: torch.Tensor, ngram_logits: torch.Tensor, labels: torch.Tensor
+) -> tuple[float, float]:
+    """(a, b) >= 0 such that a * encoder + b * n-gram logits have the lowest cross-entropy on these rows: a
+    stacking of the two parts, whose a also tempers an over-confident fine-tuned encoder."""
+    log_weights = torch.zeros(2, requires_grad=True)
+    optimizer = torch.optim.LBFGS([log_weights], max_iter=100, line_search_fn="strong_wolfe")
+
+    def closure():
+        optimizer.zero_grad()
+        a, b = log_weights.exp()
+        loss = F.cross_entropy(a * encoder_logits + b * ngram_logits, labels)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    a, b = log_weights.detach().exp().tolist()
+    return a, b
+
+
+def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
+    return (logits.argmax(-1) == labels).float().mean().item()
+
+
+@torch.no_grad()
+def ngram_logits(head: TokenNgramClassifier, rows: Sequence[Sequence[int]], pad_token_id: int) -> torch.Tensor:
+    """(N, L): the n-gram score of each row of token ids."""
+    ids, real = padded(rows, pad_token_id)
+    return torch.cat([head(ids[i : i + 4096], real[i : i + 4096]) for i in range(0, len(rows), 4096)])
+
+
+def fit_ngram_classifier(
+    model: TransformerForSequenceClassification,
+    tokenizer,
+    train_rows: Sequence[Sequence[int]],
+    train_labels: Sequence[int],
+    validation_rows: Sequence[Sequence[int]],
+    validation_labels: Sequence[int],
+    encoder_validation_logits: torch.Tensor,
+    *,
+    inverse_l2: float = 4.0,
+    min_count: int = 2,
+    max_iter: int = 200,
+) -> dict[str, float]:
+    """Fit ``model.ngram_classifier`` on the training rows (token ids, as the model reads them) and weigh it beside
+    the encoder on the validation rows, given the encoder's validation logits (N, L) without the n-gram score.
+    Returns what was chosen and each part's validation accuracy."""
+    head = model.ngram_classifier
+    if head is None:
+        raise ValueError("The model has no n-gram score: build it with `classifier_ngram_buckets` > 0.")
+    if model.config.problem_type not in (None, "single_label_classification"):
+        raise ValueError(f"The n-gram score is fitted for single-label classification, not {model.config.problem_type}")
+    pad = model.config.pad_token_id
+    labels = torch.as_tensor(train_labels, dtype=torch.long)
+    validation_labels = torch.as_tensor(validation_labels, dtype=torch.long)
+    encoder_validation_logits = torch.as_tensor(encoder_validation_logits, dtype=torch.float32)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.zero_()
+        head.canonical_ids.copy_(canonical_token_ids(tokenizer, head.canonical_ids.shape[0]))
+        ids, real = padded(train_rows, pad)
+        counts = document_frequencies(head, ids, real)
+        idf = torch.log((1.0 + len(train_rows)) / (1.0 + counts)) + 1.0
+        head.idf.copy_(torch.where(counts >= min_count, idf, torch.zeros_like(idf)))
+        features = feature_matrix(head, ids, real)
+    logger.info("n-gram score: %d n-gram buckets kept of %d, fitting", int((counts >= min_count).sum()), head.buckets)
+    weight, bias = logistic_regression(features, labels, head.weight.shape[1], inverse_l2, max_iter)
+    with torch.no_grad():
+        head.weight.copy_(weight)
+        head.bias.copy_(bias)
+    validation_ngram = ngram_logits(head, validation_rows, pad)
+    encoder_weight, ngram_weight = mixing_weights(encoder_validation_logits, validation_ngram, validation_labels)
+    with torch.no_grad():
+        model.classifier.weight.mul_(encoder_weight)
+        model.classifier.bias.mul_(encoder_weight)
+        head.weight.mul_(ngram_weight)
+        head.bias.mul_(ngram_weight)
+    report = {
+        "encoder_logit_scale": encoder_weight,
+        "ngram_logit_scale": ngram_weight,
+        "ngram_buckets_kept": int((counts >= min_count).sum()),
+        "eval_encoder_accuracy": accuracy(encoder_validation_logits, validation_labels),
+        "eval_ngram_accuracy": accuracy(validation_ngram, validation_labels),
+    }
+    logger.info("n-gram score fitted: %s", report)
+    return report
