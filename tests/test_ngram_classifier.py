@@ -146,3 +146,24 @@ def test_fitting_a_model_without_the_score_is_refused():
 def test_impossible_ngram_settings_name_the_field(settings):
     with pytest.raises(InvalidConfigError, match=next(iter(settings))):
         tiny_config(num_labels=2, **settings)
+
+
+@pytest.mark.slow
+def test_a_fitted_model_exports_to_onnx_with_its_ngram_score(tmp_path):
+    import numpy as np
+    import onnxruntime
+
+    from hf_transformer.export import to_onnx
+
+    model = ngram_model()
+    rows, labels = ordered_pairs(200, seed=1)
+    fit_ngram_classifier(model, Vocabulary([]), rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
+    model.save_pretrained(tmp_path / "model")
+    session = onnxruntime.InferenceSession(str(to_onnx(tmp_path / "model", tmp_path / "onnx") / "classifier.onnx"))
+    for length in range(1, 6):  # shorter and longer than the n-grams
+        ids = torch.tensor([[11, 10, 12, 13, 14][:length], [10, 11, 15, 16, 17][:length]])
+        with torch.no_grad():
+            expected = model(input_ids=ids).logits.numpy()
+        feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones(ids.shape, dtype=np.int64)}
+        np.testing.assert_allclose(session.run(None, feeds)[0], expected, rtol=1e-4, atol=1e-4)
+    assert expected[:, 1].tolist()[0] < expected[:, 1].tolist()[1]  # the order of 10 and 11 is read

@@ -140,3 +140,40 @@ def test_averaging_that_cannot_work_is_refused_before_training(tmp_path, extra, 
             ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "absent.jsonl"), *TINY_CLASSIFIER]
             + ["--average_checkpoints", "2", "--save_strategy", "epoch", *extra]
         )
+
+
+@pytest.mark.slow
+def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_path):
+    from transformers import pipeline
+
+    data_dir, output_dir = tmp_path / "data", tmp_path / "model"
+    write_reviews(data_dir, 300, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 40, seed=2, name="test.jsonl")
+    arguments = ["--output_dir", str(output_dir), *review_files(data_dir), *TINY_CLASSIFIER]
+    results = load_script("train_classifier").main(
+        arguments + ["--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "4"]
+        + ["--ngram_buckets", "4096", "--ngram_order", "2"]
+    )  # fmt: skip
+    # Each part's validation accuracy is reported beside the sum's, and the encoder's alone on test.
+    for key in ("eval_encoder_accuracy", "eval_ngram_accuracy", "test_encoder_accuracy", "ngram_logit_scale"):
+        assert key in results, key
+    assert results["eval_ngram_accuracy"] > 0.9  # the words tell the label
+    # The checkpoint Trainer saved holds the n-gram score still at zero: the encoder's training left it alone.
+    trained = load_file(str(output_dir / "checkpoint-4" / "model.safetensors"))
+    assert not trained["ngram_classifier.weight"].any()
+    saved = load_file(str(output_dir / "model.safetensors"))
+    assert saved["ngram_classifier.weight"].any() and saved["ngram_classifier.idf"].any()
+
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    assert (model.config.classifier_ngram_buckets, model.config.classifier_ngram_order) == (4096, 2)
+    rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
+    texts = [row["text"] for row in rows]
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    with torch.no_grad():
+        logits = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits
+    served = [item["label"] for item in pipeline("text-classification", model=str(output_dir))(texts)]
+    assert served == [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
+    # The pipeline on raw text scores what the run recorded.
+    assert sum(s == row["label"] for s, row in zip(served, rows)) / len(rows) == pytest.approx(results["test_accuracy"])
+    card = (output_dir / "README.md").read_text()
+    assert "classifier_ngram_buckets" in card
