@@ -1013,7 +1013,7 @@ def first_token_pooling(states: torch.Tensor, token_is_real: torch.Tensor) -> to
 # `classifier_pooling` -> how the encoder output is pooled; "decoder" reads it with the decoder instead.
 ENCODER_POOLINGS = {"mean": mean_pooling, "max": max_pooling, "first": first_token_pooling}
 
-# An odd multiplier for the rolling hash of token runs; any large prime spreads the runs evenly over the buckets.
+# The rolling hash of token runs multiplies by a prime well above any vocabulary size, spreading runs over buckets.
 NGRAM_HASH_MULTIPLIER = 1_000_003
 
 
@@ -1077,7 +1077,8 @@ class TokenNgramClassifier(nn.Module):
     encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder reads one start token over the encoder
     output, as in the seed tutorial's sentiment model. Encoder pooling returns [`EncoderSequenceClassifierOutput`];
     the decoder read-out returns `Seq2SeqSequenceClassifierOutput`, the decoder's and the encoder's outputs under
-    their seq2seq names.
+    their seq2seq names. With `config.classifier_ngram_buckets` a linear score over the input's token n-grams
+    ([`TokenNgramClassifier`]) is added to the logits.
     """
 )
 class TransformerForSequenceClassification(TransformerPreTrainedModel):
@@ -1111,6 +1112,11 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
             `config.problem_type`, or the labels when it is None.
         """
         check_no_misspelt_arguments(TransformerForSequenceClassification.forward, kwargs)
+        if self.ngram_classifier is not None and input_ids is None:
+            raise ValueError(
+                "This classifier adds a score over the input's token n-grams (`classifier_ngram_buckets`), "
+                "which needs `input_ids`; `inputs_embeds` alone cannot give it."
+            )
         flags = _recording_flags(kwargs, self.config)
         encoder_outputs = self.model.encoder(
             input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, return_dict=True, **flags
@@ -1129,11 +1135,6 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
             pooled = ENCODER_POOLINGS[self.config.classifier_pooling](encoder_states, token_is_real)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
         if self.ngram_classifier is not None:
-            if input_ids is None:
-                raise ValueError(
-                    "This classifier adds a score over the input's token n-grams (`classifier_ngram_buckets`), "
-                    "which needs `input_ids`; `inputs_embeds` alone cannot give it."
-                )
             logits = logits + self.ngram_classifier(input_ids, token_is_real)
 
         loss = self._classification_loss(logits, labels) if labels is not None else None
