@@ -1092,7 +1092,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         self.model = TransformerModel(config, add_decoder=config.classifier_pooling == "decoder")
         self.dropout = Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
-        # CODEPATH: `--ngram_buckets` of train_classifier.py (the NSMC main job); no n-gram score by default.
+        # CODEPATH: `--ngram_buckets` of train_classifier.py (the main job); no n-gram score by default.
         self.ngram_classifier = TokenNgramClassifier(config) if config.classifier_ngram_buckets else None
         self.post_init()
 

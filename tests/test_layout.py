@@ -222,6 +222,7 @@ TRAINING_KIT = {
     "hf_transformer.training",
     "hf_transformer.translation_training",
     "hf_transformer.encoder_training",
+    "hf_transformer.ngram_classifier",
     "hf_transformer.data",
     "hf_transformer.metrics",
     "hf_transformer.figures",
