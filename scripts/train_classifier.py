@@ -32,7 +32,7 @@ from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
-from hf_transformer.ngram_classifier import accuracy, fit_ngram_classifier, ngram_logits
+from hf_transformer.ngram_classifier import fit_ngram_classifier
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
@@ -191,26 +191,40 @@ def build_model(model_args, tokenizer, names, training_args) -> TransformerForSe
     return model
 
 
-def in_dataset_order(prediction, dataset):
-    """``prediction``, checked to hold its rows in ``dataset``'s order (the n-gram score reads the rows themselves)."""
-    if list(prediction.label_ids) != list(dataset["label"]):
-        raise RuntimeError("Trainer.predict returned the rows in another order than the dataset's")
-    return prediction
+@torch.no_grad()
+def logits_in_order(trainer, dataset) -> torch.Tensor:
+    """(N, L): the model's logits for ``dataset``'s rows in its order (Trainer's evaluation may group rows by length,
+    and the n-gram fit pairs each row's logits with its tokens), in the precision Trainer evaluates in."""
+    model = trainer.model.eval()
+    loader = torch.utils.data.DataLoader(
+        dataset.select_columns(["input_ids", "attention_mask"]),
+        batch_size=trainer.args.per_device_eval_batch_size,
+        collate_fn=trainer.data_collator,
+    )
+    logits = []
+    for batch in loader:
+        with trainer.autocast_smart_context_manager():
+            logits.append(model(**{name: value.to(model.device) for name, value in batch.items()}).logits.float())
+    return torch.cat(logits).cpu()
 
 
 def fit_ngram_score(trainer, model, tokenizer, tokenized, training_args) -> dict:
-    """Fit the n-gram score on the training rows and weigh it beside the trained encoder on the validation rows."""
+    """Fit the n-gram score on the training rows and weigh it beside the trained encoder on the validation rows;
+    the encoder's test accuracy alone is scored first (its logits, while the n-gram score is still zero)."""
     validation = tokenized["validation"]
-    encoder_logits = in_dataset_order(trainer.predict(validation, metric_key_prefix="encoder"), validation)
+    report = {}
+    if "test" in tokenized:
+        encoder_alone = trainer.predict(tokenized["test"], metric_key_prefix="test_encoder").metrics
+        report["test_encoder_accuracy"] = encoder_alone["test_encoder_accuracy"]
     started = time.time()
-    report = fit_ngram_classifier(
+    report |= fit_ngram_classifier(
         model,
         tokenizer,
         tokenized["train"]["input_ids"],
         tokenized["train"]["label"],
         validation["input_ids"],
         validation["label"],
-        torch.as_tensor(encoder_logits.predictions),
+        logits_in_order(trainer, validation),
         inverse_l2=training_args.ngram_inverse_l2,
     )
     return report | {"ngram_fit_seconds": round(time.time() - started, 1)}
@@ -228,14 +242,8 @@ def score(trainer, model, tokenizer, tokenized, training_args) -> dict:
     results.update(trainer.evaluate())
     results["eval_samples"] = len(tokenized["validation"])
     if "test" in tokenized:
-        test = trainer.predict(tokenized["test"], metric_key_prefix="test")
-        test = in_dataset_order(test, tokenized["test"]) if model.ngram_classifier is not None else test
-        results.update(test.metrics)
+        results.update(trainer.predict(tokenized["test"], metric_key_prefix="test").metrics)
         results["test_samples"] = len(tokenized["test"])
-        if model.ngram_classifier is not None:
-            ngram = ngram_logits(model.ngram_classifier, tokenized["test"]["input_ids"], model.config.pad_token_id)
-            encoder_alone = torch.as_tensor(test.predictions) - ngram
-            results["test_encoder_accuracy"] = accuracy(encoder_alone, torch.as_tensor(test.label_ids))
     return results
 
 

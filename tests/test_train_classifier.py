@@ -148,19 +148,31 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
 
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
     write_reviews(data_dir, 300, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 60, seed=3, name="validation.jsonl")
     write_reviews(data_dir, 40, seed=2, name="test.jsonl")
     arguments = ["--output_dir", str(output_dir), *review_files(data_dir), *TINY_CLASSIFIER]
     results = load_script("train_classifier").main(
-        arguments + ["--max_steps", "4", "--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "4"]
-        + ["--ngram_buckets", "4096", "--ngram_order", "2"]
+        arguments + ["--validation_file", str(data_dir / "validation.jsonl"), "--max_steps", "30"]
+        + ["--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "30"]
+        + ["--ngram_buckets", "4096", "--ngram_order", "2", "--train_sampling_strategy", "group_by_length"]
     )  # fmt: skip
-    # Each part's validation accuracy is reported beside the sum's, and the encoder's alone on test.
+    # Each part's validation accuracy is reported beside the sum's, and the encoder's alone on test. (Trainer evaluates
+    # rows grouped by length there, in another order than the dataset's: the fit pairs each row with its own logits.)
     for key in ("eval_encoder_accuracy", "eval_ngram_accuracy", "test_encoder_accuracy", "ngram_logit_scale"):
         assert key in results, key
     assert results["eval_ngram_accuracy"] > 0.9  # the words tell the label
     # The checkpoint Trainer saved holds the n-gram score still at zero: the encoder's training left it alone.
-    trained = load_file(str(output_dir / "checkpoint-4" / "model.safetensors"))
+    trained = load_file(str(output_dir / "checkpoint-30" / "model.safetensors"))
     assert not trained["ngram_classifier.weight"].any()
+    # The encoder's validation accuracy reported is that checkpoint's on the validation rows in their order.
+    encoder = AutoModelForSequenceClassification.from_pretrained(output_dir / "checkpoint-30").eval()
+    validation = [json.loads(line) for line in (data_dir / "validation.jsonl").read_text().splitlines()]
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    with torch.no_grad():
+        batch = tokenizer([row["text"] for row in validation], return_tensors="pt", padding=True)
+        predicted = encoder(**batch).logits.argmax(-1).tolist()
+    right = sum(encoder.config.id2label[p] == row["label"] for p, row in zip(predicted, validation))
+    assert 0.6 < right / len(validation) == pytest.approx(results["eval_encoder_accuracy"])
     saved = load_file(str(output_dir / "model.safetensors"))
     assert saved["ngram_classifier.weight"].any() and saved["ngram_classifier.idf"].any()
 
@@ -168,7 +180,6 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     assert (model.config.classifier_ngram_buckets, model.config.classifier_ngram_order) == (4096, 2)
     rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
     texts = [row["text"] for row in rows]
-    tokenizer = AutoTokenizer.from_pretrained(output_dir)
     with torch.no_grad():
         logits = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits
     served = [item["label"] for item in pipeline("text-classification", model=str(output_dir))(texts)]
