@@ -17,6 +17,9 @@ or a checkpoint's `trainer_state.json`), which is drawn with `recipes.common.plo
       "runs": [{"dir": "runs/nsmc-baseline", "name": "nsmc-baseline", "note": "..."}]
     }
 
+A run's ``task`` is its results.json's, or the manifest entry's ``"task"`` where given (the general scripts record a
+general task, such as "text_classification", that the recipe's targets and metrics do not name).
+
 `results.json` is a list of records with the keys `task`, `metric`, `value`, `split`, `command`, `params` and
 `wall_seconds` (plus `run`, `curve`, `note` and the parts of the wall time: `run_wall_seconds`,
 `pretraining_wall_seconds`, `members_wall_seconds`). A classifier started from a pretrained encoder
@@ -54,6 +57,10 @@ METRICS = {
         ("accuracy", "test_accuracy", "test"),
         ("f1", "test_f1", "test"),
         ("accuracy", "eval_accuracy", "validation"),
+        # A classifier with the n-gram score: each part alone (train_classifier.py --ngram_buckets).
+        ("accuracy_encoder_alone", "test_encoder_accuracy", "test"),
+        ("accuracy_encoder_alone", "eval_encoder_accuracy", "validation"),
+        ("accuracy_ngram_alone", "eval_ngram_accuracy", "validation"),
     ],
     "nsmc_denoising_pretraining": [
         ("masked_token_loss", "eval_loss", "validation"),
@@ -223,7 +230,8 @@ def collect_run(
     members_wall = [m.get("wall_seconds") for m in members]
     run = {
         "name": name,
-        "task": infer_task(results),
+        # The general scripts record a general task ("text_classification"); the manifest names the recipe's.
+        "task": entry.get("task") or infer_task(results),
         "results": results,
         "command": command,
         "params": results.get("parameters"),

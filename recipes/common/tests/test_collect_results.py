@@ -185,6 +185,26 @@ def test_a_run_without_results_is_an_error(tmp_path):
         collect(["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "out")])
 
 
+def test_the_manifest_names_the_task_a_general_script_recorded_and_each_part_is_recorded(tmp_path):
+    results = {
+        **CLASSIFIER, "task": "text_classification", "test_encoder_accuracy": 0.84, "eval_encoder_accuracy": 0.83,
+        "eval_ngram_accuracy": 0.82,
+    }  # fmt: skip
+    fake_run(tmp_path / "runs" / "ngram", results, CLASSIFIER_HISTORY)
+    manifest = {
+        "title": "Results",
+        "targets": {"nsmc_sentiment": {"metric": "accuracy", "split": "test", "value": 0.865}},
+        "runs": [{"dir": str(tmp_path / "runs" / "ngram"), "name": "ngram", "task": "nsmc_sentiment"}],
+    }
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    records = collect(["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "records")])
+    found = {(r["task"], r["metric"], r["split"]): r["value"] for r in records}
+    assert found[("nsmc_sentiment", "accuracy", "test")] == 0.8512
+    assert found[("nsmc_sentiment", "accuracy_encoder_alone", "test")] == 0.84
+    assert found[("nsmc_sentiment", "accuracy_ngram_alone", "validation")] == 0.82
+    assert "| 86.50% | no |" in (tmp_path / "records" / "notes.md").read_text()  # the recipe's target applies
+
+
 def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
     member = {"task": "translation_en_to_de", "test_bleu": 30.0, "wall_seconds": 600.0}
     fake_run(tmp_path / "runs" / "a", {**member, "command": "train_translation.py --output_dir runs/a"}, HISTORY)
