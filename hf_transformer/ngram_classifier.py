@@ -26,7 +26,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from .modeling_transformer import TokenNgramClassifier, TransformerForSequenceClassification
+from .modeling_transformer import TokenNgramClassifier, TransformerForSequenceClassification, token_ngram_hashes
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +53,6 @@ def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tens
 
 
 def _buckets(head: TokenNgramClassifier, ids: torch.Tensor, real: torch.Tensor, chunk: int = 8192):
-    from .modeling_transformer import token_ngram_hashes
-
     for start in range(0, ids.shape[0], chunk):
         rows = slice(start, start + chunk)
         yield start, *token_ngram_hashes(head.canonical_ids[ids[rows]], real[rows], head.order, head.buckets)
