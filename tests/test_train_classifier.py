@@ -142,6 +142,12 @@ def test_averaging_that_cannot_work_is_refused_before_training(tmp_path, extra, 
         )
 
 
+def decided(logits: torch.Tensor, margin: float = 1e-4) -> torch.Tensor:
+    """(N,): whether each row's best logit leads the next by more than rounding between code paths could move."""
+    top = logits.topk(2, dim=-1).values
+    return (top[:, 0] - top[:, 1]) > margin
+
+
 @pytest.mark.slow
 def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_path):
     from transformers import pipeline
@@ -170,9 +176,14 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     with torch.no_grad():
         batch = tokenizer([row["text"] for row in validation], return_tensors="pt", padding=True)
-        predicted = encoder(**batch).logits.argmax(-1).tolist()
+        encoder_logits = encoder(**batch).logits
+    predicted = encoder_logits.argmax(-1).tolist()
     right = sum(encoder.config.id2label[p] == row["label"] for p, row in zip(predicted, validation))
-    assert 0.6 < right / len(validation) == pytest.approx(results["eval_encoder_accuracy"])
+    # Batched and padded otherwise than the script's pass, a row whose two logits tie to rounding may go either way
+    # on another CPU; rows out of order would move many.
+    ties = int((~decided(encoder_logits)).sum())
+    assert right / len(validation) > 0.6
+    assert abs(right / len(validation) - results["eval_encoder_accuracy"]) <= ties / len(validation) + 1e-9
     saved = load_file(str(output_dir / "model.safetensors"))
     assert saved["ngram_classifier.weight"].any() and saved["ngram_classifier.idf"].any()
 
@@ -183,8 +194,11 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     with torch.no_grad():
         logits = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits
     served = [item["label"] for item in pipeline("text-classification", model=str(output_dir))(texts)]
-    assert served == [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
-    # The pipeline on raw text scores what the run recorded.
-    assert sum(s == row["label"] for s, row in zip(served, rows)) / len(rows) == pytest.approx(results["test_accuracy"])
+    clear = decided(logits).tolist()
+    expected = [model.config.id2label[i] for i in logits.argmax(-1).tolist()]
+    assert [s for s, c in zip(served, clear) if c] == [e for e, c in zip(expected, clear) if c]
+    # The pipeline on raw text scores what the run recorded (up to rows tied to rounding).
+    served_accuracy = sum(s == row["label"] for s, row in zip(served, rows)) / len(rows)
+    assert abs(served_accuracy - results["test_accuracy"]) <= clear.count(False) / len(rows) + 1e-9
     card = (output_dir / "README.md").read_text()
     assert "classifier_ngram_buckets" in card
