@@ -177,9 +177,10 @@ def fit_ngram_classifier(
         ids, real = padded(train_rows, pad)
         counts = document_frequencies(head, ids, real)
         idf = torch.log((1.0 + len(train_rows)) / (1.0 + counts)) + 1.0
-        head.idf.copy_(torch.where(counts >= min_count, idf, torch.zeros_like(idf)))
+        kept = counts >= min_count
+        head.idf.copy_(torch.where(kept, idf, torch.zeros_like(idf)))
         features = feature_matrix(head, ids, real)
-    logger.info("n-gram score: %d n-gram buckets kept of %d, fitting", int((counts >= min_count).sum()), head.buckets)
+    logger.info("n-gram score: %d n-gram buckets kept of %d, fitting", int(kept.sum()), head.buckets)
     weight, bias = logistic_regression(features, labels, head.weight.shape[1], inverse_l2, max_iter)
     with torch.no_grad():
         head.weight.copy_(weight)
@@ -194,7 +195,7 @@ def fit_ngram_classifier(
     report = {
         "encoder_logit_scale": encoder_weight,
         "ngram_logit_scale": ngram_weight,
-        "ngram_buckets_kept": int((counts >= min_count).sum()),
+        "ngram_buckets_kept": int(kept.sum()),
         "eval_encoder_accuracy": accuracy(encoder_validation_logits, validation_labels),
         "eval_ngram_accuracy": accuracy(validation_ngram, validation_labels),
     }
