@@ -62,6 +62,7 @@ LayerNormPosition = Literal["post", "pre"]
 PositionEmbeddingType = Literal["sinusoidal", "learned"]
 ActivationFunction = Literal["relu", "gelu"]
 ClassifierPooling = Literal["mean", "max", "first", "decoder"]
+NgramUnit = Literal["token", "character"]
 InitMethod = Literal["normal", "xavier_uniform"]
 # The loss a classifier computes (transformers' names, read by `TransformerForSequenceClassification`).
 ProblemType = Literal["regression", "single_label_classification", "multi_label_classification"]
@@ -310,11 +311,14 @@ class TransformerConfig(PretrainedConfig):
         token, or `"decoder"` (the seed tutorial's way: the decoder reads one start token over the encoder output,
         max-pooled).
     classifier_ngram_buckets (`int`, *optional*, defaults to 0):
-        The sequence classifier adds a linear score over the input's token n-grams, hashed into this many buckets
+        The sequence classifier adds a linear score over the input's n-grams, hashed into this many buckets
         (fastText's and NBSVM's bag of n-grams beside the pooled encoder, as Wide & Deep's wide part); 0: none.
         Its weights are fitted apart from the encoder (`hf_transformer.ngram_classifier`).
     classifier_ngram_order (`int`, *optional*, defaults to 3):
-        The longest n-gram of that score: runs of 1 to this many consecutive tokens.
+        The longest n-gram of that score: runs of 1 to this many consecutive units.
+    classifier_ngram_unit (`str`, *optional*, defaults to `"token"`):
+        What that score's n-grams are runs of: `"token"` (the token ids, word-initial pieces read as inner ones) or
+        `"character"` (the tokens' characters with the spaces between words removed, across the tokenizer's cuts).
     fused_output_loss (`bool`, *optional*, defaults to `True`):
         In training, when `labels` are given, compute the output projection and the cross-entropy together, a few
         hundred rows at a time, without materialising the (batch, length, vocabulary) logits; the output's
@@ -386,6 +390,7 @@ class TransformerConfig(PretrainedConfig):
     classifier_pooling: ClassifierPooling = "mean"
     classifier_ngram_buckets: int = count(default=0)
     classifier_ngram_order: int = positive(default=3)
+    classifier_ngram_unit: NgramUnit = "token"
     fused_output_loss: bool = True
     init_std: float | int = positive(default=0.02)
     init_method: InitMethod = "normal"

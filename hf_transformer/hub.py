@@ -203,6 +203,7 @@ _HEAD_SETTINGS = {
         "num_labels",
         "classifier_ngram_buckets",
         "classifier_ngram_order",
+        "classifier_ngram_unit",
     ),
     "TransformerForMaskedLM": ("tie_word_embeddings",),
 }

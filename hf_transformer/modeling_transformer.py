@@ -516,12 +516,15 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, AttentionKernels, PreTrain
             init.copy_(module.position_table, sinusoid_table(*module.position_table.shape))
         elif isinstance(module, TransformerForMaskedLM):
             init.zeros_(module.output_bias)
-        elif isinstance(module, TokenNgramClassifier):
+        elif isinstance(module, NgramClassifier):
             # A new n-gram score is zero (the encoder's logits alone) until it is fitted.
             init.zeros_(module.weight)
             init.zeros_(module.bias)
             init.zeros_(module.idf)
-            init.copy_(module.canonical_ids, torch.arange(module.canonical_ids.shape[0]))
+            if module.unit == "character":
+                init.zeros_(module.token_characters)
+            else:
+                init.copy_(module.canonical_ids, torch.arange(module.canonical_ids.shape[0]))
 
     @property
     def dummy_inputs(self) -> dict[str, torch.Tensor]:
@@ -1013,55 +1016,93 @@ def first_token_pooling(states: torch.Tensor, token_is_real: torch.Tensor) -> to
 # `classifier_pooling` -> how the encoder output is pooled; "decoder" reads it with the decoder instead.
 ENCODER_POOLINGS = {"mean": mean_pooling, "max": max_pooling, "first": first_token_pooling}
 
-# The rolling hash of token runs multiplies by a prime well above any vocabulary size, spreading runs over buckets.
+# The rolling hash of runs multiplies by a prime above any vocabulary size and the code points of the Basic
+# Multilingual Plane, spreading runs over buckets.
 NGRAM_HASH_MULTIPLIER = 1_000_003
+# `classifier_ngram_unit="character"` reads at most this many characters of each token (longer pieces are rare:
+# the longest of a 16k BPE vocabulary over Korean reviews has 15).
+NGRAM_CHARACTERS_PER_TOKEN = 16
 
 
-def token_ngram_hashes(
-    token_ids: torch.Tensor, token_is_real: torch.Tensor, order: int, buckets: int
+def ngram_hashes(
+    units: torch.Tensor, unit_is_real: torch.Tensor, order: int, buckets: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(B, S), (B, S) -> (B, N), (B, N): the bucket of every run of 1 to ``order`` consecutive tokens, runs of
-    length 1 first, and whether the run lies on real tokens alone. A run's bucket depends only on its tokens and
-    length, so a sentence gets the same buckets however it is padded (left or right) or batched."""
-    length = token_ids.shape[1]
+    """(B, S), (B, S) -> (B, N), (B, N): the bucket of every run of 1 to ``order`` consecutive units (token ids or
+    character code points), runs of length 1 first, and whether the run lies on real units alone. A run's bucket
+    depends only on its units and length, so a sentence gets the same buckets however it is padded (left or right)
+    or batched."""
+    length = units.shape[1]
     hashes, exists = [], []
     for n in range(1, order + 1):
         if n > length:
             break
-        run_hash = torch.full_like(token_ids[:, : length - n + 1], n)
+        run_hash = torch.full_like(units[:, : length - n + 1], n)
         run_real = torch.ones_like(run_hash, dtype=torch.bool)
         for k in range(n):
-            run_hash = (run_hash * NGRAM_HASH_MULTIPLIER + token_ids[:, k : length - n + 1 + k]) % buckets
-            run_real = run_real & token_is_real[:, k : length - n + 1 + k]
+            run_hash = (run_hash * NGRAM_HASH_MULTIPLIER + units[:, k : length - n + 1 + k]) % buckets
+            run_real = run_real & unit_is_real[:, k : length - n + 1 + k]
         hashes.append(run_hash)
         exists.append(run_real)
     return torch.cat(hashes, dim=1), torch.cat(exists, dim=1)
 
 
-class TokenNgramClassifier(nn.Module):
-    """A linear classifier over the bag of the input's token n-grams (fastText, NBSVM; Wide & Deep's wide part).
+def token_characters_in_a_row(
+    input_ids: torch.Tensor, token_is_real: torch.Tensor, token_characters: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, S) ids -> (B, S * W) the characters of the real tokens one after the other, without the spaces between
+    words (code points from the (V, W) ``token_characters``, 0 where a token has fewer), and which are real. The
+    characters are moved to the front of their row, so runs of characters cross token and word boundaries."""
+    characters = (token_characters[input_ids] * token_is_real.unsqueeze(-1)).flatten(1)  # (B, S, W) -> (B, S * W)
+    present = characters != 0
+    # Each character's place in its row; the empty slots all go to one spare slot past the end (writing zeros).
+    place = torch.where(present, present.cumsum(1) - 1, characters.shape[1])
+    packed = torch.zeros_like(characters[:, :1]).expand(-1, characters.shape[1] + 1).clone()
+    packed = packed.scatter(1, place, characters)[:, :-1]
+    return packed, packed != 0
+
+
+class NgramClassifier(nn.Module):
+    """A linear classifier over the bag of the input's n-grams (fastText, NBSVM; Wide & Deep's wide part): of its
+    tokens, or of its characters (`config.classifier_ngram_unit`).
 
     Each n-gram occurrence's feature is its inverse document frequency (``idf``; 0 for n-grams too rare to keep),
     the sentence's occurrences scaled to unit length together; the score is their dot product with ``weight`` (one
-    row per bucket) plus ``bias``. Tokens are read through ``canonical_ids``, which can map a word-initial piece
-    ("▁film") and the same piece inside a word ("film") to one id, so that the n-grams do not depend on how the
-    text was spaced.
+    row per bucket) plus ``bias``.
+    - "token": tokens are read through ``canonical_ids``, which can map a word-initial piece ("▁film") and the same
+      piece inside a word ("film") to one id, so that the n-grams do not depend on how the text was spaced.
+    - "character": each token is read as its characters (``token_characters``, the piece's text without its
+      word-start mark; special tokens have none), so the n-grams are those of the text with its spaces removed,
+      across the tokenizer's cuts, whatever the vocabulary.
     Nothing here is trained by back-propagation: ``hf_transformer.ngram_classifier.fit_ngram_classifier`` fits it
-    (a logistic regression) and sets how much it weighs beside the encoder.
+    (a logistic regression), fills the table it reads tokens through and sets how much it weighs beside the encoder.
     """
 
     def __init__(self, config: TransformerConfig):
         super().__init__()
+        self.unit = config.classifier_ngram_unit
         self.order = config.classifier_ngram_order
         self.buckets = config.classifier_ngram_buckets
         self.weight = nn.Parameter(torch.zeros(self.buckets, config.num_labels))
         self.bias = nn.Parameter(torch.zeros(config.num_labels))
         self.idf = nn.Buffer(torch.zeros(self.buckets))
-        self.canonical_ids = nn.Buffer(torch.arange(config.vocab_size))
+        if self.unit == "character":
+            self.token_characters = nn.Buffer(
+                torch.zeros(config.vocab_size, NGRAM_CHARACTERS_PER_TOKEN, dtype=torch.long)
+            )
+        else:
+            self.canonical_ids = nn.Buffer(torch.arange(config.vocab_size))
+
+    def ngrams(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) -> (B, N) buckets of the input's n-grams, (B, N) which exist."""
+        if self.unit == "character":
+            units, unit_is_real = token_characters_in_a_row(input_ids, token_is_real, self.token_characters)
+        else:
+            units, unit_is_real = self.canonical_ids[input_ids], token_is_real
+        return ngram_hashes(units, unit_is_real, self.order, self.buckets)
 
     def features(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S) -> (B, N) buckets and (B, N) feature values (0 where no n-gram or a dropped one)."""
-        hashes, exists = token_ngram_hashes(self.canonical_ids[input_ids], token_is_real, self.order, self.buckets)
+        hashes, exists = self.ngrams(input_ids, token_is_real)
         values = self.idf[hashes] * exists
         return hashes, values / values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12)
 
@@ -1077,8 +1118,8 @@ class TokenNgramClassifier(nn.Module):
     encoder's non-pad tokens, "first" encoder token, or "decoder": the decoder reads one start token over the encoder
     output, as in the seed tutorial's sentiment model. Encoder pooling returns [`EncoderSequenceClassifierOutput`];
     the decoder read-out returns `Seq2SeqSequenceClassifierOutput`, the decoder's and the encoder's outputs under
-    their seq2seq names. With `config.classifier_ngram_buckets` a linear score over the input's token n-grams
-    ([`TokenNgramClassifier`]) is added to the logits.
+    their seq2seq names. With `config.classifier_ngram_buckets` a linear score over the input's token or character
+    n-grams ([`NgramClassifier`]) is added to the logits.
     """
 )
 class TransformerForSequenceClassification(TransformerPreTrainedModel):
@@ -1093,7 +1134,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         self.dropout = Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(config.d_model, config.num_labels)
         # CODEPATH: `--ngram_buckets` of train_classifier.py (the main job); no n-gram score by default.
-        self.ngram_classifier = TokenNgramClassifier(config) if config.classifier_ngram_buckets else None
+        self.ngram_classifier = NgramClassifier(config) if config.classifier_ngram_buckets else None
         self.post_init()
 
     @can_return_tuple
@@ -1114,7 +1155,7 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         check_no_misspelt_arguments(TransformerForSequenceClassification.forward, kwargs)
         if self.ngram_classifier is not None and input_ids is None:
             raise ValueError(
-                "This classifier adds a score over the input's token n-grams (`classifier_ngram_buckets`), "
+                "This classifier adds a score over the input's n-grams (`classifier_ngram_buckets`), "
                 "which needs `input_ids`; `inputs_embeds` alone cannot give it."
             )
         flags = _recording_flags(kwargs, self.config)

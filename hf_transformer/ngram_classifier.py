@@ -1,11 +1,13 @@
 """Fitting a classifier's n-gram score: the linear part beside the encoder (`config.classifier_ngram_buckets`).
 
 `TransformerForSequenceClassification` can add to the encoder's logits a linear score over the bag of the input's
-token n-grams (`TokenNgramClassifier`, in the model file). On short texts such a bag of n-grams is a strong
+token or character n-grams (`NgramClassifier`, in the model file). On short texts such a bag of n-grams is a strong
 classifier of its own (fastText, NBSVM), and its errors differ from the encoder's, so the sum beats both. It is
 not trained by back-propagation with the encoder: after the encoder's training, `fit_ngram_classifier`
 
-1. maps word-initial pieces to the same piece inside a word where the vocabulary has both (``canonical_token_ids``),
+1. fills the table the score reads tokens through: each token's characters (``token_character_table``), or for
+   token n-grams the same piece inside a word for a word-initial piece where the vocabulary has both
+   (``canonical_token_ids``),
 2. counts in how many training rows each n-gram occurs and keeps those in at least ``min_count`` of them, weighted
    by inverse document frequency (as scikit-learn's ``TfidfVectorizer(smooth_idf=True)``),
 3. fits a logistic regression on the training rows with L2 regularisation ``inverse_l2`` (scikit-learn's ``C``),
@@ -26,7 +28,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from .modeling_transformer import TokenNgramClassifier, TransformerForSequenceClassification, token_ngram_hashes
+from .modeling_transformer import NGRAM_CHARACTERS_PER_TOKEN, NgramClassifier, TransformerForSequenceClassification
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +44,21 @@ def canonical_token_ids(tokenizer, vocab_size: int) -> torch.Tensor:
     return canonical
 
 
+def token_character_table(tokenizer, vocab_size: int) -> torch.Tensor:
+    """(V, NGRAM_CHARACTERS_PER_TOKEN): each token's characters as code points (0 after its last), the piece's text
+    without its word-start mark "▁"; special tokens have none, except the unknown token, which reads as U+FFFD
+    (a character the text had that the vocabulary lacks)."""
+    table = torch.zeros(vocab_size, NGRAM_CHARACTERS_PER_TOKEN, dtype=torch.long)
+    special = set(tokenizer.all_special_tokens)
+    for piece, index in tokenizer.get_vocab().items():
+        if index >= vocab_size:
+            continue
+        text = "\ufffd" if piece == tokenizer.unk_token else "" if piece in special else piece.replace("▁", "")
+        codes = [ord(character) for character in text[:NGRAM_CHARACTERS_PER_TOKEN]]
+        table[index, : len(codes)] = torch.tensor(codes, dtype=torch.long)
+    return table
+
+
 def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of token ids -> (N, S) ids padded on the right, (N, S) which are real."""
     length = max(len(row) for row in rows)
@@ -52,13 +69,12 @@ def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tens
     return ids, torch.arange(length)[None] < lengths[:, None]
 
 
-def _buckets(head: TokenNgramClassifier, ids: torch.Tensor, real: torch.Tensor, chunk: int = 8192):
+def _buckets(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, chunk: int = 4096):
     for start in range(0, ids.shape[0], chunk):
-        rows = slice(start, start + chunk)
-        yield start, *token_ngram_hashes(head.canonical_ids[ids[rows]], real[rows], head.order, head.buckets)
+        yield start, *head.ngrams(ids[start : start + chunk], real[start : start + chunk])
 
 
-def document_frequencies(head: TokenNgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+def document_frequencies(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """(buckets,): in how many rows each bucket's n-grams occur (once per row however often)."""
     counts = torch.zeros(head.buckets, dtype=torch.long)
     for start, hashes, exists in _buckets(head, ids, real):
@@ -68,12 +84,12 @@ def document_frequencies(head: TokenNgramClassifier, ids: torch.Tensor, real: to
     return counts
 
 
-def feature_matrix(head: TokenNgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    """(N, buckets) sparse: the rows' n-gram features exactly as `TokenNgramClassifier.features` computes them
+def feature_matrix(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """(N, buckets) sparse: the rows' n-gram features exactly as `NgramClassifier.features` computes them
     (a bucket occurring twice in a row sums)."""
     rows, columns, values = [], [], []
-    for start in range(0, ids.shape[0], 8192):
-        hashes, value = head.features(ids[start : start + 8192], real[start : start + 8192])
+    for start in range(0, ids.shape[0], 4096):
+        hashes, value = head.features(ids[start : start + 4096], real[start : start + 4096])
         keep = value != 0
         rows.append((torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes))[keep])
         columns.append(hashes[keep])
@@ -139,7 +155,7 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def ngram_logits(head: TokenNgramClassifier, rows: Sequence[Sequence[int]], pad_token_id: int) -> torch.Tensor:
+def ngram_logits(head: NgramClassifier, rows: Sequence[Sequence[int]], pad_token_id: int) -> torch.Tensor:
     """(N, L): the n-gram score of each row of token ids."""
     ids, real = padded(rows, pad_token_id)
     return torch.cat([head(ids[i : i + 4096], real[i : i + 4096]) for i in range(0, len(rows), 4096)])
@@ -173,7 +189,10 @@ def fit_ngram_classifier(
     with torch.no_grad():
         head.weight.zero_()
         head.bias.zero_()
-        head.canonical_ids.copy_(canonical_token_ids(tokenizer, head.canonical_ids.shape[0]))
+        if head.unit == "character":
+            head.token_characters.copy_(token_character_table(tokenizer, head.token_characters.shape[0]))
+        else:
+            head.canonical_ids.copy_(canonical_token_ids(tokenizer, head.canonical_ids.shape[0]))
         ids, real = padded(train_rows, pad)
         counts = document_frequencies(head, ids, real)
         idf = torch.log((1.0 + len(train_rows)) / (1.0 + counts)) + 1.0

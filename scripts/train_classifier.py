@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -56,12 +57,21 @@ class ClassifierTrainingArguments(TrainingArguments):
     ngram_buckets: int = field(
         default=0,
         metadata={
-            "help": "Add to the classifier a linear score over the token n-grams, hashed into this many buckets "
+            "help": "Add to the classifier a linear score over the input's n-grams, hashed into this many buckets "
             "(e.g. 2097152), fitted after the encoder's training and weighed beside it on the validation rows "
             "(hf_transformer.ngram_classifier); 0: the encoder alone."
         },
     )
-    ngram_order: int = field(default=3, metadata={"help": "The n-gram score's longest n-gram (tokens)."})
+    ngram_unit: Literal["character", "token"] = field(
+        default="character",
+        metadata={
+            "help": "What the n-gram score's n-grams are runs of: the characters of the text without its spaces, "
+            "across the tokenizer's cuts, or the tokens (word-initial pieces read as inner ones)."
+        },
+    )
+    ngram_order: int = field(
+        default=4, metadata={"help": "The n-gram score's longest n-gram (characters or tokens; 3 suits tokens)."}
+    )
     ngram_inverse_l2: float = field(
         default=4.0, metadata={"help": "The n-gram score's inverse L2 regularisation (scikit-learn's C)."}
     )
@@ -178,6 +188,7 @@ def build_model(model_args, tokenizer, names, training_args) -> TransformerForSe
     config = encoder_config(model_args, tokenizer, names)
     config.classifier_ngram_buckets = training_args.ngram_buckets
     config.classifier_ngram_order = training_args.ngram_order
+    config.classifier_ngram_unit = training_args.ngram_unit
     model = TransformerForSequenceClassification(config)
     if model.ngram_classifier is not None:
         model.ngram_classifier.requires_grad_(False)

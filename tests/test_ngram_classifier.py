@@ -1,4 +1,5 @@
-"""The classifier's n-gram score (`classifier_ngram_buckets`): its n-grams, its features, its fit and its folder."""
+"""The classifier's n-gram score (`classifier_ngram_buckets`): its n-grams of tokens or characters, its features,
+its fit and its folder."""
 
 import random
 
@@ -8,9 +9,10 @@ from transformers import AutoModelForSequenceClassification
 
 from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.configuration_transformer import InvalidConfigError
-from hf_transformer.modeling_transformer import TokenNgramClassifier, token_ngram_hashes
+from hf_transformer.modeling_transformer import NgramClassifier, ngram_hashes, token_characters_in_a_row
 from hf_transformer.ngram_classifier import (
     canonical_token_ids,
+    token_character_table,
     feature_matrix,
     fit_ngram_classifier,
     ngram_logits,
@@ -29,12 +31,12 @@ def ngram_model(**overrides) -> TransformerForSequenceClassification:
 
 def test_a_sentence_has_the_same_ngrams_however_it_is_padded():
     sentence = torch.tensor([5, 9, 5, 9, 7])
-    alone = token_ngram_hashes(sentence[None], torch.ones(1, 5, dtype=torch.bool), order=3, buckets=BUCKETS)
+    alone = ngram_hashes(sentence[None], torch.ones(1, 5, dtype=torch.bool), order=3, buckets=BUCKETS)
     right = torch.cat([sentence, torch.zeros(3, dtype=torch.long)])[None]
     left = torch.cat([torch.zeros(3, dtype=torch.long), sentence])[None]
     found = []
     for ids in (sentence[None], right, left):
-        hashes, exists = token_ngram_hashes(ids, ids != 0, order=3, buckets=BUCKETS)
+        hashes, exists = ngram_hashes(ids, ids != 0, order=3, buckets=BUCKETS)
         found.append(sorted(hashes[exists].tolist()))
     assert found[0] == found[1] == found[2]
     assert len(found[0]) == 5 + 4 + 3 and bool(alone[1].all())
@@ -43,10 +45,15 @@ def test_a_sentence_has_the_same_ngrams_however_it_is_padded():
     assert bigrams[0] == bigrams[2] and bigrams[0] != bigrams[1] and unigrams[0] == unigrams[2] != bigrams[0]
 
 
-def test_the_score_is_the_sparse_product_of_the_fitted_features():
-    head = TokenNgramClassifier(tiny_config(num_labels=3, classifier_ngram_buckets=BUCKETS))
+@pytest.mark.parametrize("unit", ["token", "character"])
+def test_the_score_is_the_sparse_product_of_the_fitted_features(unit):
+    config = tiny_config(num_labels=3, classifier_ngram_buckets=BUCKETS, classifier_ngram_unit=unit)
+    head = NgramClassifier(config)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
+        if unit == "character":  # token i reads as i % 3 + 1 characters
+            for i in range(config.vocab_size):
+                head.token_characters[i, : i % 3 + 1] = torch.arange(i % 3 + 1) + 0xAC00 + i
         head.weight.normal_(generator=generator)
         head.bias.normal_(generator=generator)
         head.idf.uniform_(0.5, 3.0, generator=generator)
@@ -65,11 +72,44 @@ def test_the_score_is_the_sparse_product_of_the_fitted_features():
 
 
 class Vocabulary:
-    def __init__(self, pieces):
+    """What the fit reads of a tokenizer: its pieces, which are special, and the unknown token."""
+
+    def __init__(self, pieces, special=("<pad>", "<unk>", "<s>", "</s>")):
         self.pieces = pieces
+        self.all_special_tokens = [piece for piece in special if piece in pieces]
+        self.unk_token = "<unk>"
 
     def get_vocab(self):
         return {piece: i for i, piece in enumerate(self.pieces)}
+
+    def ids(self, pieces):
+        return [self.pieces.index(piece) for piece in pieces]
+
+
+CHARACTERS = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", "▁ab", "▁a", "b", "bc", "c", "cd", "▁cd", "▁", "x" * 20])
+
+
+def test_a_tokens_characters_are_its_text_without_the_word_start_mark():
+    table = token_character_table(CHARACTERS, 14)
+    text = ["".join(map(chr, row[row != 0].tolist())) for row in table]
+    assert text[:4] == ["", "\ufffd", "", ""]  # special tokens read as nothing, the unknown token as U+FFFD
+    assert text[4:12] == ["ab", "a", "b", "bc", "c", "cd", "cd", ""]
+    assert text[12] == "x" * 16 and text[13] == ""  # a long piece is cut; ids past the vocabulary read as nothing
+
+
+def test_characters_run_across_tokens_and_words_whatever_the_cut_and_the_padding():
+    table = token_character_table(CHARACTERS, 13)
+    cuts = [["<s>", "▁ab", "c", "▁cd", "</s>"], ["<s>", "▁a", "bc", "▁", "cd", "</s>"]]
+    found = []
+    for pieces in cuts:
+        ids = torch.tensor(CHARACTERS.ids(pieces))
+        for padding in ("none", "right", "left"):
+            row = {"none": ids, "right": torch.cat([ids, torch.zeros(3, dtype=torch.long)]),
+                   "left": torch.cat([torch.zeros(3, dtype=torch.long), ids])}[padding]  # fmt: skip
+            characters, real = token_characters_in_a_row(row[None], row[None] != 0, table)
+            found.append("".join(map(chr, characters[real].tolist())))
+            assert not real[0, real.sum() :].any()  # the characters come first in the row
+    assert found == ["abccd"] * 6
 
 
 def test_word_initial_pieces_read_as_the_same_piece_inside_a_word():
@@ -111,13 +151,52 @@ def test_the_fit_finds_what_only_an_ngram_tells_and_weighs_it_above_a_blind_enco
     assert 0 < report["ngram_buckets_kept"] < BUCKETS
 
 
-def test_a_fitted_model_saves_and_loads_whole(tmp_path):
-    model = ngram_model()
-    rows, labels = ordered_pairs(200, seed=1)
-    fit_ngram_classifier(model, Vocabulary([]), rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
+def crossing_pairs(count: int, seed: int) -> tuple[list[list[int]], list[int]]:
+    """Rows cut into pieces in two ways, "▁ab" "c" or "▁a" "bc", between words "▁cd"; the label is whether the text
+    has "cd" right after "abc" (class 1) or before it, which neither a piece nor the cut tells, only a run of
+    characters across a word boundary ("ccd" or "dab")."""
+    rng = random.Random(seed)
+    rows, labels = [], []
+    for _ in range(count):
+        label = rng.randint(0, 1)
+        abc = rng.choice([["▁ab", "c"], ["▁a", "bc"]])
+        rows.append([2, *CHARACTERS.ids(abc + ["▁cd"] if label else ["▁cd"] + abc), 3])
+        labels.append(label)
+    return rows, labels
+
+
+def test_a_character_score_reads_runs_across_words_and_not_how_the_text_was_cut():
+    model = ngram_model(classifier_ngram_unit="character", classifier_ngram_order=3)
+    train_rows, train_labels = crossing_pairs(300, seed=1)
+    validation_rows, validation_labels = crossing_pairs(100, seed=2)
+    blind_encoder = torch.randn(100, 2, generator=torch.Generator().manual_seed(3)) * 0.1
+    report = fit_ngram_classifier(
+        model, CHARACTERS, train_rows, train_labels, validation_rows, validation_labels, blind_encoder
+    )
+    assert report["eval_ngram_accuracy"] == 1.0 and report["ngram_logit_scale"] > report["encoder_logit_scale"]
+    ids, real = padded(validation_rows, pad_token_id=0)
+    with torch.no_grad():
+        predicted = model(input_ids=ids, attention_mask=real).logits.argmax(-1)
+    assert predicted.tolist() == validation_labels
+    head = model.ngram_classifier
+    ids, real = padded([CHARACTERS.ids(cut) for cut in (["▁ab", "c", "▁cd"], ["▁a", "bc", "▁cd"])], pad_token_id=0)
+    with torch.no_grad():
+        scores = head(ids, real)
+    torch.testing.assert_close(scores[0], scores[1])  # the same text cut two ways scores the same
+    assert scores[0, 1] > scores[0, 0]
+
+
+@pytest.mark.parametrize("unit", ["token", "character"])
+def test_a_fitted_model_saves_and_loads_whole(tmp_path, unit):
+    model = ngram_model(classifier_ngram_unit=unit)
+    rows, labels = crossing_pairs(200, seed=1) if unit == "character" else ordered_pairs(200, seed=1)
+    fit_ngram_classifier(model, CHARACTERS, rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
     model.save_pretrained(tmp_path)
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
-    for name in ("weight", "bias", "idf", "canonical_ids"):
+    assert loaded.config.classifier_ngram_unit == unit
+    table = "token_characters" if unit == "character" else "canonical_ids"
+    assert getattr(model.ngram_classifier, table).any()
+    for name in ("weight", "bias", "idf", table):
         torch.testing.assert_close(getattr(loaded.ngram_classifier, name), getattr(model.ngram_classifier, name))
     ids, real = padded(rows[:8], pad_token_id=0)
     left = torch.stack([torch.roll(row, int((~mask).sum())) for row, mask in zip(ids, real)])  # padding on the left
@@ -141,7 +220,13 @@ def test_fitting_a_model_without_the_score_is_refused():
 
 
 @pytest.mark.parametrize(
-    "settings", [dict(classifier_ngram_buckets=-1), dict(classifier_ngram_buckets=True), dict(classifier_ngram_order=0)]
+    "settings",
+    [
+        dict(classifier_ngram_buckets=-1),
+        dict(classifier_ngram_buckets=True),
+        dict(classifier_ngram_order=0),
+        dict(classifier_ngram_unit="characters"),
+    ],
 )
 def test_impossible_ngram_settings_name_the_field(settings):
     with pytest.raises(InvalidConfigError, match=next(iter(settings))):
@@ -149,15 +234,18 @@ def test_impossible_ngram_settings_name_the_field(settings):
 
 
 @pytest.mark.slow
-def test_a_fitted_model_exports_to_onnx_with_its_ngram_score(tmp_path):
+@pytest.mark.parametrize("unit", ["token", "character"])
+def test_a_fitted_model_exports_to_onnx_with_its_ngram_score(tmp_path, unit):
     import numpy as np
     import onnxruntime
 
     from hf_transformer.export import to_onnx
 
-    model = ngram_model()
+    model = ngram_model(classifier_ngram_unit=unit)
     rows, labels = ordered_pairs(200, seed=1)
-    fit_ngram_classifier(model, Vocabulary([]), rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
+    pieces = [f"▁{i}" if i % 2 else f"{i}" for i in range(4, 40)]
+    vocabulary = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", *pieces])  # token i reads as str(i)
+    fit_ngram_classifier(model, vocabulary, rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
     model.save_pretrained(tmp_path / "model")
     session = onnxruntime.InferenceSession(str(to_onnx(tmp_path / "model", tmp_path / "onnx") / "classifier.onnx"))
     for length in range(1, 6):  # shorter and longer than the n-grams

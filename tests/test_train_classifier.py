@@ -188,7 +188,9 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     assert saved["ngram_classifier.weight"].any() and saved["ngram_classifier.idf"].any()
 
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    # Character n-grams unless asked otherwise, read through the tokenizer's pieces.
     assert (model.config.classifier_ngram_buckets, model.config.classifier_ngram_order) == (4096, 2)
+    assert model.config.classifier_ngram_unit == "character" and model.ngram_classifier.token_characters.any()
     rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
     texts = [row["text"] for row in rows]
     with torch.no_grad():
