@@ -12,11 +12,11 @@ from hf_transformer.configuration_transformer import InvalidConfigError
 from hf_transformer.modeling_transformer import NgramClassifier, ngram_hashes, token_characters_in_a_row
 from hf_transformer.ngram_classifier import (
     canonical_token_ids,
-    token_character_table,
     feature_matrix,
     fit_ngram_classifier,
     ngram_logits,
     padded,
+    token_character_table,
 )
 from tests.helpers.models import tiny_config
 
