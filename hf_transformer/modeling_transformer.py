@@ -1092,17 +1092,24 @@ class NgramClassifier(nn.Module):
         else:
             self.canonical_ids = nn.Buffer(torch.arange(config.vocab_size))
 
-    def ngrams(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) -> (B, N) buckets of the input's n-grams, (B, N) which exist."""
+    def ngrams(
+        self, input_ids: torch.Tensor, token_is_real: torch.Tensor, characters: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) -> (B, N) buckets of the input's n-grams, (B, N) which exist. ``characters``: read only each
+        row's first this many characters (the fit passes its longest row's count, skipping the empty slots after
+        it; the forward reads all)."""
         if self.unit == "character":
             units, unit_is_real = token_characters_in_a_row(input_ids, token_is_real, self.token_characters)
+            units, unit_is_real = units[:, :characters], unit_is_real[:, :characters]
         else:
             units, unit_is_real = self.canonical_ids[input_ids], token_is_real
         return ngram_hashes(units, unit_is_real, self.order, self.buckets)
 
-    def features(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def features(
+        self, input_ids: torch.Tensor, token_is_real: torch.Tensor, characters: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S) -> (B, N) buckets and (B, N) feature values (0 where no n-gram or a dropped one)."""
-        hashes, exists = self.ngrams(input_ids, token_is_real)
+        hashes, exists = self.ngrams(input_ids, token_is_real, characters)
         values = self.idf[hashes] * exists
         return hashes, values / values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12)
 

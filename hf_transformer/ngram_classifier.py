@@ -69,9 +69,21 @@ def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tens
     return ids, torch.arange(length)[None] < lengths[:, None]
 
 
-def _buckets(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, chunk: int = 4096):
-    for start in range(0, ids.shape[0], chunk):
-        yield start, *head.ngrams(ids[start : start + chunk], real[start : start + chunk])
+def _chunks(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, size: int = 8192):
+    """(start, ids, real, characters): the rows a chunk at a time, with the most characters a row of it has
+    (character n-grams; None for tokens), so that the empty slots after them are not read."""
+    for start in range(0, ids.shape[0], size):
+        chunk_ids, chunk_real = ids[start : start + size], real[start : start + size]
+        characters = None
+        if head.unit == "character":
+            present = (head.token_characters[chunk_ids] != 0) & chunk_real.unsqueeze(-1)  # (B, S, W)
+            characters = max(int(present.sum((1, 2)).max()), 1)
+        yield start, chunk_ids, chunk_real, characters
+
+
+def _buckets(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor):
+    for start, chunk_ids, chunk_real, characters in _chunks(head, ids, real):
+        yield start, *head.ngrams(chunk_ids, chunk_real, characters)
 
 
 def document_frequencies(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -88,8 +100,8 @@ def feature_matrix(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor)
     """(N, buckets) sparse: the rows' n-gram features exactly as `NgramClassifier.features` computes them
     (a bucket occurring twice in a row sums)."""
     rows, columns, values = [], [], []
-    for start in range(0, ids.shape[0], 4096):
-        hashes, value = head.features(ids[start : start + 4096], real[start : start + 4096])
+    for start, chunk_ids, chunk_real, characters in _chunks(head, ids, real):
+        hashes, value = head.features(chunk_ids, chunk_real, characters)
         keep = value != 0
         rows.append((torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes))[keep])
         columns.append(hashes[keep])
