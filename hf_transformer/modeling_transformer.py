@@ -1092,24 +1092,23 @@ class NgramClassifier(nn.Module):
         else:
             self.canonical_ids = nn.Buffer(torch.arange(config.vocab_size))
 
-    def ngrams(
-        self, input_ids: torch.Tensor, token_is_real: torch.Tensor, characters: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) -> (B, N) buckets of the input's n-grams, (B, N) which exist. ``characters``: read only each
-        row's first this many characters (the fit passes its longest row's count, skipping the empty slots after
-        it; the forward reads all)."""
+    def units(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) -> (B, U) what the n-grams are runs of (token ids, or the tokens' characters packed to the front of
+        the row), (B, U) which are real."""
         if self.unit == "character":
-            units, unit_is_real = token_characters_in_a_row(input_ids, token_is_real, self.token_characters)
-            units, unit_is_real = units[:, :characters], unit_is_real[:, :characters]
-        else:
-            units, unit_is_real = self.canonical_ids[input_ids], token_is_real
-        return ngram_hashes(units, unit_is_real, self.order, self.buckets)
+            return token_characters_in_a_row(input_ids, token_is_real, self.token_characters)
+        return self.canonical_ids[input_ids], token_is_real
 
-    def features(
-        self, input_ids: torch.Tensor, token_is_real: torch.Tensor, characters: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def ngrams(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, S) -> (B, N) buckets of the input's n-grams, (B, N) which exist."""
+        return ngram_hashes(*self.units(input_ids, token_is_real), self.order, self.buckets)
+
+    def features(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S) -> (B, N) buckets and (B, N) feature values (0 where no n-gram or a dropped one)."""
-        hashes, exists = self.ngrams(input_ids, token_is_real, characters)
+        return self.ngram_features(*self.ngrams(input_ids, token_is_real))
+
+    def ngram_features(self, hashes: torch.Tensor, exists: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, N) buckets, (B, N) which exist -> the buckets and their feature values, each row of unit length."""
         values = self.idf[hashes] * exists
         return hashes, values / values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12)
 

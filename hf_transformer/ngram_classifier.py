@@ -28,7 +28,12 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from .modeling_transformer import NGRAM_CHARACTERS_PER_TOKEN, NgramClassifier, TransformerForSequenceClassification
+from .modeling_transformer import (
+    NGRAM_CHARACTERS_PER_TOKEN,
+    NgramClassifier,
+    TransformerForSequenceClassification,
+    ngram_hashes,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,27 +74,20 @@ def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tens
     return ids, torch.arange(length)[None] < lengths[:, None]
 
 
-def _chunks(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, size: int = 8192):
-    """(start, ids, real, characters): the rows a chunk at a time, with the most characters a row of it has
-    (character n-grams; None for tokens), so that the empty slots after them are not read."""
+def _ngrams(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, size: int = 8192):
+    """(start, buckets, which exist): the rows' n-grams a chunk of rows at a time. A row's units come first (tokens
+    padded on the right by `padded`, characters packed), so the columns past the chunk's longest row are cut rather
+    than hashed: the same n-grams as the forward finds, without the empty slots of the character table."""
     for start in range(0, ids.shape[0], size):
-        chunk_ids, chunk_real = ids[start : start + size], real[start : start + size]
-        characters = None
-        if head.unit == "character":
-            present = (head.token_characters[chunk_ids] != 0) & chunk_real.unsqueeze(-1)  # (B, S, W)
-            characters = max(int(present.sum((1, 2)).max()), 1)
-        yield start, chunk_ids, chunk_real, characters
-
-
-def _buckets(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor):
-    for start, chunk_ids, chunk_real, characters in _chunks(head, ids, real):
-        yield start, *head.ngrams(chunk_ids, chunk_real, characters)
+        units, unit_is_real = head.units(ids[start : start + size], real[start : start + size])
+        longest = max(int(unit_is_real.sum(1).max()), 1)
+        yield start, *ngram_hashes(units[:, :longest], unit_is_real[:, :longest], head.order, head.buckets)
 
 
 def document_frequencies(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """(buckets,): in how many rows each bucket's n-grams occur (once per row however often)."""
     counts = torch.zeros(head.buckets, dtype=torch.long)
-    for start, hashes, exists in _buckets(head, ids, real):
+    for start, hashes, exists in _ngrams(head, ids, real):
         row = torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes)
         pairs = torch.unique(row[exists] * head.buckets + hashes[exists])
         counts += torch.bincount(pairs % head.buckets, minlength=head.buckets)
@@ -100,8 +98,8 @@ def feature_matrix(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor)
     """(N, buckets) sparse: the rows' n-gram features exactly as `NgramClassifier.features` computes them
     (a bucket occurring twice in a row sums)."""
     rows, columns, values = [], [], []
-    for start, chunk_ids, chunk_real, characters in _chunks(head, ids, real):
-        hashes, value = head.features(chunk_ids, chunk_real, characters)
+    for start, hashes, exists in _ngrams(head, ids, real):
+        hashes, value = head.ngram_features(hashes, exists)
         keep = value != 0
         rows.append((torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes))[keep])
         columns.append(hashes[keep])
