@@ -63,7 +63,7 @@ from transformers.modeling_outputs import (
     Seq2SeqSequenceClassifierOutput,
     SequenceClassifierOutput,
 )
-from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple
+from transformers.utils import TransformersKwargs, auto_docstring, can_return_tuple, logging
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .checkpoint import CheckedLoadingMixin
@@ -90,6 +90,8 @@ from .input_checks import (
     classification_problem,
 )
 from .speed import AttentionKernels, Dropout, all_true, attend, inverted_dropout, output_logits_and_loss, sees_every_key
+
+logger = logging.get_logger(__name__)
 
 # ---------------------------------------------------------------------------------------------------
 # 3.5 Positional encoding and embeddings
@@ -1112,6 +1114,22 @@ class NgramClassifier(nn.Module):
         values = self.idf[hashes] * exists
         return hashes, values / values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12)
 
+    def resize_vocabulary(self, size: int) -> None:
+        """Keep the table tokens are read through at the vocabulary's size (`resize_token_embeddings`): the kept
+        tokens read as before; a new token reads as itself ("token") or as no characters ("character") until
+        `fit_ngram_classifier` fills the table from the tokenizer again."""
+        if self.unit == "character":
+            table = self.token_characters.new_zeros(size, NGRAM_CHARACTERS_PER_TOKEN)
+            kept = min(size, self.token_characters.shape[0])
+            table[:kept] = self.token_characters[:kept]
+            self.token_characters = nn.Buffer(table)
+        else:
+            ids = torch.arange(size, device=self.canonical_ids.device)
+            kept = min(size, self.canonical_ids.shape[0])
+            old = self.canonical_ids[:kept]
+            ids[:kept] = torch.where(old < size, old, ids[:kept])  # a piece mapped to a dropped one reads as itself
+            self.canonical_ids = nn.Buffer(ids)
+
     def forward(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> torch.Tensor:
         hashes, values = self.features(input_ids, token_is_real)
         # A sum of products rather than a matrix product: autocast leaves it in float32.
@@ -1142,6 +1160,22 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         # CODEPATH: `--ngram_buckets` of train_classifier.py (the main job); no n-gram score by default.
         self.ngram_classifier = NgramClassifier(config) if config.classifier_ngram_buckets else None
         self.post_init()
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        old_size = self.get_input_embeddings().weight.shape[0]
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self.config.decoder_vocab_size = self.config.vocab_size  # one vocabulary (the config checks it)
+        if self.ngram_classifier is not None:
+            self.ngram_classifier.resize_vocabulary(embeddings.weight.shape[0])
+            if embeddings.weight.shape[0] > old_size:
+                logger.warning(
+                    "The n-gram score reads the %d new tokens as %s until fit_ngram_classifier is run again.",
+                    embeddings.weight.shape[0] - old_size,
+                    "no characters" if self.ngram_classifier.unit == "character" else "themselves",
+                )
+        return embeddings
 
     @can_return_tuple
     @auto_docstring

@@ -206,6 +206,39 @@ def test_a_fitted_model_saves_and_loads_whole(tmp_path, unit):
         torch.testing.assert_close(loaded(input_ids=left, attention_mask=left != 0).logits, expected)
 
 
+@pytest.mark.parametrize("unit", ["token", "character"])
+def test_resizing_the_vocabulary_resizes_the_table_the_score_reads_tokens_through(tmp_path, unit, caplog):
+    model = ngram_model(classifier_ngram_unit=unit)
+    rows, labels = crossing_pairs(200, seed=1) if unit == "character" else ordered_pairs(200, seed=1)
+    fit_ngram_classifier(model, CHARACTERS, rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
+    table = "token_characters" if unit == "character" else "canonical_ids"
+    before = getattr(model.ngram_classifier, table).clone()
+    size = before.shape[0]
+    ids, real = padded(rows[:8], pad_token_id=0)
+    with torch.no_grad():
+        expected = model.ngram_classifier(ids, real)
+    with caplog.at_level("WARNING"):
+        model.resize_token_embeddings(size + 5)
+    assert "5 new tokens" in caplog.text
+    grown = getattr(model.ngram_classifier, table)
+    assert grown.shape[0] == size + 5 and torch.equal(grown[:size], before)
+    assert not grown[size:].any() if unit == "character" else grown[size:].tolist() == list(range(size, size + 5))
+    with torch.no_grad():
+        torch.testing.assert_close(model.ngram_classifier(ids, real), expected)  # the kept tokens read as before
+        new_token = torch.cat([ids, torch.full((8, 1), size + 4)], 1)
+        model(input_ids=new_token, attention_mask=torch.cat([real, torch.ones(8, 1, dtype=torch.bool)], 1))
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert loaded.config.vocab_size == size + 5
+    torch.testing.assert_close(getattr(loaded.ngram_classifier, table), grown)
+    model.resize_token_embeddings(size - 3)  # shrinking drops the last rows
+    shrunk = getattr(model.ngram_classifier, table)
+    kept = before[: size - 3]
+    if unit == "token":  # a piece read as one that is gone reads as itself
+        kept = torch.where(kept < size - 3, kept, torch.arange(size - 3))
+    assert torch.equal(shrunk, kept)
+
+
 def test_without_input_ids_the_ngram_score_is_refused_by_name():
     model = ngram_model()
     with pytest.raises(ValueError, match="classifier_ngram_buckets.*input_ids"):
