@@ -145,7 +145,7 @@ def load(name: str, scratch: Path):
 
 
 def prepare(data_dir: Path, scratch: Path, precision: str) -> tuple[Path, Path, list[str]]:
-    """The job's JSON-lines reviews, a 16k tokenizer trained on them (by a one-step pretraining run) and the
+    """The job's JSON-lines reviews, its 16k BPE tokenizer trained on them (by a one-step pretraining run) and the
     precision arguments."""
     reviews, tokenizer = scratch / "reviews", scratch / "tokenizer"
     run = dict(cwd=REPOSITORY, check=True, stdout=subprocess.DEVNULL)
@@ -154,8 +154,9 @@ def prepare(data_dir: Path, scratch: Path, precision: str) -> tuple[Path, Path, 
                     str(reviews), "--seed", "42"], **run)  # fmt: skip
     subprocess.run([sys.executable, "scripts/pretrain_denoising.py", "--output_dir", str(tokenizer), "--train_file",
                     str(reviews / "train.jsonl"), "--validation_file", str(reviews / "validation.jsonl"),
-                    "--vocab_size", "16000", *MODEL_ARGS, "--max_steps", "1", "--eval_strategy", "no",
-                    "--save_strategy", "no", "--max_eval_samples", "100", "--report_to", "none"], **run)  # fmt: skip
+                    "--vocab_size", "16000", "--tokenizer_model", "bpe", *MODEL_ARGS, "--max_steps", "1",
+                    "--eval_strategy", "no", "--save_strategy", "no", "--max_eval_samples", "100", "--report_to",
+                    "none"], **run)  # fmt: skip
     if precision == "auto":
         shape = ["--task", "masked-lm", "--vocab_size", "16000", "--batch_size", "128", *MODEL_ARGS]
         precision = subprocess.run([sys.executable, "-m", "recipes.common.precision", *shape], cwd=REPOSITORY,
