@@ -109,35 +109,74 @@ def feature_matrix(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor)
     return torch.sparse_coo_tensor(indices, torch.cat(values), shape, check_invariants=False).coalesce()
 
 
+def csr_with_int32_indices(matrix: torch.Tensor) -> torch.Tensor:
+    """A sparse COO matrix as CSR with 32-bit indices, which the CPU's sparse product (MKL) reads as they are;
+    64-bit ones it converts on every product, a copy of the whole index each time."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        csr = matrix.to_sparse_csr()
+        if csr.values().numel() >= 2**31:
+            return csr
+        return torch.sparse_csr_tensor(
+            csr.crow_indices().int(), csr.col_indices().int(), csr.values(), csr.shape, check_invariants=False
+        )
+
+
 def logistic_regression(
     features: torch.Tensor, labels: torch.Tensor, num_labels: int, inverse_l2: float, max_iter: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Weights (F, L) and bias (L) minimising mean cross-entropy + ||weights||^2 / (2 * inverse_l2 * N), i.e.
     scikit-learn's ``C * sum(loss) + ||w||^2 / 2`` with ``C = inverse_l2`` (the bias not penalised). The gradient
-    is written out (two sparse products a step, the transposed matrix kept) for L-BFGS over the whole training set."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-        rows = features.to_sparse_csr()
-        columns = features.t().coalesce().to_sparse_csr()
-    targets = F.one_hot(labels, num_labels).float()
-    weight = torch.zeros(features.shape[1], num_labels, requires_grad=True)
-    bias = torch.zeros(num_labels, requires_grad=True)
-    penalty = 1.0 / (2.0 * inverse_l2 * features.shape[0])
+    is written out (two sparse products a step, the transposed matrix kept) for L-BFGS over the whole training set.
+
+    Two things keep the steps small, neither changing the minimum:
+    - only the columns some row uses are optimised: an unused column's weight has no gradient but its penalty's, so
+      it stays 0, and L-BFGS's vector work (a step costs more in it than in the sparse products) shrinks to the used;
+    - with two labels only their difference v = w_1 - w_0 is fitted (a logistic loss): the loss depends on nothing
+      else, and of all weights with that difference w = (-v/2, v/2) has the least penalty, ||v||^2 / 2.
+    """
+    features = features.coalesce()
+    count = features.shape[0]
+    used, column = torch.unique(features.indices()[1], return_inverse=True)  # (U,), each entry's place in used
+    compact = torch.sparse_coo_tensor(  # the same order of entries: renumbering keeps the columns' order
+        torch.stack([features.indices()[0], column]),
+        features.values(),
+        (count, len(used)),
+        is_coalesced=True,
+        check_invariants=False,
+    )
+    rows, columns = csr_with_int32_indices(compact), csr_with_int32_indices(compact.t().coalesce())
+    binary = num_labels == 2
+    width = 1 if binary else num_labels
+    targets = labels[:, None].float() if binary else F.one_hot(labels, num_labels).float()
+    weight = torch.zeros(len(used), width, requires_grad=True)
+    bias = torch.zeros(width, requires_grad=True)
+    penalty = 1.0 / (2.0 * inverse_l2 * count) / (2.0 if binary else 1.0)
     optimizer = torch.optim.LBFGS(
         [weight, bias], max_iter=max_iter, tolerance_grad=1e-7, history_size=20, line_search_fn="strong_wolfe"
     )
 
     def closure():
         with torch.no_grad():
-            logits = rows @ weight + bias  # (N, L)
-            loss = F.cross_entropy(logits, labels) + penalty * weight.square().sum()
-            error = (logits.softmax(-1) - targets) / features.shape[0]  # d loss / d logits
+            scores = rows @ weight + bias  # (N, 1): the labels' logit difference, or (N, L)
+            if binary:
+                loss = F.binary_cross_entropy_with_logits(scores, targets)
+                error = (scores.sigmoid() - targets) / count  # d loss / d scores
+            else:
+                loss = F.cross_entropy(scores, labels)
+                error = (scores.softmax(-1) - targets) / count
+            loss = loss + penalty * weight.square().sum()
             weight.grad = columns @ error + 2.0 * penalty * weight
             bias.grad = error.sum(0)
         return loss
 
     optimizer.step(closure)
-    return weight.detach(), bias.detach()
+    fitted, fitted_bias = weight.detach(), bias.detach()
+    if binary:
+        fitted, fitted_bias = torch.cat([-fitted, fitted], 1) / 2, torch.cat([-fitted_bias, fitted_bias]) / 2
+    full = torch.zeros(features.shape[1], num_labels)
+    full[used] = fitted
+    return full, fitted_bias
 
 
 def mixing_weights(

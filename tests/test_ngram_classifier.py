@@ -14,6 +14,7 @@ from hf_transformer.ngram_classifier import (
     canonical_token_ids,
     feature_matrix,
     fit_ngram_classifier,
+    logistic_regression,
     ngram_logits,
     padded,
     token_character_table,
@@ -69,6 +70,46 @@ def test_the_score_is_the_sparse_product_of_the_fitted_features(unit):
     kept = (values != 0).any(1)
     assert kept.sum() >= 3
     torch.testing.assert_close(values.square().sum(1)[kept], torch.ones(int(kept.sum())), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_labels", [2, 3])
+def test_the_logistic_regression_reaches_the_penalised_minimum_with_unused_columns_at_zero(num_labels):
+    # Against the objective written plainly (softmax over every label, every column, autograd), minimised to
+    # convergence: the fit optimises only the used columns, and with two labels only the labels' difference.
+    generator = torch.Generator().manual_seed(0)
+    count, width, inverse_l2 = 300, 40, 2.0
+    dense = torch.rand(count, width, generator=generator) * (torch.rand(count, width, generator=generator) < 0.15)
+    dense[:, [3, 17, 29]] = 0.0  # columns no row uses
+    labels = torch.randint(0, num_labels, (count,), generator=generator)
+    dense[torch.arange(count), labels] += 0.5  # something to learn
+    features = dense.to_sparse()
+    weight, bias = logistic_regression(features, labels, num_labels, inverse_l2, max_iter=500)
+    assert weight.shape == (width, num_labels) and bias.shape == (num_labels,)
+    assert not weight[[3, 17, 29]].any()
+
+    def objective(w, b):
+        return torch.nn.functional.cross_entropy(dense @ w + b, labels) + w.square().sum() / (2 * inverse_l2 * count)
+
+    reference_weight = torch.zeros(width, num_labels, requires_grad=True)
+    reference_bias = torch.zeros(num_labels, requires_grad=True)
+    optimizer = torch.optim.LBFGS(
+        [reference_weight, reference_bias], max_iter=2000, tolerance_grad=1e-9, line_search_fn="strong_wolfe"
+    )
+
+    def closure():
+        optimizer.zero_grad()
+        loss = objective(reference_weight, reference_bias)
+        loss.backward()
+        return loss
+
+    optimizer.step(closure)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            objective(weight, bias), objective(reference_weight, reference_bias), atol=1e-6, rtol=0
+        )
+        # The minimum is unique up to a shift of the bias shared by every label (the softmax ignores it).
+        torch.testing.assert_close(weight, reference_weight, atol=1e-3, rtol=0)
+        torch.testing.assert_close(bias - bias.mean(), reference_bias - reference_bias.mean(), atol=1e-3, rtol=0)
 
 
 class Vocabulary:
