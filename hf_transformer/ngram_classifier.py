@@ -151,7 +151,7 @@ def logistic_regression(
     targets = labels[:, None].float() if binary else F.one_hot(labels, num_labels).float()
     weight = torch.zeros(len(used), width, requires_grad=True)
     bias = torch.zeros(width, requires_grad=True)
-    penalty = 1.0 / (2.0 * inverse_l2 * count) / (2.0 if binary else 1.0)
+    penalty = 1.0 / (2.0 * inverse_l2 * count) / (2.0 if binary else 1.0)  # ||w||^2 = ||v||^2 / 2
     optimizer = torch.optim.LBFGS(
         [weight, bias], max_iter=max_iter, tolerance_grad=1e-7, history_size=20, line_search_fn="strong_wolfe"
     )
