@@ -123,11 +123,17 @@ def csr_with_int32_indices(matrix: torch.Tensor) -> torch.Tensor:
 
 
 def logistic_regression(
-    features: torch.Tensor, labels: torch.Tensor, num_labels: int, inverse_l2: float, max_iter: int
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    num_labels: int,
+    inverse_l2: float,
+    max_iter: int,
+    start: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Weights (F, L) and bias (L) minimising mean cross-entropy + ||weights||^2 / (2 * inverse_l2 * N), i.e.
     scikit-learn's ``C * sum(loss) + ||w||^2 / 2`` with ``C = inverse_l2`` (the bias not penalised). The gradient
-    is written out (two sparse products a step, the transposed matrix kept) for L-BFGS over the whole training set.
+    is written out (two sparse products a step, the transposed matrix kept) for L-BFGS over the whole training set,
+    from zero weights or from ``start`` (weights and bias of those shapes, e.g. a fit on part of these rows).
 
     Two things keep the steps small, neither changing the minimum:
     - only the columns some row uses are optimised: an unused column's weight has no gradient but its penalty's, so
@@ -149,8 +155,14 @@ def logistic_regression(
     binary = num_labels == 2
     width = 1 if binary else num_labels
     targets = labels[:, None].float() if binary else F.one_hot(labels, num_labels).float()
-    weight = torch.zeros(len(used), width, requires_grad=True)
-    bias = torch.zeros(width, requires_grad=True)
+    weight, bias = torch.zeros(len(used), width), torch.zeros(width)
+    if start is not None:
+        start_weight, start_bias = start[0][used].float(), start[1].float()
+        if binary:  # the difference alone: w_1 - w_0 = v
+            start_weight, start_bias = start_weight[:, 1:] - start_weight[:, :1], start_bias[1:] - start_bias[:1]
+        weight, bias = start_weight.clone(), start_bias.clone()
+    weight.requires_grad_(True)
+    bias.requires_grad_(True)
     penalty = 1.0 / (2.0 * inverse_l2 * count) / (2.0 if binary else 1.0)  # ||w||^2 = ||v||^2 / 2
     optimizer = torch.optim.LBFGS(
         [weight, bias], max_iter=max_iter, tolerance_grad=1e-7, history_size=20, line_search_fn="strong_wolfe"
@@ -269,3 +281,32 @@ def fit_ngram_classifier(
     }
     logger.info("n-gram score fitted: %s", report)
     return report
+
+
+def refit_ngram_classifier(
+    model: TransformerForSequenceClassification,
+    rows: Sequence[Sequence[int]],
+    labels: Sequence[int],
+    *,
+    ngram_logit_scale: float,
+    inverse_l2: float = 4.0,
+    max_iter: int = 200,
+) -> None:
+    """Fit a fitted ``model.ngram_classifier``'s logistic regression once more, on ``rows`` (e.g. the training and
+    the validation rows together, once the validation rows have been scored and have weighed the two parts),
+    keeping what `fit_ngram_classifier` chose: the token table, the n-grams kept and their idf, and the score's
+    weight beside the encoder (``ngram_logit_scale``, its report's). It starts from the fitted weights."""
+    head = model.ngram_classifier
+    if head is None or not bool(head.idf.any()):
+        raise ValueError("Refitting needs a fitted n-gram score: run `fit_ngram_classifier` first.")
+    if ngram_logit_scale <= 0:
+        raise ValueError(f"ngram_logit_scale must be the fit's positive weight, not {ngram_logit_scale}")
+    labels = torch.as_tensor(labels, dtype=torch.long)
+    with torch.no_grad():
+        features = feature_matrix(head, *padded(rows, model.config.pad_token_id))
+        start = (head.weight / ngram_logit_scale, head.bias / ngram_logit_scale)
+    weight, bias = logistic_regression(features, labels, head.weight.shape[1], inverse_l2, max_iter, start=start)
+    with torch.no_grad():
+        head.weight.copy_(weight * ngram_logit_scale)
+        head.bias.copy_(bias * ngram_logit_scale)
+    logger.info("n-gram score refitted on %d rows", len(rows))

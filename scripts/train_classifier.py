@@ -33,7 +33,7 @@ from hf_transformer import TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
-from hf_transformer.ngram_classifier import fit_ngram_classifier
+from hf_transformer.ngram_classifier import fit_ngram_classifier, refit_ngram_classifier
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
@@ -74,6 +74,15 @@ class ClassifierTrainingArguments(TrainingArguments):
     )
     ngram_inverse_l2: float = field(
         default=4.0, metadata={"help": "The n-gram score's inverse L2 regularisation (scikit-learn's C)."}
+    )
+    ngram_refit_with_validation: bool = field(
+        default=False,
+        metadata={
+            "help": "Once the validation rows have weighed the n-gram score beside the encoder and have been scored, "
+            "fit the score's regression once more on the training and validation rows together (its n-grams and "
+            "weight kept), before the test rows are scored and the folder saved. The validation figures are those "
+            "of the fit on the training rows alone, the only ones held out."
+        },
     )
 
 
@@ -138,10 +147,16 @@ def card_text(model_args: EncoderArguments, data_args: TextFileArguments, result
     validation += " (its validation file)" if data_args.validation_file else " held out from its training file"
     test = f" and {results['test_samples']:,} test rows" if "test_samples" in results else ""
     frozen = " (its token table kept fixed)" if model_args.freeze_embeddings else ""
+    refit = ""
+    if "ngram_refit_samples" in results:
+        refit = (
+            f" After the validation scores, its n-gram score was fitted once more on the training and validation "
+            f"rows together ({results['ngram_refit_samples']:,} rows); the test rows were scored with that."
+        )
     return CardText(
         title=f"Transformer text classifier ({data})" if data_args.dataset_name else "Transformer text classifier",
         training=f"Trained {start} on {results['train_samples']:,} training rows of {data} with {tokenizer}{frozen}; "
-        f"scored on {validation}{test}.",
+        f"scored on {validation}{test}.{refit}",
         language=data_args.language,
         tags=["text-classification", *([data_args.dataset_name] if data_args.dataset_name else [])],
         datasets=[data_args.dataset_name] if data_args.dataset_name else [],
@@ -241,9 +256,21 @@ def fit_ngram_score(trainer, model, tokenizer, tokenized, training_args) -> dict
     return report | {"ngram_fit_seconds": round(time.time() - started, 1)}
 
 
+def refit_ngram_score(model, tokenized, training_args, ngram_logit_scale: float) -> dict:
+    """The n-gram score's regression fitted once more on the training and validation rows together."""
+    started = time.time()
+    rows = list(tokenized["train"]["input_ids"]) + list(tokenized["validation"]["input_ids"])
+    labels = list(tokenized["train"]["label"]) + list(tokenized["validation"]["label"])
+    refit_ngram_classifier(
+        model, rows, labels, ngram_logit_scale=ngram_logit_scale, inverse_l2=training_args.ngram_inverse_l2
+    )
+    return {"ngram_refit_samples": len(rows), "ngram_refit_seconds": round(time.time() - started, 1)}
+
+
 def score(trainer, model, tokenizer, tokenized, training_args) -> dict:
     """The weights kept (the mean of the last checkpoints where asked), with the n-gram score fitted where asked,
-    scored on validation, then once on test (there also the encoder's accuracy without the n-gram score)."""
+    scored on validation, then (the n-gram score refitted with the validation rows where asked) once on test, there
+    also the encoder's accuracy without the n-gram score."""
     results = {}
     averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
     if averaged:
@@ -252,6 +279,8 @@ def score(trainer, model, tokenizer, tokenized, training_args) -> dict:
         results.update(fit_ngram_score(trainer, model, tokenizer, tokenized, training_args))
     results.update(trainer.evaluate())
     results["eval_samples"] = len(tokenized["validation"])
+    if model.ngram_classifier is not None and training_args.ngram_refit_with_validation:
+        results.update(refit_ngram_score(model, tokenized, training_args, results["ngram_logit_scale"]))
     if "test" in tokenized:
         results.update(trainer.predict(tokenized["test"], metric_key_prefix="test").metrics)
         results["test_samples"] = len(tokenized["test"])
@@ -262,6 +291,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, ClassifierTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
+    if training_args.ngram_refit_with_validation and not training_args.ngram_buckets:
+        raise ValueError("--ngram_refit_with_validation refits the n-gram score: give --ngram_buckets too")
     set_up_training_process(training_args)
     started = time.time()
     set_seed(training_args.seed)

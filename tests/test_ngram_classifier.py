@@ -17,6 +17,7 @@ from hf_transformer.ngram_classifier import (
     logistic_regression,
     ngram_logits,
     padded,
+    refit_ngram_classifier,
     token_character_table,
 )
 from tests.helpers.models import tiny_config
@@ -110,6 +111,21 @@ def test_the_logistic_regression_reaches_the_penalised_minimum_with_unused_colum
         # The minimum is unique up to a shift of the bias shared by every label (the softmax ignores it).
         torch.testing.assert_close(weight, reference_weight, atol=1e-3, rtol=0)
         torch.testing.assert_close(bias - bias.mean(), reference_bias - reference_bias.mean(), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("num_labels", [2, 3])
+def test_the_logistic_regression_started_at_its_minimum_stays_there(num_labels):
+    # A start is read in the fit's own terms (with two labels: their difference); one step from the minimum found
+    # from zero must not leave it.
+    generator = torch.Generator().manual_seed(1)
+    dense = torch.rand(200, 30, generator=generator) * (torch.rand(200, 30, generator=generator) < 0.2)
+    labels = torch.randint(0, num_labels, (200,), generator=generator)
+    dense[torch.arange(200), labels] += 0.5
+    features = dense.to_sparse()
+    weight, bias = logistic_regression(features, labels, num_labels, 2.0, max_iter=500)
+    again, again_bias = logistic_regression(features, labels, num_labels, 2.0, max_iter=1, start=(weight, bias))
+    torch.testing.assert_close(again, weight, atol=1e-4, rtol=0)
+    torch.testing.assert_close(again_bias - again_bias.mean(), bias - bias.mean(), atol=1e-4, rtol=0)
 
 
 class Vocabulary:
@@ -278,6 +294,39 @@ def test_resizing_the_vocabulary_resizes_the_table_the_score_reads_tokens_throug
     if unit == "token":  # a piece read as one that is gone reads as itself
         kept = torch.where(kept < size - 3, kept, torch.arange(size - 3))
     assert torch.equal(shrunk, kept)
+
+
+def test_a_refit_keeps_the_ngrams_and_the_weight_and_reaches_the_minimum_on_all_the_rows():
+    model = ngram_model(classifier_ngram_unit="character", classifier_ngram_order=3)
+    train_rows, train_labels = crossing_pairs(200, seed=1)
+    more_rows, more_labels = crossing_pairs(100, seed=2)
+    more_rows += [[2, *CHARACTERS.ids(["▁a", "b", "▁cd"]), 3]] * 2  # n-grams the training rows do not have
+    more_labels += [0, 0]
+    report = fit_ngram_classifier(
+        model, CHARACTERS, train_rows, train_labels, more_rows, more_labels, torch.zeros(len(more_rows), 2)
+    )
+    head = model.ngram_classifier
+    idf, table, first = head.idf.clone(), head.token_characters.clone(), head.weight.clone()
+    scale = report["ngram_logit_scale"]
+    rows, labels = train_rows + more_rows, train_labels + more_labels
+    refit_ngram_classifier(model, rows, labels, ngram_logit_scale=scale, max_iter=500)
+    assert torch.equal(head.idf, idf) and torch.equal(head.token_characters, table)  # what the first fit chose
+    assert not torch.allclose(head.weight, first)
+    # The same minimum as a fit from zero on all the rows' features (the first fit's n-grams), times the weight.
+    features = feature_matrix(head, *padded(rows, pad_token_id=0))
+    weight, bias = logistic_regression(features, torch.tensor(labels), 2, 4.0, max_iter=500)
+    torch.testing.assert_close(head.weight, weight * scale, atol=1e-3 * scale, rtol=0)
+    torch.testing.assert_close(head.bias, bias * scale, atol=1e-3 * scale, rtol=0)
+
+
+def test_a_refit_without_a_fit_or_a_weight_is_refused():
+    model = ngram_model()
+    with pytest.raises(ValueError, match="fit_ngram_classifier"):
+        refit_ngram_classifier(model, [[4, 5]], [0], ngram_logit_scale=1.0)
+    rows, labels = ordered_pairs(100, seed=1)
+    fit_ngram_classifier(model, Vocabulary([]), rows, labels, rows[:20], labels[:20], torch.zeros(20, 2))
+    with pytest.raises(ValueError, match="ngram_logit_scale"):
+        refit_ngram_classifier(model, rows, labels, ngram_logit_scale=0.0)
 
 
 def test_without_input_ids_the_ngram_score_is_refused_by_name():

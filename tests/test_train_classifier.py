@@ -204,3 +204,55 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     assert abs(served_accuracy - results["test_accuracy"]) <= clear.count(False) / len(rows) + 1e-9
     card = (output_dir / "README.md").read_text()
     assert "classifier_ngram_buckets" in card
+
+
+@pytest.mark.slow
+def test_the_ngram_score_refitted_with_the_validation_rows_is_what_the_test_rows_and_the_folder_get(tmp_path):
+    data_dir = tmp_path / "data"
+    write_reviews(data_dir, 200, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 60, seed=3, name="validation.jsonl")
+    write_reviews(data_dir, 40, seed=2, name="test.jsonl")
+    for name in ("train.jsonl", "validation.jsonl"):  # a fifth of the labels wrong: no split is learnt perfectly
+        path = data_dir / name
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        for row in rows[::5]:
+            row["label"] = {"negative": "positive", "positive": "negative"}[row["label"]]
+        path.write_text("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8")
+
+    def run(name, *extra):
+        return load_script("train_classifier").main(
+            ["--output_dir", str(tmp_path / name), *review_files(data_dir), *TINY_CLASSIFIER]
+            + ["--validation_file", str(data_dir / "validation.jsonl"), "--max_steps", "10"]
+            + ["--eval_strategy", "no", "--save_strategy", "no", "--ngram_buckets", "4096", "--ngram_order", "2"]
+            + ["--tokenizer_model", "bpe", *extra]  # BPE: the same tokenizer both times
+        )  # fmt: skip
+
+    once, refitted = run("once"), run("refitted", "--ngram_refit_with_validation")
+    assert "ngram_refit_samples" not in once and refitted["ngram_refit_samples"] == 260
+    # The same training and first fit: the validation figures (scored before the refit) are the same.
+    for key in ("eval_accuracy", "eval_loss", "eval_ngram_accuracy", "ngram_logit_scale"):
+        assert refitted[key] == pytest.approx(once[key], rel=1e-5, abs=1e-6), key
+    first = load_file(str(tmp_path / "once" / "model.safetensors"))
+    saved = load_file(str(tmp_path / "refitted" / "model.safetensors"))
+    assert torch.equal(saved["ngram_classifier.idf"], first["ngram_classifier.idf"])
+    assert not torch.allclose(saved["ngram_classifier.weight"], first["ngram_classifier.weight"])
+    # The folder holds the refitted score, and it is what scored the test rows.
+    folder = tmp_path / "refitted"
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
+    with torch.no_grad():
+        logits = model(**tokenizer([row["text"] for row in rows], return_tensors="pt", padding=True)).logits
+    right = [model.config.id2label[p] == row["label"] for p, row in zip(logits.argmax(-1).tolist(), rows)]
+    ties = int((~decided(logits)).sum())
+    assert abs(sum(right) / len(rows) - refitted["test_accuracy"]) <= ties / len(rows) + 1e-9
+    card = (folder / "README.md").read_text()
+    assert "fitted once more on the training and validation rows together (260 rows)" in card
+
+
+def test_a_refit_without_an_ngram_score_is_refused_before_training(tmp_path):
+    with pytest.raises(ValueError, match="--ngram_refit_with_validation .* --ngram_buckets"):
+        load_script("train_classifier").main(
+            ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "absent.jsonl"), *TINY_CLASSIFIER]
+            + ["--ngram_refit_with_validation"]
+        )
