@@ -56,9 +56,11 @@ python scripts/pretrain_denoising.py \
 # 3. The classifier starts from that encoder and its tokenizer: two epochs, then the mean of the two epoch-end weights
 #    (on validation as good as the better epoch or better, where keeping the better epoch sometimes kept the first
 #    and lost on test: recipes/nsmc/records/notes.md, main-job). Then the classifier's n-gram score: a logistic
-#    regression over the reviews' character 1- to 4-grams (the text without its spaces, read from the tokens),
-#    fitted on the training reviews and weighed beside the encoder on the validation reviews
-#    (hf_transformer.ngram_classifier). The folder is scored on validation and test.
+#    regression over the reviews' character 1- to 4-grams (the text without its spaces, read from the tokens, hashed
+#    into 2^22 buckets), fitted on the training reviews and weighed beside the encoder on the validation reviews
+#    (hf_transformer.ngram_classifier). The folder is scored on validation; then the regression is fitted once more
+#    on the training and validation reviews together (the bag of n-grams gains from every labelled review), and the
+#    folder is scored once on test.
 python scripts/train_classifier.py \
     --init_from "$pretrained_dir" --output_dir "$output_dir" "${reviews[@]}" --test_file "$reviews_dir/test.jsonl" \
     "${model_args[@]}" --classifier_pooling mean \
@@ -66,7 +68,7 @@ python scripts/train_classifier.py \
     --learning_rate 1e-3 --warmup_steps 300 --weight_decay 0.01 \
     --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --average_checkpoints 2 \
     --train_sampling_strategy group_by_length --logging_steps 500 --report_to none --seed 42 \
-    --ngram_buckets 2097152 --ngram_unit character --ngram_order 4 \
+    --ngram_buckets 4194304 --ngram_unit character --ngram_order 4 --ngram_refit_with_validation \
     "${precision_args[@]}"
 
 python scripts/predict.py "$output_dir" \

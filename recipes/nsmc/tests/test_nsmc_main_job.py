@@ -78,9 +78,10 @@ def test_main_job_commands_parse_and_fit_together(precision):
     classifier.check_checkpoint_averaging(training, training.average_checkpoints)
     assert training.output_dir == "OUT" and commands["predict"][0] == "OUT"
     # The tokenizer learns BPE pieces, which the same command learns again byte for byte; the classifier adds its
-    # score over character 1- to 4-grams.
+    # score over character 1- to 4-grams, refitted with the validation reviews once they have scored it.
     assert pre_model.tokenizer_model == "bpe"
     assert training.ngram_buckets > 0 and (training.ngram_unit, training.ngram_order) == ("character", 4)
+    assert training.ngram_refit_with_validation
     # Both steps take the machine's precision.
     assert pre_training.bf16 == training.bf16 == ("--bf16" in precision)
 
