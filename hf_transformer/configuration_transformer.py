@@ -313,7 +313,9 @@ class TransformerConfig(PretrainedConfig):
     classifier_ngram_buckets (`int`, *optional*, defaults to 0):
         The sequence classifier adds a linear score over the input's n-grams, hashed into this many buckets
         (fastText's and NBSVM's bag of n-grams beside the pooled encoder, as Wide & Deep's wide part); 0: none.
-        Its weights are fitted apart from the encoder (`hf_transformer.ngram_classifier`).
+        Its weights are fitted apart from the encoder (`hf_transformer.ngram_classifier`). A power of two spreads
+        the n-grams best: for some other counts (3,000,000) a small multiple of the rolling hash's multiplier lies a
+        few units from a multiple of the count, and runs a few code points apart share buckets.
     classifier_ngram_order (`int`, *optional*, defaults to 3):
         The longest n-gram of that score: runs of 1 to this many consecutive units.
     classifier_ngram_unit (`str`, *optional*, defaults to `"token"`):

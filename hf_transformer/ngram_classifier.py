@@ -243,6 +243,12 @@ def fit_ngram_classifier(
         raise ValueError("The model has no n-gram score: build it with `classifier_ngram_buckets` > 0.")
     if model.config.problem_type not in (None, "single_label_classification"):
         raise ValueError(f"The n-gram score is fitted for single-label classification, not {model.config.problem_type}")
+    if head.buckets & (head.buckets - 1):
+        logger.warning(
+            "n-gram score: %d buckets is not a power of two; for some counts the rolling hash puts runs a few code "
+            "points apart into one bucket (classifier_ngram_buckets)",
+            head.buckets,
+        )
     pad = model.config.pad_token_id
     labels = torch.as_tensor(train_labels, dtype=torch.long)
     validation_labels = torch.as_tensor(validation_labels, dtype=torch.long)

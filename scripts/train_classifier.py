@@ -58,8 +58,8 @@ class ClassifierTrainingArguments(TrainingArguments):
         default=0,
         metadata={
             "help": "Add to the classifier a linear score over the input's n-grams, hashed into this many buckets "
-            "(e.g. 2097152), fitted after the encoder's training and weighed beside it on the validation rows "
-            "(hf_transformer.ngram_classifier); 0: the encoder alone."
+            "(a power of two, e.g. 4194304), fitted after the encoder's training and weighed beside it on the "
+            "validation rows (hf_transformer.ngram_classifier); 0: the encoder alone."
         },
     )
     ngram_unit: Literal["character", "token"] = field(

@@ -335,6 +335,25 @@ def test_without_input_ids_the_ngram_score_is_refused_by_name():
         model(inputs_embeds=torch.randn(1, 4, 32))
 
 
+def test_a_bucket_count_that_is_not_a_power_of_two_is_warned_of(caplog):
+    # 3 x 1,000,003 = 3,000,000 + 9: with 3,000,000 buckets the character pairs (a, b) and (a + 3, b - 9) share one.
+    pairs = torch.tensor([[0xAC00, 0xAC20], [0xAC03, 0xAC17]])
+    real = torch.ones_like(pairs, dtype=torch.bool)
+
+    def bigrams(buckets):
+        return ngram_hashes(pairs, real, order=2, buckets=buckets)[0][:, 2].tolist()
+
+    assert len(set(bigrams(3_000_000))) == 1 and len(set(bigrams(2**22))) == 2
+    rows, labels = ordered_pairs(100, seed=1)
+    with caplog.at_level("WARNING", logger="hf_transformer.ngram_classifier"):
+        fit_ngram_classifier(ngram_model(), Vocabulary([]), rows, labels, rows[:20], labels[:20], torch.zeros(20, 2))
+    assert "power of two" not in caplog.text
+    with caplog.at_level("WARNING", logger="hf_transformer.ngram_classifier"):
+        model = TransformerForSequenceClassification(tiny_config(num_labels=2, classifier_ngram_buckets=3000))
+        fit_ngram_classifier(model, Vocabulary([]), rows, labels, rows[:20], labels[:20], torch.zeros(20, 2))
+    assert "3000 buckets is not a power of two" in caplog.text
+
+
 def test_fitting_a_model_without_the_score_is_refused():
     model = TransformerForSequenceClassification(tiny_config(num_labels=2))
     assert model.ngram_classifier is None
