@@ -62,7 +62,7 @@ LayerNormPosition = Literal["post", "pre"]
 PositionEmbeddingType = Literal["sinusoidal", "learned"]
 ActivationFunction = Literal["relu", "gelu"]
 ClassifierPooling = Literal["mean", "max", "first", "decoder"]
-NgramUnit = Literal["token", "character"]
+NgramUnit = Literal["token", "character", "token+character"]
 InitMethod = Literal["normal", "xavier_uniform"]
 # The loss a classifier computes (transformers' names, read by `TransformerForSequenceClassification`).
 ProblemType = Literal["regression", "single_label_classification", "multi_label_classification"]
@@ -319,8 +319,10 @@ class TransformerConfig(PretrainedConfig):
     classifier_ngram_order (`int`, *optional*, defaults to 3):
         The longest n-gram of that score: runs of 1 to this many consecutive units.
     classifier_ngram_unit (`str`, *optional*, defaults to `"token"`):
-        What that score's n-grams are runs of: `"token"` (the token ids, word-initial pieces read as inner ones) or
-        `"character"` (the tokens' characters with the spaces between words removed, across the tokenizer's cuts).
+        What that score's n-grams are runs of: `"token"` (the token ids, word-initial pieces read as inner ones),
+        `"character"` (the tokens' characters with the spaces between words removed, across the tokenizer's cuts) or
+        `"token+character"` (both, in one table, each kind's features of unit length: for a tokenizer that cuts
+        morphemes).
     fused_output_loss (`bool`, *optional*, defaults to `True`):
         In training, when `labels` are given, compute the output projection and the cross-entropy together, a few
         hundred rows at a time, without materialising the (batch, length, vocabulary) logits; the output's

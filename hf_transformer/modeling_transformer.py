@@ -523,9 +523,9 @@ class TransformerPreTrainedModel(CheckedLoadingMixin, AttentionKernels, PreTrain
             init.zeros_(module.weight)
             init.zeros_(module.bias)
             init.zeros_(module.idf)
-            if module.unit == "character":
+            if module.reads_characters:
                 init.zeros_(module.token_characters)
-            else:
+            if module.reads_tokens:
                 init.copy_(module.canonical_ids, torch.arange(module.canonical_ids.shape[0]))
 
     @property
@@ -1027,18 +1027,19 @@ NGRAM_CHARACTERS_PER_TOKEN = 16
 
 
 def ngram_hashes(
-    units: torch.Tensor, unit_is_real: torch.Tensor, order: int, buckets: int
+    units: torch.Tensor, unit_is_real: torch.Tensor, order: int, buckets: int, kind: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(B, S), (B, S) -> (B, N), (B, N): the bucket of every run of 1 to ``order`` consecutive units (token ids or
     character code points), runs of length 1 first, and whether the run lies on real units alone. A run's bucket
-    depends only on its units and length, so a sentence gets the same buckets however it is padded (left or right)
-    or batched."""
+    depends only on its units, length and ``kind``, so a sentence gets the same buckets however it is padded (left or
+    right) or batched. A run's hash starts from its length plus ``kind * order``: runs of two kinds of unit in one
+    table (tokens, kind 1, beside characters, kind 0) with the same numbers fall into different buckets."""
     length = units.shape[1]
     hashes, exists = [], []
     for n in range(1, order + 1):
         if n > length:
             break
-        run_hash = torch.full_like(units[:, : length - n + 1], n)
+        run_hash = torch.full_like(units[:, : length - n + 1], n + kind * order)
         run_real = torch.ones_like(run_hash, dtype=torch.bool)
         for k in range(n):
             run_hash = (run_hash * NGRAM_HASH_MULTIPLIER + units[:, k : length - n + 1 + k]) % buckets
@@ -1065,18 +1066,21 @@ def token_characters_in_a_row(
 
 class NgramClassifier(nn.Module):
     """A linear classifier over the bag of the input's n-grams (fastText, NBSVM; Wide & Deep's wide part): of its
-    tokens, or of its characters (`config.classifier_ngram_unit`).
+    tokens, of its characters, or of both (`config.classifier_ngram_unit`).
 
     Each n-gram occurrence's feature is its inverse document frequency (``idf``; 0 for n-grams too rare to keep),
-    the sentence's occurrences scaled to unit length together; the score is their dot product with ``weight`` (one
-    row per bucket) plus ``bias``.
+    the sentence's occurrences of one kind scaled to unit length together; the score is their dot product with
+    ``weight`` (one row per bucket) plus ``bias``.
     - "token": tokens are read through ``canonical_ids``, which can map a word-initial piece ("▁film") and the same
       piece inside a word ("film") to one id, so that the n-grams do not depend on how the text was spaced.
     - "character": each token is read as its characters (``token_characters``, the piece's text without its
       word-start mark; special tokens have none), so the n-grams are those of the text with its spaces removed,
       across the tokenizer's cuts, whatever the vocabulary.
+    - "token+character": both bags in one table, each of unit length (so a short row's few token n-grams weigh as
+      much as its many character n-grams); token runs are hashed apart from character runs. Where the tokenizer
+      cuts text into morphemes, their n-grams add what characters alone do not tell.
     Nothing here is trained by back-propagation: ``hf_transformer.ngram_classifier.fit_ngram_classifier`` fits it
-    (a logistic regression), fills the table it reads tokens through and sets how much it weighs beside the encoder.
+    (a logistic regression), fills the tables it reads tokens through and sets how much it weighs beside the encoder.
     """
 
     def __init__(self, config: TransformerConfig):
@@ -1084,46 +1088,62 @@ class NgramClassifier(nn.Module):
         self.unit = config.classifier_ngram_unit
         self.order = config.classifier_ngram_order
         self.buckets = config.classifier_ngram_buckets
+        self.reads_tokens = self.unit in ("token", "token+character")
+        self.reads_characters = self.unit in ("character", "token+character")
         self.weight = nn.Parameter(torch.zeros(self.buckets, config.num_labels))
         self.bias = nn.Parameter(torch.zeros(config.num_labels))
         self.idf = nn.Buffer(torch.zeros(self.buckets))
-        if self.unit == "character":
+        if self.reads_characters:
             self.token_characters = nn.Buffer(
                 torch.zeros(config.vocab_size, NGRAM_CHARACTERS_PER_TOKEN, dtype=torch.long)
             )
-        else:
+        if self.reads_tokens:
             self.canonical_ids = nn.Buffer(torch.arange(config.vocab_size))
 
-    def units(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) -> (B, U) what the n-grams are runs of (token ids, or the tokens' characters packed to the front of
-        the row), (B, U) which are real."""
-        if self.unit == "character":
-            return token_characters_in_a_row(input_ids, token_is_real, self.token_characters)
-        return self.canonical_ids[input_ids], token_is_real
+    def units(
+        self, input_ids: torch.Tensor, token_is_real: torch.Tensor
+    ) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+        """(B, S) -> for each kind of unit read (tokens, then characters): (B, U) what the n-grams are runs of (token
+        ids, or the tokens' characters packed to the front of the row), (B, U) which are real, and the kind's number
+        in the hash (`ngram_hashes`: tokens beside characters hash apart; a single kind as it always has)."""
+        kinds = []
+        if self.reads_tokens:
+            kinds.append((self.canonical_ids[input_ids], token_is_real, int(self.reads_characters)))
+        if self.reads_characters:
+            kinds.append((*token_characters_in_a_row(input_ids, token_is_real, self.token_characters), 0))
+        return kinds
 
-    def ngrams(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, S) -> (B, N) buckets of the input's n-grams, (B, N) which exist."""
-        return ngram_hashes(*self.units(input_ids, token_is_real), self.order, self.buckets)
+    def ngrams(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(B, S) -> for each kind of unit, (B, N) buckets of the input's n-grams, (B, N) which exist."""
+        return [
+            ngram_hashes(units, is_real, self.order, self.buckets, kind)
+            for units, is_real, kind in self.units(input_ids, token_is_real)
+        ]
 
     def features(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(B, S) -> (B, N) buckets and (B, N) feature values (0 where no n-gram or a dropped one)."""
-        return self.ngram_features(*self.ngrams(input_ids, token_is_real))
+        return self.ngram_features(self.ngrams(input_ids, token_is_real))
 
-    def ngram_features(self, hashes: torch.Tensor, exists: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, N) buckets, (B, N) which exist -> the buckets and their feature values, each row of unit length."""
-        values = self.idf[hashes] * exists
-        return hashes, values / values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12)
+    def ngram_features(self, kinds: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """For each kind of unit (B, N) buckets and (B, N) which exist -> all the buckets and their feature values,
+        each kind's of unit length in each row."""
+        hashes, values = [], []
+        for kind_hashes, exists in kinds:
+            kind_values = self.idf[kind_hashes] * exists
+            hashes.append(kind_hashes)
+            values.append(kind_values / kind_values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12))
+        return torch.cat(hashes, 1), torch.cat(values, 1)
 
     def resize_vocabulary(self, size: int) -> None:
         """Keep the table tokens are read through at the vocabulary's size (`resize_token_embeddings`): the kept
-        tokens read as before; a new token reads as itself ("token") or as no characters ("character") until
-        `fit_ngram_classifier` fills the table from the tokenizer again."""
-        if self.unit == "character":
+        tokens read as before; a new token reads as itself (tokens) or as no characters (characters) until
+        `fit_ngram_classifier` fills the tables from the tokenizer again."""
+        if self.reads_characters:
             table = self.token_characters.new_zeros(size, NGRAM_CHARACTERS_PER_TOKEN)
             kept = min(size, self.token_characters.shape[0])
             table[:kept] = self.token_characters[:kept]
             self.token_characters = nn.Buffer(table)
-        else:
+        if self.reads_tokens:
             ids = torch.arange(size, device=self.canonical_ids.device)
             kept = min(size, self.canonical_ids.shape[0])
             old = self.canonical_ids[:kept]
@@ -1173,7 +1193,9 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
                 logger.warning(
                     "The n-gram score reads the %d new tokens as %s until fit_ngram_classifier is run again.",
                     embeddings.weight.shape[0] - old_size,
-                    "no characters" if self.ngram_classifier.unit == "character" else "themselves",
+                    {"token": "themselves", "character": "no characters"}.get(
+                        self.ngram_classifier.unit, "themselves and as no characters"
+                    ),
                 )
         return embeddings
 

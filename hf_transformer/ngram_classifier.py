@@ -1,11 +1,11 @@
 """Fitting a classifier's n-gram score: the linear part beside the encoder (`config.classifier_ngram_buckets`).
 
 `TransformerForSequenceClassification` can add to the encoder's logits a linear score over the bag of the input's
-token or character n-grams (`NgramClassifier`, in the model file). On short texts such a bag of n-grams is a strong
-classifier of its own (fastText, NBSVM), and its errors differ from the encoder's, so the sum beats both. It is
-not trained by back-propagation with the encoder: after the encoder's training, `fit_ngram_classifier`
+token or character n-grams, or both (`NgramClassifier`, in the model file). On short texts such a bag of n-grams is
+a strong classifier of its own (fastText, NBSVM), and its errors differ from the encoder's, so the sum beats both.
+It is not trained by back-propagation with the encoder: after the encoder's training, `fit_ngram_classifier`
 
-1. fills the table the score reads tokens through: each token's characters (``token_character_table``), or for
+1. fills the tables the score reads tokens through: each token's characters (``token_character_table``), and for
    token n-grams the same piece inside a word for a word-initial piece where the vocabulary has both
    (``canonical_token_ids``),
 2. counts in how many training rows each n-gram occurs and keeps those in at least ``min_count`` of them, weighted
@@ -75,19 +75,23 @@ def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tens
 
 
 def _ngrams(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, size: int = 8192):
-    """(start, buckets, which exist): the rows' n-grams a chunk of rows at a time. A row's units come first (tokens
-    padded on the right by `padded`, characters packed), so the columns past the chunk's longest row are cut rather
-    than hashed: the same n-grams as the forward finds, without the empty slots of the character table."""
+    """(start, [(buckets, which exist) for each kind of unit]): the rows' n-grams a chunk of rows at a time. A row's
+    units come first (tokens padded on the right by `padded`, characters packed), so the columns past the chunk's
+    longest row are cut rather than hashed: the same n-grams as the forward finds, without the empty slots of the
+    character table."""
     for start in range(0, ids.shape[0], size):
-        units, unit_is_real = head.units(ids[start : start + size], real[start : start + size])
-        longest = max(int(unit_is_real.sum(1).max()), 1)
-        yield start, *ngram_hashes(units[:, :longest], unit_is_real[:, :longest], head.order, head.buckets)
+        kinds = []
+        for units, unit_is_real, kind in head.units(ids[start : start + size], real[start : start + size]):
+            longest = max(int(unit_is_real.sum(1).max()), 1)
+            kinds.append(ngram_hashes(units[:, :longest], unit_is_real[:, :longest], head.order, head.buckets, kind))
+        yield start, kinds
 
 
 def document_frequencies(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     """(buckets,): in how many rows each bucket's n-grams occur (once per row however often)."""
     counts = torch.zeros(head.buckets, dtype=torch.long)
-    for start, hashes, exists in _ngrams(head, ids, real):
+    for start, kinds in _ngrams(head, ids, real):
+        hashes, exists = torch.cat([kind[0] for kind in kinds], 1), torch.cat([kind[1] for kind in kinds], 1)
         row = torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes)
         pairs = torch.unique(row[exists] * head.buckets + hashes[exists])
         counts += torch.bincount(pairs % head.buckets, minlength=head.buckets)
@@ -98,8 +102,8 @@ def feature_matrix(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor)
     """(N, buckets) sparse: the rows' n-gram features exactly as `NgramClassifier.features` computes them
     (a bucket occurring twice in a row sums)."""
     rows, columns, values = [], [], []
-    for start, hashes, exists in _ngrams(head, ids, real):
-        hashes, value = head.ngram_features(hashes, exists)
+    for start, kinds in _ngrams(head, ids, real):
+        hashes, value = head.ngram_features(kinds)
         keep = value != 0
         rows.append((torch.arange(start, start + hashes.shape[0])[:, None].expand_as(hashes))[keep])
         columns.append(hashes[keep])
@@ -256,9 +260,9 @@ def fit_ngram_classifier(
     with torch.no_grad():
         head.weight.zero_()
         head.bias.zero_()
-        if head.unit == "character":
+        if head.reads_characters:
             head.token_characters.copy_(token_character_table(tokenizer, head.token_characters.shape[0]))
-        else:
+        if head.reads_tokens:
             head.canonical_ids.copy_(canonical_token_ids(tokenizer, head.canonical_ids.shape[0]))
         ids, real = padded(train_rows, pad)
         counts = document_frequencies(head, ids, real)

@@ -11,18 +11,36 @@
 # DATA_DIR holds nsmc/ratings_{train,test}.txt (default: $HF_TRANSFORMER_DATA, else ./data); a missing
 # file is downloaded there when the machine is online. OUTPUT_DIR defaults to runs/nsmc; the pretrained encoder
 # the classifier starts from is kept beside it, in OUTPUT_DIR-pretrained, and the split reviews in OUTPUT_DIR-data.
+#
+# Three settings, read from the environment, make the recipe's best model (recipes/nsmc/best_model.sh sets them):
+#   MAIN_JOB_SEGMENTER        the tokenizer's first cut before its BPE pieces: none (default) or mecab-ko (Korean
+#                             morphemes; installs the package's `morphemes` extra)
+#   MAIN_JOB_PRETRAINING_STEPS  the masked-token pretraining's steps (default 4500)
+#   MAIN_JOB_NGRAM_UNIT       what the n-gram score's n-grams are runs of: character (default), token+character
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 data_dir=${1:-${HF_TRANSFORMER_DATA:-data}}
 output_dir=${2:-runs/nsmc}
+pretraining_steps=${MAIN_JOB_PRETRAINING_STEPS:-4500}
+ngram_unit=${MAIN_JOB_NGRAM_UNIT:-character}
+package=.   # the package alone: no test or plotting extras
+segmenter_args=()
+case ${MAIN_JOB_SEGMENTER:-none} in
+    none) ;;
+    mecab-ko) package=".[morphemes]"; segmenter_args=(--segmenter mecab-ko) ;;
+    *) echo "MAIN_JOB_SEGMENTER is none or mecab-ko, not ${MAIN_JOB_SEGMENTER}" >&2; exit 2 ;;
+esac
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv
 fi
 . .venv/bin/activate
 python -c "import torch" 2>/dev/null || pip install torch==2.13.0
-python -c "import hf_transformer" 2>/dev/null || pip install -e .   # the package alone: no test or plotting extras
+python -c "import hf_transformer" 2>/dev/null || pip install -e "$package"
+if [ ${#segmenter_args[@]} -gt 0 ]; then
+    python -c "import mecab" 2>/dev/null || pip install -e "$package"
+fi
 
 started=$(date +%s)
 pretrained_dir="$output_dir-pretrained"
@@ -47,8 +65,8 @@ reviews=(--train_file "$reviews_dir/train.jsonl" --validation_file "$reviews_dir
 #    the steps run faster (recipes/nsmc/records/notes.md).
 python scripts/pretrain_denoising.py \
     --output_dir "$pretrained_dir" "${reviews[@]}" --vocab_size 16000 "${model_args[@]}" --tokenizer_model bpe \
-    --dropout 0 --attention_dropout 0 \
-    --mlm_probability 0.15 --max_steps 4500 --per_device_train_batch_size 128 \
+    "${segmenter_args[@]}" --dropout 0 --attention_dropout 0 \
+    --mlm_probability 0.15 --max_steps "$pretraining_steps" --per_device_train_batch_size 128 \
     --learning_rate 2e-3 --warmup_steps 300 --weight_decay 0.01 --train_sampling_strategy group_by_length \
     --eval_strategy no --save_strategy no --max_eval_samples 2000 --logging_steps 500 --report_to none --seed 42 \
     "${precision_args[@]}"
@@ -68,7 +86,7 @@ python scripts/train_classifier.py \
     --learning_rate 1e-3 --warmup_steps 300 --weight_decay 0.01 \
     --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --average_checkpoints 2 \
     --train_sampling_strategy group_by_length --logging_steps 500 --report_to none --seed 42 \
-    --ngram_buckets 4194304 --ngram_unit character --ngram_order 4 --ngram_refit_with_validation \
+    --ngram_buckets 4194304 --ngram_unit "$ngram_unit" --ngram_order 4 --ngram_refit_with_validation \
     "${precision_args[@]}"
 
 python scripts/predict.py "$output_dir" \

@@ -62,11 +62,12 @@ class ClassifierTrainingArguments(TrainingArguments):
             "validation rows (hf_transformer.ngram_classifier); 0: the encoder alone."
         },
     )
-    ngram_unit: Literal["character", "token"] = field(
+    ngram_unit: Literal["character", "token", "token+character"] = field(
         default="character",
         metadata={
             "help": "What the n-gram score's n-grams are runs of: the characters of the text without its spaces, "
-            "across the tokenizer's cuts, or the tokens (word-initial pieces read as inner ones)."
+            "across the tokenizer's cuts, the tokens (word-initial pieces read as inner ones), or both in one table "
+            "(for a tokenizer that cuts morphemes, e.g. --segmenter mecab-ko)."
         },
     )
     ngram_order: int = field(

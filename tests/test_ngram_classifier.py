@@ -47,13 +47,16 @@ def test_a_sentence_has_the_same_ngrams_however_it_is_padded():
     assert bigrams[0] == bigrams[2] and bigrams[0] != bigrams[1] and unigrams[0] == unigrams[2] != bigrams[0]
 
 
-@pytest.mark.parametrize("unit", ["token", "character"])
+UNITS = ["token", "character", "token+character"]
+
+
+@pytest.mark.parametrize("unit", UNITS)
 def test_the_score_is_the_sparse_product_of_the_fitted_features(unit):
     config = tiny_config(num_labels=3, classifier_ngram_buckets=BUCKETS, classifier_ngram_unit=unit)
     head = NgramClassifier(config)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        if unit == "character":  # token i reads as i % 3 + 1 characters
+        if unit != "token":  # token i reads as i % 3 + 1 characters
             for i in range(config.vocab_size):
                 head.token_characters[i, : i % 3 + 1] = torch.arange(i % 3 + 1) + 0xAC00 + i
         head.weight.normal_(generator=generator)
@@ -66,11 +69,34 @@ def test_the_score_is_the_sparse_product_of_the_fitted_features(unit):
     expected = torch.sparse.mm(features, head.weight) + head.bias
     torch.testing.assert_close(head(ids, real), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(ngram_logits(head, rows, pad_token_id=0), expected, rtol=1e-5, atol=1e-5)
-    # Each row's kept n-gram occurrences have unit length (a row with none kept: zero).
+    # Each row's kept n-gram occurrences of each kind (tokens, characters) have unit length (none kept: zero).
     values = head.features(ids, real)[1]
-    kept = (values != 0).any(1)
-    assert kept.sum() >= 3
-    torch.testing.assert_close(values.square().sum(1)[kept], torch.ones(int(kept.sum())), rtol=1e-5, atol=1e-5)
+    kinds = head.ngrams(ids, real)
+    assert len(kinds) == (2 if unit == "token+character" else 1)
+    for kind in values.split([hashes.shape[1] for hashes, _ in kinds], dim=1):
+        kept = (kind != 0).any(1)
+        assert kept.sum() >= 3
+        torch.testing.assert_close(kind.square().sum(1)[kept], torch.ones(int(kept.sum())), rtol=1e-5, atol=1e-5)
+
+
+def test_a_run_of_tokens_and_a_run_of_characters_with_the_same_numbers_hash_apart():
+    config = tiny_config(
+        num_labels=2,
+        classifier_ngram_buckets=BUCKETS,
+        classifier_ngram_unit="token+character",
+        classifier_ngram_order=3,
+    )
+    head = NgramClassifier(config)
+    with torch.no_grad():  # token i reads as the one character U+i: the two kinds of runs have the same numbers
+        head.token_characters[:, 0] = torch.arange(config.vocab_size)
+    ids = torch.tensor([[4, 5, 6, 7, 8, 9]])
+    (tokens, token_is_real, _), (characters, character_is_real, _) = head.units(ids, ids != 0)
+    assert characters[character_is_real].tolist() == ids[0].tolist() and token_is_real.all()
+    (token_runs, token_run_exists), (character_runs, character_run_exists) = head.ngrams(ids, ids != 0)
+    token_buckets = set(token_runs[token_run_exists].tolist())
+    character_buckets = set(character_runs[character_run_exists].tolist())
+    assert len(token_buckets) == len(character_buckets) == 15  # 6 + 5 + 4 runs
+    assert not token_buckets & character_buckets
 
 
 @pytest.mark.parametrize("num_labels", [2, 3])
@@ -243,17 +269,47 @@ def test_a_character_score_reads_runs_across_words_and_not_how_the_text_was_cut(
     assert scores[0, 1] > scores[0, 0]
 
 
-@pytest.mark.parametrize("unit", ["token", "character"])
+def cut_pairs(count: int, seed: int) -> tuple[list[list[int]], list[int]]:
+    """One text, "abc cd", cut two ways: "▁ab" "c" "▁cd" (class 1) or "▁a" "bc" "▁cd" (class 0). Only the tokens tell
+    (as only a morpheme tokenizer's cut tells which reading a text has)."""
+    rng = random.Random(seed)
+    labels = [rng.randint(0, 1) for _ in range(count)]
+    cuts = {1: ["▁ab", "c", "▁cd"], 0: ["▁a", "bc", "▁cd"]}
+    return [[2, *CHARACTERS.ids(cuts[label]), 3] for label in labels], labels
+
+
+@pytest.mark.parametrize("unit", ["character", "token+character"])
+def test_a_token_and_character_score_reads_the_cut_which_characters_alone_cannot(unit):
+    model = ngram_model(classifier_ngram_unit=unit, classifier_ngram_order=3)
+    train_rows, train_labels = cut_pairs(300, seed=1)
+    validation_rows, validation_labels = cut_pairs(100, seed=2)
+    blind_encoder = torch.randn(100, 2, generator=torch.Generator().manual_seed(3)) * 0.1
+    report = fit_ngram_classifier(
+        model, CHARACTERS, train_rows, train_labels, validation_rows, validation_labels, blind_encoder
+    )
+    if unit == "character":  # one text, one score: the larger class
+        assert report["eval_ngram_accuracy"] == max(validation_labels.count(0), validation_labels.count(1)) / 100
+    else:
+        assert report["eval_ngram_accuracy"] == 1.0 and report["ngram_logit_scale"] > report["encoder_logit_scale"]
+
+
+def tables(unit: str) -> list[str]:
+    """The tables a score of that unit reads tokens through."""
+    return {"token": ["canonical_ids"], "character": ["token_characters"]}.get(
+        unit, ["canonical_ids", "token_characters"]
+    )
+
+
+@pytest.mark.parametrize("unit", UNITS)
 def test_a_fitted_model_saves_and_loads_whole(tmp_path, unit):
     model = ngram_model(classifier_ngram_unit=unit)
-    rows, labels = crossing_pairs(200, seed=1) if unit == "character" else ordered_pairs(200, seed=1)
+    rows, labels = crossing_pairs(200, seed=1) if unit != "token" else ordered_pairs(200, seed=1)
     fit_ngram_classifier(model, CHARACTERS, rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
     model.save_pretrained(tmp_path)
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     assert loaded.config.classifier_ngram_unit == unit
-    table = "token_characters" if unit == "character" else "canonical_ids"
-    assert getattr(model.ngram_classifier, table).any()
-    for name in ("weight", "bias", "idf", table):
+    assert all(getattr(model.ngram_classifier, table).any() for table in tables(unit))
+    for name in ("weight", "bias", "idf", *tables(unit)):
         torch.testing.assert_close(getattr(loaded.ngram_classifier, name), getattr(model.ngram_classifier, name))
     ids, real = padded(rows[:8], pad_token_id=0)
     left = torch.stack([torch.roll(row, int((~mask).sum())) for row, mask in zip(ids, real)])  # padding on the left
@@ -263,23 +319,24 @@ def test_a_fitted_model_saves_and_loads_whole(tmp_path, unit):
         torch.testing.assert_close(loaded(input_ids=left, attention_mask=left != 0).logits, expected)
 
 
-@pytest.mark.parametrize("unit", ["token", "character"])
-def test_resizing_the_vocabulary_resizes_the_table_the_score_reads_tokens_through(tmp_path, unit, caplog):
+@pytest.mark.parametrize("unit", UNITS)
+def test_resizing_the_vocabulary_resizes_the_tables_the_score_reads_tokens_through(tmp_path, unit, caplog):
     model = ngram_model(classifier_ngram_unit=unit)
-    rows, labels = crossing_pairs(200, seed=1) if unit == "character" else ordered_pairs(200, seed=1)
+    rows, labels = crossing_pairs(200, seed=1) if unit != "token" else ordered_pairs(200, seed=1)
     fit_ngram_classifier(model, CHARACTERS, rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
-    table = "token_characters" if unit == "character" else "canonical_ids"
-    before = getattr(model.ngram_classifier, table).clone()
-    size = before.shape[0]
+    befores = {table: getattr(model.ngram_classifier, table).clone() for table in tables(unit)}
+    size = model.config.vocab_size
     ids, real = padded(rows[:8], pad_token_id=0)
     with torch.no_grad():
         expected = model.ngram_classifier(ids, real)
     with caplog.at_level("WARNING"):
         model.resize_token_embeddings(size + 5)
     assert "5 new tokens" in caplog.text
-    grown = getattr(model.ngram_classifier, table)
-    assert grown.shape[0] == size + 5 and torch.equal(grown[:size], before)
-    assert not grown[size:].any() if unit == "character" else grown[size:].tolist() == list(range(size, size + 5))
+    for table, before in befores.items():
+        grown = getattr(model.ngram_classifier, table)
+        assert grown.shape[0] == size + 5 and torch.equal(grown[:size], before)
+        new_rows = grown[size:]
+        assert not new_rows.any() if table == "token_characters" else new_rows.tolist() == list(range(size, size + 5))
     with torch.no_grad():
         torch.testing.assert_close(model.ngram_classifier(ids, real), expected)  # the kept tokens read as before
         new_token = torch.cat([ids, torch.full((8, 1), size + 4)], 1)
@@ -287,13 +344,14 @@ def test_resizing_the_vocabulary_resizes_the_table_the_score_reads_tokens_throug
     model.save_pretrained(tmp_path)
     loaded = AutoModelForSequenceClassification.from_pretrained(tmp_path)
     assert loaded.config.vocab_size == size + 5
-    torch.testing.assert_close(getattr(loaded.ngram_classifier, table), grown)
+    for table in tables(unit):
+        torch.testing.assert_close(getattr(loaded.ngram_classifier, table), getattr(model.ngram_classifier, table))
     model.resize_token_embeddings(size - 3)  # shrinking drops the last rows
-    shrunk = getattr(model.ngram_classifier, table)
-    kept = before[: size - 3]
-    if unit == "token":  # a piece read as one that is gone reads as itself
-        kept = torch.where(kept < size - 3, kept, torch.arange(size - 3))
-    assert torch.equal(shrunk, kept)
+    for table, before in befores.items():
+        kept = before[: size - 3]
+        if table == "canonical_ids":  # a piece read as one that is gone reads as itself
+            kept = torch.where(kept < size - 3, kept, torch.arange(size - 3))
+        assert torch.equal(getattr(model.ngram_classifier, table), kept)
 
 
 def test_a_refit_keeps_the_ngrams_and_the_weight_and_reaches_the_minimum_on_all_the_rows():
@@ -376,7 +434,7 @@ def test_impossible_ngram_settings_name_the_field(settings):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("unit", ["token", "character"])
+@pytest.mark.parametrize("unit", UNITS)
 def test_a_fitted_model_exports_to_onnx_with_its_ngram_score(tmp_path, unit):
     import numpy as np
     import onnxruntime

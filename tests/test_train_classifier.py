@@ -208,6 +208,7 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
 
 @pytest.mark.slow
 def test_the_ngram_score_refitted_with_the_validation_rows_is_what_the_test_rows_and_the_folder_get(tmp_path):
+    # The score of token and character n-grams in one table: its fit, refit, folder and reloading.
     data_dir = tmp_path / "data"
     write_reviews(data_dir, 200, seed=1, name="train.jsonl")
     write_reviews(data_dir, 60, seed=3, name="validation.jsonl")
@@ -224,7 +225,7 @@ def test_the_ngram_score_refitted_with_the_validation_rows_is_what_the_test_rows
             ["--output_dir", str(tmp_path / name), *review_files(data_dir), *TINY_CLASSIFIER]
             + ["--validation_file", str(data_dir / "validation.jsonl"), "--max_steps", "10"]
             + ["--eval_strategy", "no", "--save_strategy", "no", "--ngram_buckets", "4096", "--ngram_order", "2"]
-            + ["--tokenizer_model", "bpe", *extra]  # BPE: the same tokenizer both times
+            + ["--ngram_unit", "token+character", "--tokenizer_model", "bpe", *extra]  # BPE: the same tokenizer twice
         )  # fmt: skip
 
     once, refitted = run("once"), run("refitted", "--ngram_refit_with_validation")
@@ -239,6 +240,7 @@ def test_the_ngram_score_refitted_with_the_validation_rows_is_what_the_test_rows
     # The folder holds the refitted score, and it is what scored the test rows.
     folder = tmp_path / "refitted"
     model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    assert model.config.classifier_ngram_unit == "token+character"
     tokenizer = AutoTokenizer.from_pretrained(folder)
     rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
     with torch.no_grad():

@@ -18,11 +18,29 @@ from recipes.nsmc import prepare
 from tests.helpers.launch import REPO, job_arrays, job_commands, load_script, precision_choices, precision_probe
 
 MAIN_JOB = REPO / "scripts" / "main_job.sh"
+BEST_MODEL = REPO / "recipes" / "nsmc" / "best_model.sh"
 VARIABLES = {"data_dir": "DATA", "output_dir": "OUT", "pretrained_dir": "OUT-pretrained", "reviews_dir": "OUT-data"}
 
 
+def main_job_settings() -> dict[str, tuple[str, str]]:
+    """The main job's settings read from the environment: ``MAIN_JOB_X`` -> (its shell variable, its default)."""
+    found = re.findall(r"^(\w+)=\$\{(MAIN_JOB_\w+):-([^}]*)\}$", MAIN_JOB.read_text(), re.M)
+    return {setting: (variable, default) for variable, setting, default in found}
+
+
+def job_variables(job: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The shell variables and the segmenter's array of the main job as it runs alone ("main") or as
+    recipes/nsmc/best_model.sh runs it ("best": the settings that script gives)."""
+    settings = main_job_settings()
+    given = dict(re.findall(r"(MAIN_JOB_\w+)=(\S+)", BEST_MODEL.read_text())) if job == "best" else {}
+    assert set(given) <= set(settings) | {"MAIN_JOB_SEGMENTER"}
+    variables = VARIABLES | {variable: given.get(setting, default) for setting, (variable, default) in settings.items()}
+    segmenter = given.get("MAIN_JOB_SEGMENTER")
+    return variables, {"segmenter_args": ["--segmenter", segmenter] if segmenter else []}
+
+
 def test_main_job_times_the_precision_of_the_model_it_pretrains():
-    pretraining = job_commands(MAIN_JOB, VARIABLES, [])["pretrain_denoising"]
+    pretraining = job_commands(MAIN_JOB, job_variables("main")[0], [])["pretrain_denoising"]
     parser = HfArgumentParser((EncoderArguments, TrainingArguments))
     model, training = parser.parse_args_into_dataclasses(args=pretraining, return_remaining_strings=True)[:2]
     probe = precision_probe(MAIN_JOB)
@@ -38,9 +56,11 @@ def prepare_command() -> list[str]:
     return [re.sub(r"\$(\w+)", lambda m: VARIABLES[m.group(1)], word) for word in shlex.split(line)]
 
 
+@pytest.mark.parametrize("job", ["main", "best"])
 @pytest.mark.parametrize("precision", precision_choices())
-def test_main_job_commands_parse_and_fit_together(precision):
-    commands = job_commands(MAIN_JOB, VARIABLES, precision)
+def test_main_job_commands_parse_and_fit_together(precision, job):
+    variables, arrays = job_variables(job)
+    commands = job_commands(MAIN_JOB, variables, precision, arrays)
     assert [name for name in commands if name in ("pretrain_denoising", "train_classifier", "predict")] == [
         "pretrain_denoising",
         "train_classifier",
@@ -78,10 +98,12 @@ def test_main_job_commands_parse_and_fit_together(precision):
     classifier.check_checkpoint_averaging(training, training.average_checkpoints)
     assert training.output_dir == "OUT" and commands["predict"][0] == "OUT"
     # The tokenizer learns BPE pieces, which the same command learns again byte for byte; the classifier adds its
-    # score over character 1- to 4-grams, refitted with the validation reviews once they have scored it.
+    # score over character 1- to 4-grams, refitted with the validation reviews once they have scored it. The best
+    # model cuts morphemes first, pretrains twice as long and reads the morpheme pieces' n-grams too.
     assert pre_model.tokenizer_model == "bpe"
-    assert training.ngram_buckets > 0 and (training.ngram_unit, training.ngram_order) == ("character", 4)
-    assert training.ngram_refit_with_validation
+    assert training.ngram_buckets > 0 and training.ngram_order == 4 and training.ngram_refit_with_validation
+    expected = {"main": (None, 4500, "character"), "best": ("mecab-ko", 9000, "token+character")}[job]
+    assert (pre_model.segmenter, pre_training.max_steps, training.ngram_unit) == expected
     # Both steps take the machine's precision.
     assert pre_training.bf16 == training.bf16 == ("--bf16" in precision)
 
