@@ -323,6 +323,9 @@ class TransformerConfig(PretrainedConfig):
         `"character"` (the tokens' characters with the spaces between words removed, across the tokenizer's cuts) or
         `"token+character"` (both, in one table, each kind's features of unit length: for a tokenizer that cuts
         morphemes).
+    classifier_ngram_token_order (`int`, *optional*):
+        A `"token+character"` score's longest token n-gram (`classifier_ngram_order` is then the characters');
+        defaults to `classifier_ngram_order`. Other units have one order and refuse it.
     fused_output_loss (`bool`, *optional*, defaults to `True`):
         In training, when `labels` are given, compute the output projection and the cross-entropy together, a few
         hundred rows at a time, without materialising the (batch, length, vocabulary) logits; the output's
@@ -395,6 +398,7 @@ class TransformerConfig(PretrainedConfig):
     classifier_ngram_buckets: int = count(default=0)
     classifier_ngram_order: int = positive(default=3)
     classifier_ngram_unit: NgramUnit = "token"
+    classifier_ngram_token_order: int | None = positive(default=None)
     fused_output_loss: bool = True
     init_std: float | int = positive(default=0.02)
     init_method: InitMethod = "normal"
@@ -511,6 +515,14 @@ class TransformerConfig(PretrainedConfig):
             self.head_dim = self.d_model // self.num_attention_heads
 
     # -- checks between settings, run by the library at construction and before saving --------------
+    def validate_ngram_orders(self) -> None:
+        if self.classifier_ngram_token_order is not None and self.classifier_ngram_unit != "token+character":
+            raise ValueError(
+                "`classifier_ngram_token_order` is the token n-grams' order beside the characters' in a "
+                f'"token+character" score; the unit is "{self.classifier_ngram_unit}", whose one order is '
+                "`classifier_ngram_order`."
+            )
+
     def validate_vocabularies(self) -> None:
         if self.share_embeddings and self.vocab_size != self.decoder_vocab_size:
             raise ValueError(

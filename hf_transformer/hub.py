@@ -204,6 +204,7 @@ _HEAD_SETTINGS = {
         "classifier_ngram_buckets",
         "classifier_ngram_order",
         "classifier_ngram_unit",
+        "classifier_ngram_token_order",
     ),
     "TransformerForMaskedLM": ("tie_word_embeddings",),
 }

@@ -1087,6 +1087,7 @@ class NgramClassifier(nn.Module):
         super().__init__()
         self.unit = config.classifier_ngram_unit
         self.order = config.classifier_ngram_order
+        self.token_order = config.classifier_ngram_token_order or self.order
         self.buckets = config.classifier_ngram_buckets
         self.reads_tokens = self.unit in ("token", "token+character")
         self.reads_characters = self.unit in ("character", "token+character")
@@ -1102,22 +1103,23 @@ class NgramClassifier(nn.Module):
 
     def units(
         self, input_ids: torch.Tensor, token_is_real: torch.Tensor
-    ) -> list[tuple[torch.Tensor, torch.Tensor, int]]:
+    ) -> list[tuple[torch.Tensor, torch.Tensor, int, int]]:
         """(B, S) -> for each kind of unit read (tokens, then characters): (B, U) what the n-grams are runs of (token
-        ids, or the tokens' characters packed to the front of the row), (B, U) which are real, and the kind's number
-        in the hash (`ngram_hashes`: tokens beside characters hash apart; a single kind as it always has)."""
+        ids, or the tokens' characters packed to the front of the row), (B, U) which are real, the kind's number in
+        the hash (`ngram_hashes`: tokens beside characters hash apart; a single kind as it always has) and its
+        longest run."""
         kinds = []
         if self.reads_tokens:
-            kinds.append((self.canonical_ids[input_ids], token_is_real, int(self.reads_characters)))
+            kinds.append((self.canonical_ids[input_ids], token_is_real, int(self.reads_characters), self.token_order))
         if self.reads_characters:
-            kinds.append((*token_characters_in_a_row(input_ids, token_is_real, self.token_characters), 0))
+            kinds.append((*token_characters_in_a_row(input_ids, token_is_real, self.token_characters), 0, self.order))
         return kinds
 
     def ngrams(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(B, S) -> for each kind of unit, (B, N) buckets of the input's n-grams, (B, N) which exist."""
         return [
-            ngram_hashes(units, is_real, self.order, self.buckets, kind)
-            for units, is_real, kind in self.units(input_ids, token_is_real)
+            ngram_hashes(units, is_real, order, self.buckets, kind)
+            for units, is_real, kind, order in self.units(input_ids, token_is_real)
         ]
 
     def features(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -81,9 +81,9 @@ def _ngrams(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, size: 
     character table."""
     for start in range(0, ids.shape[0], size):
         kinds = []
-        for units, unit_is_real, kind in head.units(ids[start : start + size], real[start : start + size]):
+        for units, unit_is_real, kind, order in head.units(ids[start : start + size], real[start : start + size]):
             longest = max(int(unit_is_real.sum(1).max()), 1)
-            kinds.append(ngram_hashes(units[:, :longest], unit_is_real[:, :longest], head.order, head.buckets, kind))
+            kinds.append(ngram_hashes(units[:, :longest], unit_is_real[:, :longest], order, head.buckets, kind))
         yield start, kinds
 
 

@@ -16,15 +16,20 @@
 #   MAIN_JOB_SEGMENTER        the tokenizer's first cut before its BPE pieces: none (default) or mecab-ko (Korean
 #                             morphemes; installs the package's `morphemes` extra)
 #   MAIN_JOB_PRETRAINING_STEPS  the masked-token pretraining's steps (default 4500)
-#   MAIN_JOB_NGRAM_UNIT       what the n-gram score's n-grams are runs of: character (default), token+character
+#   MAIN_JOB_NGRAM_UNIT       what the n-gram score's n-grams are runs of: character (default; 1 to 4 characters) or
+#                             token+character (also 1 to 3 tokens, in one table)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 data_dir=${1:-${HF_TRANSFORMER_DATA:-data}}
 output_dir=${2:-runs/nsmc}
 pretraining_steps=${MAIN_JOB_PRETRAINING_STEPS:-4500}
-ngram_unit=${MAIN_JOB_NGRAM_UNIT:-character}
 package=.   # the package alone: no test or plotting extras
+case ${MAIN_JOB_NGRAM_UNIT:-character} in
+    character) ngram_args=(--ngram_unit character) ;;
+    token+character) ngram_args=(--ngram_unit token+character --ngram_token_order 3) ;;
+    *) echo "MAIN_JOB_NGRAM_UNIT is character or token+character, not ${MAIN_JOB_NGRAM_UNIT}" >&2; exit 2 ;;
+esac
 segmenter_args=()
 case ${MAIN_JOB_SEGMENTER:-none} in
     none) ;;
@@ -86,7 +91,7 @@ python scripts/train_classifier.py \
     --learning_rate 1e-3 --warmup_steps 300 --weight_decay 0.01 \
     --eval_strategy epoch --save_strategy epoch --save_total_limit 2 --average_checkpoints 2 \
     --train_sampling_strategy group_by_length --logging_steps 500 --report_to none --seed 42 \
-    --ngram_buckets 4194304 --ngram_unit "$ngram_unit" --ngram_order 4 --ngram_refit_with_validation \
+    --ngram_buckets 4194304 "${ngram_args[@]}" --ngram_order 4 --ngram_refit_with_validation \
     "${precision_args[@]}"
 
 python scripts/predict.py "$output_dir" \

@@ -73,6 +73,13 @@ class ClassifierTrainingArguments(TrainingArguments):
     ngram_order: int = field(
         default=4, metadata={"help": "The n-gram score's longest n-gram (characters or tokens; 3 suits tokens)."}
     )
+    ngram_token_order: int | None = field(
+        default=None,
+        metadata={
+            "help": "With --ngram_unit token+character: the longest token n-gram (--ngram_order is then the "
+            "characters'; 3 suits tokens); default --ngram_order."
+        },
+    )
     ngram_inverse_l2: float = field(
         default=4.0, metadata={"help": "The n-gram score's inverse L2 regularisation (scikit-learn's C)."}
     )
@@ -205,6 +212,8 @@ def build_model(model_args, tokenizer, names, training_args) -> TransformerForSe
     config.classifier_ngram_buckets = training_args.ngram_buckets
     config.classifier_ngram_order = training_args.ngram_order
     config.classifier_ngram_unit = training_args.ngram_unit
+    config.classifier_ngram_token_order = training_args.ngram_token_order
+    config.validate()  # a token order beside a unit without tokens and characters is refused here, named
     model = TransformerForSequenceClassification(config)
     if model.ngram_classifier is not None:
         model.ngram_classifier.requires_grad_(False)

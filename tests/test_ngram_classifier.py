@@ -84,18 +84,19 @@ def test_a_run_of_tokens_and_a_run_of_characters_with_the_same_numbers_hash_apar
         num_labels=2,
         classifier_ngram_buckets=BUCKETS,
         classifier_ngram_unit="token+character",
-        classifier_ngram_order=3,
+        classifier_ngram_order=3,  # the characters'
+        classifier_ngram_token_order=2,
     )
     head = NgramClassifier(config)
     with torch.no_grad():  # token i reads as the one character U+i: the two kinds of runs have the same numbers
         head.token_characters[:, 0] = torch.arange(config.vocab_size)
     ids = torch.tensor([[4, 5, 6, 7, 8, 9]])
-    (tokens, token_is_real, _), (characters, character_is_real, _) = head.units(ids, ids != 0)
+    (tokens, token_is_real, _, _), (characters, character_is_real, _, _) = head.units(ids, ids != 0)
     assert characters[character_is_real].tolist() == ids[0].tolist() and token_is_real.all()
     (token_runs, token_run_exists), (character_runs, character_run_exists) = head.ngrams(ids, ids != 0)
     token_buckets = set(token_runs[token_run_exists].tolist())
     character_buckets = set(character_runs[character_run_exists].tolist())
-    assert len(token_buckets) == len(character_buckets) == 15  # 6 + 5 + 4 runs
+    assert len(token_buckets) == 6 + 5 and len(character_buckets) == 6 + 5 + 4  # runs of 1-2 tokens, 1-3 characters
     assert not token_buckets & character_buckets
 
 
@@ -426,6 +427,9 @@ def test_fitting_a_model_without_the_score_is_refused():
         dict(classifier_ngram_buckets=True),
         dict(classifier_ngram_order=0),
         dict(classifier_ngram_unit="characters"),
+        dict(classifier_ngram_token_order=3),  # a token score has one order
+        dict(classifier_ngram_token_order=3, classifier_ngram_unit="character"),
+        dict(classifier_ngram_token_order=0, classifier_ngram_unit="token+character"),
     ],
 )
 def test_impossible_ngram_settings_name_the_field(settings):

@@ -22,25 +22,32 @@ BEST_MODEL = REPO / "recipes" / "nsmc" / "best_model.sh"
 VARIABLES = {"data_dir": "DATA", "output_dir": "OUT", "pretrained_dir": "OUT-pretrained", "reviews_dir": "OUT-data"}
 
 
-def main_job_settings() -> dict[str, tuple[str, str]]:
-    """The main job's settings read from the environment: ``MAIN_JOB_X`` -> (its shell variable, its default)."""
-    found = re.findall(r"^(\w+)=\$\{(MAIN_JOB_\w+):-([^}]*)\}$", MAIN_JOB.read_text(), re.M)
-    return {setting: (variable, default) for variable, setting, default in found}
+def case_arrays(setting: str) -> dict[str, dict[str, list[str]]]:
+    """The arrays the main job sets for each value of an environment setting (its ``case ${SETTING:-default} in``
+    branches ``value) name=(...) ;;``): value -> {array name: words}."""
+    pattern = r"^case \$\{" + setting + r":-\w+\} in\n(.*?)^esac"
+    block = re.search(pattern, MAIN_JOB.read_text(), re.M | re.S).group(1)
+    branches = re.findall(r"^\s*([\w+-]+)\)(.*?);;", block, re.M)
+    return {value: dict(re.findall(r"(\w+)=\((.*?)\)", body)) for value, body in branches if value != "*"}
 
 
 def job_variables(job: str) -> tuple[dict[str, str], dict[str, list[str]]]:
-    """The shell variables and the segmenter's array of the main job as it runs alone ("main") or as
+    """The shell variables and arrays of the main job as it runs alone ("main": its defaults) or as
     recipes/nsmc/best_model.sh runs it ("best": the settings that script gives)."""
-    settings = main_job_settings()
     given = dict(re.findall(r"(MAIN_JOB_\w+)=(\S+)", BEST_MODEL.read_text())) if job == "best" else {}
-    assert set(given) <= set(settings) | {"MAIN_JOB_SEGMENTER"}
-    variables = VARIABLES | {variable: given.get(setting, default) for setting, (variable, default) in settings.items()}
-    segmenter = given.get("MAIN_JOB_SEGMENTER")
-    return variables, {"segmenter_args": ["--segmenter", segmenter] if segmenter else []}
+    steps = re.search(r"^pretraining_steps=\$\{MAIN_JOB_PRETRAINING_STEPS:-(\d+)\}$", MAIN_JOB.read_text(), re.M)
+    variables = VARIABLES | {"pretraining_steps": given.pop("MAIN_JOB_PRETRAINING_STEPS", steps.group(1))}
+    arrays = job_arrays(MAIN_JOB)
+    for setting, default in (("MAIN_JOB_SEGMENTER", "none"), ("MAIN_JOB_NGRAM_UNIT", "character")):
+        chosen = case_arrays(setting)[given.pop(setting, default)]
+        arrays |= {name: shlex.split(words) for name, words in chosen.items()}
+    assert not given, f"settings the main job does not read: {given}"
+    return variables, arrays
 
 
 def test_main_job_times_the_precision_of_the_model_it_pretrains():
-    pretraining = job_commands(MAIN_JOB, job_variables("main")[0], [])["pretrain_denoising"]
+    variables, arrays = job_variables("main")
+    pretraining = job_commands(MAIN_JOB, variables, [], arrays)["pretrain_denoising"]
     parser = HfArgumentParser((EncoderArguments, TrainingArguments))
     model, training = parser.parse_args_into_dataclasses(args=pretraining, return_remaining_strings=True)[:2]
     probe = precision_probe(MAIN_JOB)
@@ -102,8 +109,8 @@ def test_main_job_commands_parse_and_fit_together(precision, job):
     # model cuts morphemes first, pretrains twice as long and reads the morpheme pieces' n-grams too.
     assert pre_model.tokenizer_model == "bpe"
     assert training.ngram_buckets > 0 and training.ngram_order == 4 and training.ngram_refit_with_validation
-    expected = {"main": (None, 4500, "character"), "best": ("mecab-ko", 9000, "token+character")}[job]
-    assert (pre_model.segmenter, pre_training.max_steps, training.ngram_unit) == expected
+    expected = {"main": (None, 4500, "character", None), "best": ("mecab-ko", 9000, "token+character", 3)}[job]
+    assert (pre_model.segmenter, pre_training.max_steps, training.ngram_unit, training.ngram_token_order) == expected
     # Both steps take the machine's precision.
     assert pre_training.bf16 == training.bf16 == ("--bf16" in precision)
 
