@@ -211,12 +211,13 @@ _HEAD_SETTINGS = {
 
 
 def config_settings(arch: str, config: TransformerConfig) -> dict[str, Any]:
-    """The saved configuration's sizes, dropouts and choices that the head uses (``config.json``'s names)."""
+    """The saved configuration's sizes, dropouts and choices that the head uses (``config.json``'s names); a setting
+    left unset (None: it takes another's value) is left out."""
     names = list(_ENCODER_SETTINGS)
     if not encoder_only(arch, config):
         names += _DECODER_SETTINGS
     names += [name for name in _HEAD_SETTINGS.get(arch, ()) if name not in names]
-    return {name: getattr(config, name) for name in names}
+    return {name: getattr(config, name) for name in names if getattr(config, name) is not None}
 
 
 @dataclass
