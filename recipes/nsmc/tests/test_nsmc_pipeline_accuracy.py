@@ -19,7 +19,7 @@ REVIEWS = [
 ]
 
 
-def make_folder(tmp_path):
+def make_folder(tmp_path, blind=False):
     tokenizer = train_tokenizer([text for text, _ in REVIEWS] * 5, vocab_size=120, show_progress=False)
     tokenizer.model_max_length = 16
     torch.manual_seed(0)
@@ -29,7 +29,11 @@ def make_folder(tmp_path):
         id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
     )  # fmt: skip
     folder = tmp_path / "classifier"
-    TransformerForSequenceClassification(config).eval().save_pretrained(folder)
+    model = TransformerForSequenceClassification(config).eval()
+    if blind:  # the same logits for both labels: every review a tie
+        torch.nn.init.zeros_(model.classifier.weight)
+        torch.nn.init.zeros_(model.classifier.bias)
+    model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     test_file = tmp_path / "test.jsonl"
     test_file.write_text("".join(json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in REVIEWS))
@@ -48,4 +52,14 @@ def test_pipeline_accuracy_is_set_beside_the_recorded_one(tmp_path, capsys):
 
     (folder / "results.json").write_text(json.dumps({"test_accuracy": accuracy + 2 / len(REVIEWS)}))
     assert pipeline_accuracy.main([str(folder), str(test_file)]) == 1
-    assert json.loads((folder / "pipeline_accuracy.json").read_text())["reviews_apart"] == 2
+    written = json.loads((folder / "pipeline_accuracy.json").read_text())
+    assert written["reviews_apart"] == 2 and written["ties"] == 0
+
+
+def test_reviews_apart_on_ties_are_rounding_not_a_disagreement(tmp_path, capsys):
+    folder, test_file, accuracy = make_folder(tmp_path, blind=True)
+    (folder / "results.json").write_text(json.dumps({"test_accuracy": accuracy + 2 / len(REVIEWS)}))
+    assert pipeline_accuracy.main([str(folder), str(test_file)]) == 0
+    written = json.loads((folder / "pipeline_accuracy.json").read_text())
+    assert written["reviews_apart"] == 2 and written["ties"] == len(REVIEWS)
+    assert "2 review(s) apart, 6 tie(s)" in capsys.readouterr().out
