@@ -1137,7 +1137,7 @@ class NgramClassifier(nn.Module):
         return torch.cat(hashes, 1), torch.cat(values, 1)
 
     def resize_vocabulary(self, size: int) -> None:
-        """Keep the table tokens are read through at the vocabulary's size (`resize_token_embeddings`): the kept
+        """Keep the tables tokens are read through at the vocabulary's size (`resize_token_embeddings`): the kept
         tokens read as before; a new token reads as itself (tokens) or as no characters (characters) until
         `fit_ngram_classifier` fills the tables from the tokenizer again."""
         if self.reads_characters:
