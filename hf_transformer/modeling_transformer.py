@@ -1077,8 +1077,8 @@ class NgramClassifier(nn.Module):
       word-start mark; special tokens have none), so the n-grams are those of the text with its spaces removed,
       across the tokenizer's cuts, whatever the vocabulary.
     - "token+character": both bags in one table, each of unit length (so a short row's few token n-grams weigh as
-      much as its many character n-grams); token runs are hashed apart from character runs. Where the tokenizer
-      cuts text into morphemes, their n-grams add what characters alone do not tell.
+      much as its many character n-grams); token runs are hashed apart from character runs. For a tokenizer that
+      cuts text into morphemes, whose n-grams can tell what characters alone do not.
     Nothing here is trained by back-propagation: ``hf_transformer.ngram_classifier.fit_ngram_classifier`` fits it
     (a logistic regression), fills the tables it reads tokens through and sets how much it weighs beside the encoder.
     """
