@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-from hf_transformer import TransformerForSequenceClassification
+from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
@@ -205,15 +205,23 @@ def label_names(splits) -> list[str]:
     return [str(i) for i in range(count)]
 
 
+def ngram_settings(training_args) -> dict:
+    """The config's n-gram score settings from the script's arguments."""
+    return {
+        "classifier_ngram_buckets": training_args.ngram_buckets,
+        "classifier_ngram_order": training_args.ngram_order,
+        "classifier_ngram_unit": training_args.ngram_unit,
+        "classifier_ngram_token_order": training_args.ngram_token_order,
+    }
+
+
 def build_model(model_args, tokenizer, names, training_args) -> TransformerForSequenceClassification:
     """The classifier, its encoder from --init_from where given, its token table frozen where asked; the n-gram
     score, where asked, is there from the start but left out of the training (fitted afterwards, in `score`)."""
     config = encoder_config(model_args, tokenizer, names)
-    config.classifier_ngram_buckets = training_args.ngram_buckets
-    config.classifier_ngram_order = training_args.ngram_order
-    config.classifier_ngram_unit = training_args.ngram_unit
-    config.classifier_ngram_token_order = training_args.ngram_token_order
-    config.validate()  # a token order beside a unit without tokens and characters is refused here, named
+    for name, value in ngram_settings(training_args).items():
+        setattr(config, name, value)
+    config.validate()
     model = TransformerForSequenceClassification(config)
     if model.ngram_classifier is not None:
         model.ngram_classifier.requires_grad_(False)
@@ -303,6 +311,9 @@ def main(argv: list[str] | None = None) -> dict:
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     if training_args.ngram_refit_with_validation and not training_args.ngram_buckets:
         raise ValueError("--ngram_refit_with_validation refits the n-gram score: give --ngram_buckets too")
+    # The config refuses impossible n-gram settings by name (e.g. a token order beside a unit without tokens);
+    # checked here so that the refusal comes before the tokenizer is trained and the rows tokenized.
+    TransformerConfig(**ngram_settings(training_args))
     set_up_training_process(training_args)
     started = time.time()
     set_seed(training_args.seed)

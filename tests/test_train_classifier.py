@@ -258,3 +258,20 @@ def test_a_refit_without_an_ngram_score_is_refused_before_training(tmp_path):
             ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "absent.jsonl"), *TINY_CLASSIFIER]
             + ["--ngram_refit_with_validation"]
         )
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--ngram_unit", "character", "--ngram_token_order", "3"], "classifier_ngram_token_order"),
+        (["--ngram_unit", "token+character", "--ngram_token_order", "0"], "classifier_ngram_token_order"),
+        (["--ngram_order", "0"], "classifier_ngram_order"),
+    ],
+)
+def test_impossible_ngram_settings_are_refused_before_any_data_is_read(tmp_path, extra, message):
+    # The training file does not exist: a refusal that came after reading it would be a FileNotFoundError.
+    with pytest.raises(ValueError, match=message):
+        load_script("train_classifier").main(
+            ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "absent.jsonl"), *TINY_CLASSIFIER]
+            + ["--ngram_buckets", "64", *extra]
+        )
