@@ -106,10 +106,10 @@ def test_main_job_commands_parse_and_fit_together(precision, job):
     assert training.output_dir == "OUT" and commands["predict"][0] == "OUT"
     # The tokenizer learns BPE pieces, which the same command learns again byte for byte; the classifier adds its
     # score over character 1- to 4-grams, refitted with the validation reviews once they have scored it. The best
-    # model cuts morphemes first, pretrains twice as long and reads the morpheme pieces' n-grams too.
+    # model cuts morphemes first, pretrains four times as long and reads the morpheme pieces' n-grams too.
     assert pre_model.tokenizer_model == "bpe"
     assert training.ngram_buckets > 0 and training.ngram_order == 4 and training.ngram_refit_with_validation
-    expected = {"main": (None, 4500, "character", None), "best": ("mecab-ko", 9000, "token+character", 3)}[job]
+    expected = {"main": (None, 4500, "character", None), "best": ("mecab-ko", 18000, "token+character", 3)}[job]
     assert (pre_model.segmenter, pre_training.max_steps, training.ngram_unit, training.ngram_token_order) == expected
     # Both steps take the machine's precision.
     assert pre_training.bf16 == training.bf16 == ("--bf16" in precision)
