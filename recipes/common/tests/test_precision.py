@@ -85,6 +85,27 @@ def test_the_speedup_is_the_median_of_float32_seconds_over_bfloat16_seconds_per_
     assert asked == [(False, 1), (True, 1)] + [(False, 2), (True, 2)] * 3
 
 
+def test_a_few_slow_rounds_at_the_start_do_not_decide(monkeypatch):
+    # Per-round ratios as a 2-core virtual machine gives them: four straying rounds first (their median 0.975 would
+    # pick float32), then the CPU's usual 1.3x. The default number of rounds outvotes them.
+    ratios = iter([0.93, 1.01, 0.94, 1.07] + [1.3] * (precision.SPEEDUP_ROUNDS - 4))
+    bfloat16_seconds = []
+
+    def fake_seconds(model, batch, optimizer, bfloat16, steps):
+        if steps == 1:  # the untimed steps
+            return 1.0
+        if bfloat16:
+            return bfloat16_seconds.pop()
+        bfloat16_seconds.append(1.0)
+        return next(ratios)
+
+    monkeypatch.setattr(precision, "_training_step_seconds", fake_seconds)
+    model, batch = probe_model("masked-lm", **SHAPE)
+    assert precision.SPEEDUP_ROUNDS >= 8
+    assert choose_precision(lambda: bfloat16_speedup(model, batch), gpu=False, cpu_bf16=True)[0] == "cpu_bf16"
+    assert next(ratios, None) is None  # every round was timed
+
+
 def test_the_probe_refuses_an_unknown_task():
     with pytest.raises(ValueError, match="task must be one of"):
         probe_model("classification", **SHAPE)
