@@ -32,9 +32,15 @@ LEAST_BFLOAT16_SPEEDUP = 1.05
 # median of a few rounds can pick float32 where bfloat16 trains faster (benchmarks/results/notes.md): the choice
 # changes the job's time and every weight after it, so it is worth a few more seconds of timing.
 SPEEDUP_ROUNDS = 12
+# Where bfloat16 is far slower or far faster (every one of the first rounds beyond the threshold by this factor, the
+# Intel Xeon without AMX at about half float32's speed), those rounds decide and the rest are not timed.
+CLEAR_ROUNDS = 4
+CLEAR_MARGIN = 1.25
 TASKS = ("masked-lm", "seq2seq")
 
 __all__ = [
+    "CLEAR_MARGIN",
+    "CLEAR_ROUNDS",
     "LEAST_BFLOAT16_SPEEDUP",
     "SPEEDUP_ROUNDS",
     "argument_parser",
@@ -96,7 +102,9 @@ def _training_step_seconds(model, batch, optimizer, bfloat16: bool, steps: int) 
 def bfloat16_speedup(model, batch, rounds: int = SPEEDUP_ROUNDS, steps: int = 2) -> float:
     """float32's seconds per training step (forward, loss, backward, AdamW) over bfloat16 autocast's, on the CPU:
     the median of per-round ratios, the two timed alternately after one untimed step each. Above 1, bfloat16 is
-    faster. The model's weights are trained by the steps (they stay float32, as autocast keeps them)."""
+    faster. After ``CLEAR_ROUNDS`` rounds that all lie beyond ``LEAST_BFLOAT16_SPEEDUP`` on one side by
+    ``CLEAR_MARGIN`` the remaining rounds are skipped. The model's weights are trained by the steps (they stay
+    float32, as autocast keeps them)."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for bfloat16 in (False, True):
@@ -106,6 +114,10 @@ def bfloat16_speedup(model, batch, rounds: int = SPEEDUP_ROUNDS, steps: int = 2)
         float32 = _training_step_seconds(model, batch, optimizer, False, steps)
         bfloat16 = _training_step_seconds(model, batch, optimizer, True, steps)
         ratios.append(float32 / bfloat16)
+        if len(ratios) == CLEAR_ROUNDS and (
+            max(ratios) < LEAST_BFLOAT16_SPEEDUP / CLEAR_MARGIN or min(ratios) > LEAST_BFLOAT16_SPEEDUP * CLEAR_MARGIN
+        ):
+            break
     return statistics.median(ratios)
 
 
