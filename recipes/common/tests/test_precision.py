@@ -92,14 +92,10 @@ def test_a_few_slow_rounds_at_the_start_do_not_decide(monkeypatch):
     # Per-round ratios as a 2-core virtual machine gives them: four straying rounds first (their median 0.975 would
     # pick float32), then the CPU's usual 1.3x. The default number of rounds outvotes them.
     ratios = iter([0.93, 1.01, 0.94, 1.07] + [1.3] * (precision.SPEEDUP_ROUNDS - 4))
-    bfloat16_seconds = []
 
     def fake_seconds(model, batch, optimizer, bfloat16, steps):
-        if steps == 1:  # the untimed steps
+        if steps == 1 or bfloat16:  # the untimed steps, and a bfloat16 step a second: float32's time is the ratio
             return 1.0
-        if bfloat16:
-            return bfloat16_seconds.pop()
-        bfloat16_seconds.append(1.0)
         return next(ratios)
 
     monkeypatch.setattr(precision, "_training_step_seconds", fake_seconds)
