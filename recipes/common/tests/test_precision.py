@@ -88,21 +88,31 @@ def test_the_speedup_is_the_median_of_float32_seconds_over_bfloat16_seconds_per_
     assert asked == [(False, 1), (True, 1)] + [(False, 2), (True, 2)] * 3
 
 
+def _time_rounds_as(monkeypatch, ratios):
+    """Make each timed round of ``bfloat16_speedup`` give the next of ``ratios`` (a bfloat16 step takes a second,
+    float32's the ratio; the untimed steps a second); returns the list of the precisions asked for, bfloat16 or not."""
+    float32_seconds = iter(ratios)
+    asked = []
+
+    def fake_seconds(model, batch, optimizer, bfloat16, steps):
+        asked.append(bfloat16)
+        if steps == 1 or bfloat16:
+            return 1.0
+        return next(float32_seconds)
+
+    monkeypatch.setattr(precision, "_training_step_seconds", fake_seconds)
+    return asked
+
+
 def test_a_few_slow_rounds_at_the_start_do_not_decide(monkeypatch):
     # Per-round ratios as a 2-core virtual machine gives them: four straying rounds first (their median 0.975 would
     # pick float32), then the CPU's usual 1.3x. The default number of rounds outvotes them.
-    ratios = iter([0.93, 1.01, 0.94, 1.07] + [1.3] * (precision.SPEEDUP_ROUNDS - 4))
-
-    def fake_seconds(model, batch, optimizer, bfloat16, steps):
-        if steps == 1 or bfloat16:  # the untimed steps, and a bfloat16 step a second: float32's time is the ratio
-            return 1.0
-        return next(ratios)
-
-    monkeypatch.setattr(precision, "_training_step_seconds", fake_seconds)
+    ratios = [0.93, 1.01, 0.94, 1.07] + [1.3] * (precision.SPEEDUP_ROUNDS - 4)
+    asked = _time_rounds_as(monkeypatch, ratios)
     model, batch = probe_model("masked-lm", **SHAPE)
     assert precision.SPEEDUP_ROUNDS >= 8
     assert choose_precision(lambda: bfloat16_speedup(model, batch), gpu=False, cpu_bf16=True)[0] == "cpu_bf16"
-    assert next(ratios, None) is None  # every round was timed
+    assert len(asked) == 2 + 2 * len(ratios)  # every round was timed
 
 
 @pytest.mark.parametrize(
@@ -116,16 +126,7 @@ def test_a_few_slow_rounds_at_the_start_do_not_decide(monkeypatch):
 )
 def test_rounds_that_all_lie_far_from_the_threshold_decide_early(monkeypatch, first_rounds, timed):
     ratios = first_rounds + [1.0] * (precision.SPEEDUP_ROUNDS - len(first_rounds))
-    float32_seconds = iter(ratios)
-    asked = []
-
-    def fake_seconds(model, batch, optimizer, bfloat16, steps):
-        asked.append(bfloat16)
-        if steps == 1 or bfloat16:
-            return 1.0
-        return next(float32_seconds)
-
-    monkeypatch.setattr(precision, "_training_step_seconds", fake_seconds)
+    asked = _time_rounds_as(monkeypatch, ratios)
     model, batch = probe_model("masked-lm", **SHAPE)
     speedup = bfloat16_speedup(model, batch)
     assert len(asked) == 2 + 2 * timed
