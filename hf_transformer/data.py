@@ -12,6 +12,7 @@ import copy
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,12 @@ import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Translation, Value
 from tokenizers import models as tokenizer_models
 from torch.utils import data as torch_data
+from transformers import (
+    BatchEncoding,
+    DataCollatorForLanguageModeling,
+    DataCollatorWithPadding,
+    PreTrainedTokenizerFast,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -440,11 +447,122 @@ def _check_languages(dataset: Dataset, source_lang: str, target_lang: str) -> No
         raise KeyError(f"the translation column has no language(s) {absent}; it has {list(languages)}")
 
 
-def classification_collator(tokenizer, *, pad_to_multiple_of: int | None = None):
-    """Pads each batch to its longest row (`DataCollatorWithPadding`); `label` becomes `labels`."""
-    from transformers import DataCollatorWithPadding
+# Padding a batch: `tokenizer.pad`'s result, built in torch. `tokenizer.pad` walks every row and value in Python and
+# took half of a masked-token training batch's collation; `pad_token_rows` gives the same tensors for the rows a
+# tokenizer writes (lists of ids, an int label), and leaves anything else to `tokenizer.pad`.
+_TOKEN_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "special_tokens_mask")
+_LABEL_COLUMNS = ("label", "label_ids")
 
-    return DataCollatorWithPadding(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+
+def pad_token_rows(tokenizer, rows: Sequence[Mapping[str, Any]], *, pad_to_multiple_of: int | None = None):
+    """`tokenizer.pad(rows, return_tensors="pt")` (padding to the longest row, on the tokenizer's side) as a
+    `BatchEncoding` of int64 tensors, or None where the rows hold what this does not pad itself: columns other than
+    the tokenizer's (`_TOKEN_COLUMNS`) and an int label, values that are not lists of ints, rows that differ in
+    their columns or a row whose columns differ in length. Padding values are `tokenizer.pad`'s: the pad id, 0 in
+    `attention_mask` (made from the lengths where the rows have none and the tokenizer's inputs name it), the
+    tokenizer's pad type id, 1 in `special_tokens_mask`."""
+    if not rows or not all(isinstance(row, Mapping) for row in rows):
+        return None
+    columns = list(rows[0])
+    if (
+        "input_ids" not in columns
+        or any(column not in _TOKEN_COLUMNS + _LABEL_COLUMNS for column in columns)
+        or any(len(row) != len(columns) or any(column not in row for column in columns) for row in rows)
+        or tokenizer.pad_token_id is None
+        or tokenizer.padding_side not in ("right", "left")
+    ):
+        return None
+    sequences = [column for column in columns if column in _TOKEN_COLUMNS]
+    if not all(type(rows[0][column]) is list for column in sequences):
+        return None
+    lengths = torch.tensor([len(row["input_ids"]) for row in rows])
+    longest = int(lengths.max())
+    if pad_to_multiple_of:
+        longest = -(-longest // pad_to_multiple_of) * pad_to_multiple_of
+    positions = torch.arange(longest)
+    if tokenizer.padding_side == "right":
+        real = positions < lengths[:, None]  # (B, S)
+    else:
+        real = positions >= (longest - lengths)[:, None]
+    padding_values = {
+        "input_ids": tokenizer.pad_token_id,
+        "attention_mask": 0,
+        "token_type_ids": tokenizer.pad_token_type_id,
+        "special_tokens_mask": 1,
+    }
+    batch = {}
+    for column in sequences:
+        values = list(chain.from_iterable(row[column] for row in rows))
+        if len(values) != int(lengths.sum()) or not all(type(value) is int for value in values):
+            return None
+        padded = torch.full((len(rows), longest), padding_values[column], dtype=torch.long)
+        padded[real] = torch.tensor(values, dtype=torch.long)
+        batch[column] = padded
+    if "attention_mask" not in batch and "attention_mask" in tokenizer.model_input_names:
+        batch["attention_mask"] = real.long()
+    for column in columns:
+        if column in _LABEL_COLUMNS:
+            labels = [row[column] for row in rows]
+            if not all(type(label) is int for label in labels):
+                return None
+            batch[column] = torch.tensor(labels)
+    return BatchEncoding(batch)
+
+
+class ClassificationCollator(DataCollatorWithPadding):
+    """`DataCollatorWithPadding` padding through `pad_token_rows` where it can; `label` becomes `labels`."""
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = None
+        if self.padding in (True, "longest") and self.max_length is None and self.return_tensors == "pt":
+            batch = pad_token_rows(self.tokenizer, features, pad_to_multiple_of=self.pad_to_multiple_of)
+        if batch is None:
+            return super().__call__(features)
+        for column in _LABEL_COLUMNS:
+            if column in batch:
+                batch["labels"] = batch.pop(column)
+        return batch
+
+
+def classification_collator(tokenizer, *, pad_to_multiple_of: int | None = None) -> ClassificationCollator:
+    """Pads each batch to its longest row; `label` becomes `labels`."""
+    return ClassificationCollator(tokenizer, pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+
+
+def special_token_positions(tokenizer, input_ids: torch.Tensor) -> torch.Tensor:
+    """(B, S) bool: which ids are special tokens, as `tokenizer.get_special_tokens_mask(row,
+    already_has_special_tokens=True)` says row by row; for a `tokenizers`-backed tokenizer, which answers by
+    membership in `all_special_ids`, in one `torch.isin`."""
+    if type(tokenizer).get_special_tokens_mask is PreTrainedTokenizerFast.get_special_tokens_mask:
+        return torch.isin(input_ids, torch.tensor(tokenizer.all_special_ids, dtype=input_ids.dtype))
+    rows = [tokenizer.get_special_tokens_mask(row, already_has_special_tokens=True) for row in input_ids.tolist()]
+    return torch.tensor(rows, dtype=torch.bool)
+
+
+class MaskedTokenCollator(DataCollatorForLanguageModeling):
+    """Masked-token batches (`DataCollatorForLanguageModeling`: of each row's non-special tokens, a share
+    ``mlm_probability`` chosen; of those 80% become the mask token, 10% a random token, 10% stay; `labels` holds
+    them, -100 elsewhere), padded by `pad_token_rows` and the special tokens found by `special_token_positions`
+    where they can: the batch, and the random numbers drawn for it, are transformers' own."""
+
+    def torch_call(self, examples):
+        batch = None
+        if self.mlm and self.seed is None and not self.whole_word_mask:
+            batch = pad_token_rows(self.tokenizer, examples, pad_to_multiple_of=self.pad_to_multiple_of)
+        if batch is None:
+            return super().torch_call(examples)
+        special = batch.pop("special_tokens_mask", None)
+        if special is None:
+            special = special_token_positions(self.tokenizer, batch["input_ids"])
+        batch["input_ids"], batch["labels"] = self.torch_mask_tokens(batch["input_ids"], special_tokens_mask=special)
+        return batch
+
+
+def masked_token_collator(
+    tokenizer, *, mlm_probability: float = 0.15, pad_to_multiple_of: int | None = None
+) -> MaskedTokenCollator:
+    """Batches for masked-token training (`MaskedTokenCollator`)."""
+    return MaskedTokenCollator(tokenizer, mlm_probability=mlm_probability, pad_to_multiple_of=pad_to_multiple_of)
 
 
 def seq2seq_collator(tokenizer, model=None, *, pad_to_multiple_of: int | None = None):
@@ -515,7 +633,12 @@ __all__ = [
     "tokenize_translation",
     "SubwordSampledTranslation",
     "BidirectionalTranslation",
+    "pad_token_rows",
+    "ClassificationCollator",
     "classification_collator",
+    "special_token_positions",
+    "MaskedTokenCollator",
+    "masked_token_collator",
     "seq2seq_collator",
     "sequence_lengths",
     "length_grouped_dataloader",

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import DataCollatorForLanguageModeling, HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_transformer import TransformerForMaskedLM
-from hf_transformer.data import tokenize_classification
+from hf_transformer.data import masked_token_collator, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
 from hf_transformer.openmp import restart_waiting_passively_when_busy
@@ -132,7 +132,10 @@ def load_texts_and_tokenizer(model_args, data_args: TextFileArguments, training_
         name: tokenize_classification(part, tokenizer, max_length=model_args.max_length)
         for name, part in splits.items()
     }
-    tokenized = {name: part.filter(lambda row: len(row["input_ids"]) > 1) for name, part in tokenized.items()}
+    # The kept rows written out as a table of their own: batches are then read from it without an index mapping.
+    tokenized = {
+        name: part.filter(lambda row: len(row["input_ids"]) > 1).flatten_indices() for name, part in tokenized.items()
+    }
     return tokenizer, tokenized
 
 
@@ -150,7 +153,7 @@ def evaluate(trainer, model, tokenized, tokenizer, pretrain_args, seed: int) -> 
     set_seed(seed)
     results = trainer.evaluate()
     set_seed(seed)
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm_probability=pretrain_args.mlm_probability)
+    collator = masked_token_collator(tokenizer, mlm_probability=pretrain_args.mlm_probability)
     return results | dict(
         eval_masked_accuracy=masked_token_accuracy(model, tokenized["validation"], collator),
         eval_perplexity=math.exp(min(results["eval_loss"], 50.0)),
@@ -172,7 +175,7 @@ def main(argv: list[str] | None = None) -> dict:
         args=training_args,
         train_dataset=tokenized["train"],
         eval_dataset=tokenized["validation"],
-        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm_probability=pretrain_args.mlm_probability),
+        data_collator=masked_token_collator(tokenizer, mlm_probability=pretrain_args.mlm_probability),
         processing_class=tokenizer,
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

@@ -344,7 +344,7 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     # as a module through the package; neither edits sys.path.
     for command in (["benchmarks/encoder_share.py", "--help"], ["-m", "benchmarks.encoder_share", "--help"]):
         subprocess.run([sys.executable, *command], check=True, capture_output=True, text=True, cwd=REPO)
-    for name in ("benchmark", "encoder_share", "thread_layouts", "device_check"):
+    for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation"):
         assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
     results = REPO / "benchmarks" / "results"
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
@@ -370,3 +370,25 @@ def test_training_memory_reports_each_setting_from_a_process_of_its_own(tmp_path
     assert json.loads(output.read_text())["results"] == results
     table = output.with_suffix(".md").read_text()
     assert table.count("| glibc |") == 2 and table.count("| keep_freed_memory |") == 2
+
+
+def test_the_collation_benchmark_times_both_collators_on_the_same_draws(tmp_path):
+    from benchmarks import collation
+
+    output = tmp_path / "collation.md"
+    report = collation.main(["--rounds", "2", "--batches", "2", "--output", str(output)])
+    assert list(report["results"]) == ["masked tokens", "classification"]
+    for result in report["results"].values():
+        medians = result["median_ms"]
+        assert medians["transformers"] > 0 and medians["hf_transformer"] > 0
+        assert result["speedup"] == pytest.approx(medians["transformers"] / medians["hf_transformer"])
+    assert json.loads(output.with_suffix(".json").read_text()) == report
+    assert output.read_text().count("x |") == 2
+
+    # Each collator draws under the same seed, so two that sample alike agree; two that differ are refused.
+    def sampling(rows):
+        return {"draw": torch.rand(3)}
+
+    collation.time_collators({"one": sampling, "two": sampling}, [[{}], [{}]], rounds=2)
+    with pytest.raises(AssertionError, match="different batches"):
+        collation.time_collators({"one": sampling, "two": lambda rows: {"draw": torch.ones(3)}}, [[{}]], rounds=1)

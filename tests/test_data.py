@@ -13,6 +13,8 @@ from hf_transformer.data import (
     length_grouped_dataloader,
     load_local_dataset,
     load_parallel_text,
+    masked_token_collator,
+    pad_token_rows,
     resolve_max_length,
     seq2seq_collator,
     tokenize_classification,
@@ -155,6 +157,106 @@ def test_classification_pipeline_pads_each_batch_to_its_longest_row(tokenizer, t
         assert batch["input_ids"][i, :length].tolist() == row["input_ids"]
         assert batch["input_ids"][i, length:].eq(tokenizer.pad_token_id).all()
         assert batch["attention_mask"][i].sum() == length
+
+
+def collated_rows(tokenizer, texts, **columns):
+    """Tokenizer rows as a dataset holds them: lists of ids (a special token inside some), and any extra columns."""
+    encoded = tokenizer(texts, truncation=True, max_length=64)
+    rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(texts))]
+    for name, values in columns.items():
+        for row, value in zip(rows, values, strict=True):
+            row[name] = value
+    return rows
+
+
+def assert_same_batch(ours, theirs):
+    assert list(ours) == list(theirs)
+    for name in theirs:
+        assert ours[name].dtype == theirs[name].dtype, name
+        assert torch.equal(ours[name], theirs[name]), name
+
+
+def refuse_tokenizer_pad(tokenizer, monkeypatch):
+    def refused(*args, **kwargs):
+        raise AssertionError("tokenizer.pad called")
+
+    monkeypatch.setattr(tokenizer, "pad", refused)
+
+
+BATCH_TEXTS = [
+    "재미있는 영화",
+    "아 더빙.. 진짜 짜증나네요 목소리 [MASK] 정말",
+    "흠",
+    "Two dogs play. A man runs in the rain.",
+]
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+@pytest.mark.parametrize("pad_to_multiple_of", [None, 8])
+def test_masked_token_collator_makes_transformers_batches_with_the_same_draws(
+    tokenizer, monkeypatch, padding_side, pad_to_multiple_of
+):
+    from transformers import DataCollatorForLanguageModeling
+
+    monkeypatch.setattr(tokenizer, "padding_side", padding_side)
+    rows = collated_rows(tokenizer, BATCH_TEXTS * 8)
+    assert any(tokenizer.mask_token_id in row["input_ids"] for row in rows)  # a special token inside a row
+    reference = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.4, pad_to_multiple_of=pad_to_multiple_of)
+    expected = {}
+    for seed in range(3):
+        torch.manual_seed(seed)
+        expected[seed] = reference(rows)
+    collate = masked_token_collator(tokenizer, mlm_probability=0.4, pad_to_multiple_of=pad_to_multiple_of)
+    refuse_tokenizer_pad(tokenizer, monkeypatch)
+    for seed in range(3):
+        torch.manual_seed(seed)
+        batch = collate(rows)
+        assert_same_batch(batch, expected[seed])
+        assert (batch["labels"] != -100).any() and not (batch["labels"][batch["attention_mask"] == 0] != -100).any()
+
+
+def test_masked_token_collator_reads_a_special_tokens_mask_column(tokenizer, monkeypatch):
+    from transformers import DataCollatorForLanguageModeling
+
+    encoded = tokenizer(BATCH_TEXTS, return_special_tokens_mask=True)
+    rows = [{name: values[i] for name, values in encoded.items()} for i in range(len(BATCH_TEXTS))]
+    rows[1]["special_tokens_mask"] = [1] * len(rows[1]["input_ids"])  # a row with nothing to mask
+    torch.manual_seed(0)
+    expected = DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.5)(rows)
+    refuse_tokenizer_pad(tokenizer, monkeypatch)
+    torch.manual_seed(0)
+    batch = masked_token_collator(tokenizer, mlm_probability=0.5)(rows)
+    assert_same_batch(batch, expected)
+    assert (batch["labels"][1] == -100).all()
+
+
+@pytest.mark.parametrize("padding_side", ["right", "left"])
+def test_classification_collator_pads_as_tokenizer_pad_does(tokenizer, monkeypatch, padding_side):
+    from transformers import DataCollatorWithPadding
+
+    monkeypatch.setattr(tokenizer, "padding_side", padding_side)
+    labelled = collated_rows(tokenizer, BATCH_TEXTS, label=[0, 1, 1, 0])
+    typed = collated_rows(tokenizer, BATCH_TEXTS, token_type_ids=[[1] * len(r["input_ids"]) for r in labelled])
+    bare = [{"input_ids": row["input_ids"], "label_ids": 1} for row in labelled]  # no attention_mask: made
+    cases = [(labelled, None), (labelled, 8), (typed, None), (bare, None)]
+    expected = [DataCollatorWithPadding(tokenizer, pad_to_multiple_of=m)(rows) for rows, m in cases]
+    refuse_tokenizer_pad(tokenizer, monkeypatch)
+    for (rows, multiple), reference in zip(cases, expected, strict=True):
+        assert_same_batch(classification_collator(tokenizer, pad_to_multiple_of=multiple)(rows), reference)
+
+
+def test_rows_the_fast_padding_does_not_cover_go_to_tokenizer_pad(tokenizer):
+    from transformers import DataCollatorWithPadding
+
+    rows = collated_rows(tokenizer, BATCH_TEXTS, label=[0.5, 1.0, 0.0, 0.25])  # regression targets
+    assert pad_token_rows(tokenizer, rows) is None
+    assert_same_batch(classification_collator(tokenizer)(rows), DataCollatorWithPadding(tokenizer)(rows))
+    assert classification_collator(tokenizer)(rows)["labels"].dtype == torch.float32
+    assert pad_token_rows(tokenizer, collated_rows(tokenizer, BATCH_TEXTS, text=BATCH_TEXTS)) is None
+    uneven = collated_rows(tokenizer, BATCH_TEXTS)
+    uneven[2]["attention_mask"] = uneven[2]["attention_mask"] + [1]
+    assert pad_token_rows(tokenizer, uneven) is None
+    assert pad_token_rows(tokenizer, [{"input_ids": torch.tensor([5, 6])}]) is None
 
 
 def test_translation_pipeline_pads_labels_with_minus_100(tokenizer, tmp_path):
