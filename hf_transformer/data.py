@@ -597,6 +597,15 @@ def sequence_lengths(dataset: Dataset, columns: Sequence[str] = ("input_ids", "l
     return longest.to_pylist()
 
 
+def sorted_by_length(dataset: Dataset, column: str = "input_ids") -> Dataset:
+    """The rows ordered by the length of ``column`` (ties in their order), written out as a table of their own. Batches
+    read in order then hold rows of about one length and little padding: for evaluation, whose metrics do not depend
+    on the rows' order (transformers' `Trainer` evaluates in the dataset's order, padding each batch to its longest
+    row)."""
+    lengths = sequence_lengths(dataset, (column,))
+    return dataset.select(sorted(range(len(lengths)), key=lengths.__getitem__)).flatten_indices()
+
+
 def length_grouped_dataloader(
     dataset: Dataset, collator, batch_size: int, *, shuffle: bool = True, seed: int = 0, **dataloader_kwargs
 ):
@@ -641,5 +650,6 @@ __all__ = [
     "masked_token_collator",
     "seq2seq_collator",
     "sequence_lengths",
+    "sorted_by_length",
     "length_grouped_dataloader",
 ]

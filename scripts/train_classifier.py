@@ -30,7 +30,7 @@ import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
-from hf_transformer.data import classification_collator, tokenize_classification
+from hf_transformer.data import classification_collator, sequence_lengths, sorted_by_length, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
 from hf_transformer.ngram_classifier import fit_ngram_classifier, refit_ngram_classifier
@@ -237,28 +237,35 @@ def build_model(model_args, tokenizer, names, training_args) -> TransformerForSe
 
 @torch.no_grad()
 def logits_in_order(trainer, dataset) -> torch.Tensor:
-    """(N, L): the model's logits for ``dataset``'s rows in its order (Trainer's evaluation may group rows by length,
-    and the n-gram fit pairs each row's logits with its tokens), in the precision Trainer evaluates in."""
+    """(N, L): the model's logits for ``dataset``'s rows in its order (the n-gram fit pairs each row's logits with its
+    tokens), computed in batches of rows of about one length, in the precision Trainer evaluates in."""
     model = trainer.model.eval()
+    lengths = sequence_lengths(dataset, ("input_ids",))
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)  # batches of one length: little padding
     loader = torch.utils.data.DataLoader(
         dataset.select_columns(["input_ids", "attention_mask"]),
         batch_size=trainer.args.per_device_eval_batch_size,
+        sampler=order,
         collate_fn=trainer.data_collator,
     )
     logits = []
     for batch in loader:
         with trainer.autocast_smart_context_manager():
             logits.append(model(**{name: value.to(model.device) for name, value in batch.items()}).logits.float())
-    return torch.cat(logits).cpu()
+    logits = torch.cat(logits).cpu()
+    in_order = torch.empty_like(logits)
+    in_order[order] = logits
+    return in_order
 
 
-def fit_ngram_score(trainer, model, tokenizer, tokenized, training_args) -> dict:
+def fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args) -> dict:
     """Fit the n-gram score on the training rows and weigh it beside the trained encoder on the validation rows;
-    the encoder's test accuracy alone is scored first (its logits, while the n-gram score is still zero)."""
+    the encoder's test accuracy alone (on ``test``, the test rows as evaluated) is scored first (its logits, while
+    the n-gram score is still zero)."""
     validation = tokenized["validation"]
     report = {}
-    if "test" in tokenized:
-        encoder_alone = trainer.predict(tokenized["test"], metric_key_prefix="test_encoder").metrics
+    if test is not None:
+        encoder_alone = trainer.predict(test, metric_key_prefix="test_encoder").metrics
         report["test_encoder_accuracy"] = encoder_alone["test_encoder_accuracy"]
     started = time.time()
     report |= fit_ngram_classifier(
@@ -288,19 +295,21 @@ def refit_ngram_score(model, tokenized, training_args, ngram_logit_scale: float)
 def score(trainer, model, tokenizer, tokenized, training_args) -> dict:
     """The weights kept (the mean of the last checkpoints where asked), with the n-gram score fitted where asked,
     scored on validation, then (the n-gram score refitted with the validation rows where asked) once on test, there
-    also the encoder's accuracy without the n-gram score."""
+    also the encoder's accuracy without the n-gram score. The test rows are evaluated sorted by length, as the
+    Trainer's validation rows are (`sorted_by_length`)."""
     results = {}
+    test = sorted_by_length(tokenized["test"]) if "test" in tokenized else None
     averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
     if averaged:
         results["averaged_checkpoints"] = averaged
     if model.ngram_classifier is not None:
-        results.update(fit_ngram_score(trainer, model, tokenizer, tokenized, training_args))
+        results.update(fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args))
     results.update(trainer.evaluate())
     results["eval_samples"] = len(tokenized["validation"])
     if model.ngram_classifier is not None and training_args.ngram_refit_with_validation:
         results.update(refit_ngram_score(model, tokenized, training_args, results["ngram_logit_scale"]))
-    if "test" in tokenized:
-        results.update(trainer.predict(tokenized["test"], metric_key_prefix="test").metrics)
+    if test is not None:
+        results.update(trainer.predict(test, metric_key_prefix="test").metrics)
         results["test_samples"] = len(tokenized["test"])
     return results
 
@@ -324,7 +333,7 @@ def main(argv: list[str] | None = None) -> dict:
         model=model,
         args=training_args,
         train_dataset=tokenized["train"],
-        eval_dataset=tokenized["validation"],
+        eval_dataset=sorted_by_length(tokenized["validation"]),  # evaluated in order: batches of one length
         data_collator=classification_collator(tokenizer),
         processing_class=tokenizer,
         compute_metrics=accuracy_and_f1,

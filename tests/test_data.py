@@ -17,6 +17,7 @@ from hf_transformer.data import (
     pad_token_rows,
     resolve_max_length,
     seq2seq_collator,
+    sorted_by_length,
     tokenize_classification,
     tokenize_translation,
 )
@@ -257,6 +258,24 @@ def test_rows_the_fast_padding_does_not_cover_go_to_tokenizer_pad(tokenizer):
     uneven[2]["attention_mask"] = uneven[2]["attention_mask"] + [1]
     assert pad_token_rows(tokenizer, uneven) is None
     assert pad_token_rows(tokenizer, [{"input_ids": torch.tensor([5, 6])}]) is None
+
+
+def test_rows_sorted_by_length_keep_their_labels_and_ties_their_order(tokenizer):
+    from datasets import Dataset
+
+    texts = ["영화 " * (1 + (i * 7) % 5) + str(i) for i in range(30)]
+    dataset = tokenize_classification(Dataset.from_dict({"text": texts, "label": list(range(30))}), tokenizer)
+    dataset = dataset.select(range(29, -1, -1))  # an index mapping, as a filtered or split dataset has
+    ordered = sorted_by_length(dataset)
+    lengths = [len(ids) for ids in ordered["input_ids"]]
+    assert lengths == sorted(lengths) and lengths[0] < lengths[-1]
+    assert sorted(ordered["label"]) == list(range(30))
+    for row in ordered:  # each row keeps its own label, and rows of one length keep the dataset's order
+        assert row["input_ids"] == dataset[29 - row["label"]]["input_ids"]
+    for shorter, longer in zip(ordered, ordered.select(range(1, 30))):
+        if len(shorter["input_ids"]) == len(longer["input_ids"]):
+            assert shorter["label"] > longer["label"]
+    assert ordered._indices is None  # written out: batches read without an index mapping
 
 
 def test_translation_pipeline_pads_labels_with_minus_100(tokenizer, tmp_path):

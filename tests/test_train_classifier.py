@@ -162,8 +162,8 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
         + ["--eval_strategy", "no", "--save_strategy", "steps", "--save_steps", "30"]
         + ["--ngram_buckets", "4096", "--ngram_order", "2", "--train_sampling_strategy", "group_by_length"]
     )  # fmt: skip
-    # Each part's validation accuracy is reported beside the sum's, and the encoder's alone on test. (Trainer evaluates
-    # rows grouped by length there, in another order than the dataset's: the fit pairs each row with its own logits.)
+    # Each part's validation accuracy is reported beside the sum's, and the encoder's alone on test. (The script
+    # evaluates rows sorted by length, in another order than the dataset's: the fit pairs each row with its own logits.)
     for key in ("eval_encoder_accuracy", "eval_ngram_accuracy", "test_encoder_accuracy", "ngram_logit_scale"):
         assert key in results, key
     assert results["eval_ngram_accuracy"] > 0.9  # the words tell the label
