@@ -5,9 +5,10 @@ says why it exists; the measurements behind each are in benchmarks/results/notes
 docs/performance.md), not here. This is the only module that touches private torch ops (``torch.ops.mkldnn``).
 
 - residual and attention dropout ....... :func:`inverted_dropout`, :class:`Dropout` (CPU: a cheaper mask)
-- multi-head attention ................. :func:`attend` (eager path with dropout on CPU; compiled short CPU
-                                         attention; else sdpa or the configured kernel), and what a model
-                                         tells transformers of its kernels (:class:`AttentionKernels`)
+- multi-head attention ................. :func:`attend` (eager path with dropout on CPU, for compiled short CPU
+                                         attention and for bfloat16 CPU training over short rows; else sdpa or
+                                         the configured kernel), and what a model tells transformers of its
+                                         kernels (:class:`AttentionKernels`)
 - output projection and training loss .. :func:`output_logits_and_loss` (the loss without the logits)
 - decoding on CPU ...................... :func:`packed_linear_weights` (oneDNN-packed weights for few rows)
 - graph capture ........................ :func:`capturing_graph` (host-side shortcuts off under compile/trace)
@@ -121,6 +122,22 @@ def _compiled_short_cpu_attention(key: torch.Tensor) -> bool:
     )
 
 
+# In bfloat16 on CPU, sdpa's backward pass over few keys is slower than the product-softmax-product path's (its
+# softmax in float32) up to about this many keys, enough to slow a whole training step over short rows
+# (benchmarks/results/notes.md). Evaluation keeps sdpa: without gradients it is as fast or faster there.
+BFLOAT16_CPU_TRAINING_MATH_ATTENTION_MAX_KEYS = 128
+
+
+def _bfloat16_cpu_training_attention(query: torch.Tensor, key: torch.Tensor) -> bool:
+    return (
+        query.device.type == "cpu"
+        and query.dtype == torch.bfloat16
+        and query.requires_grad
+        and torch.is_grad_enabled()
+        and key.shape[-2] <= BFLOAT16_CPU_TRAINING_MATH_ATTENTION_MAX_KEYS
+    )
+
+
 def attend(
     module: nn.Module,
     query: torch.Tensor,
@@ -133,8 +150,9 @@ def attend(
     """softmax(Q K^T / sqrt(d_k)) V for ``module`` (a ``TransformerAttention``), through the fastest kernel that
     gives the same result: ``paper_attention`` (the model's eager function, which returns the probabilities)
     where probabilities are asked for, for dropout on CPU (sdpa has no fused CPU kernel with dropout and falls
-    back to the same math with a slower mask) and for short compiled CPU attention; otherwise the configured
-    implementation (sdpa called directly, or any kernel registered with transformers).
+    back to the same math with a slower mask), for short compiled CPU attention and for training in bfloat16 on
+    CPU over short rows; otherwise the configured implementation (sdpa called directly, or any kernel registered
+    with transformers).
 
     query (B, H, T, Dh), key/value (B, H, S, Dh), mask bool (True = may attend) or float, broadcastable to
     (B, H, T, S) -> output (B, T, H, Dh), probabilities (B, H, T, S) or None.
@@ -142,7 +160,12 @@ def attend(
     dropout = module.dropout if module.training else 0.0
     implementation = "eager"
     cpu_dropout = dropout > 0.0 and query.device.type == "cpu"
-    if not output_attentions and not cpu_dropout and not _compiled_short_cpu_attention(key):
+    if (
+        not output_attentions
+        and not cpu_dropout
+        and not _compiled_short_cpu_attention(key)
+        and not _bfloat16_cpu_training_attention(query, key)
+    ):
         implementation = module.config._attn_implementation
     if implementation == "sdpa":
         # torch's kernel called directly (the generic wrapper's checks cost time at every decoding step). A single

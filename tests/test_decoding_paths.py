@@ -165,6 +165,41 @@ def test_decoder_rows_that_differ_from_the_encoder_rows_are_rejected():
 
 
 @pytest.mark.parametrize("keys", [6, 20])
+def test_bfloat16_cpu_training_over_few_keys_takes_the_math_path(monkeypatch, keys):
+    # Training in bfloat16 on CPU (gradients on), attention over at most BFLOAT16_CPU_TRAINING_MATH_ATTENTION_MAX_KEYS
+    # keys runs as product-softmax-product instead of sdpa's kernel; the same output and gradients to bfloat16's
+    # rounding. Without gradients, or in float32, sdpa as configured.
+    monkeypatch.setattr(speed, "BFLOAT16_CPU_TRAINING_MATH_ATTENTION_MAX_KEYS", 10)
+    model = TransformerForConditionalGeneration(tiny_config(dropout=0.0, attention_dropout=0.0)).train()
+    model.set_attn_implementation("sdpa")
+    attention = model.model.decoder.layers[0].cross_attn
+    torch.manual_seed(0)
+    queries, sources = torch.randn(3, 4, 32), torch.randn(3, keys, 32)
+    mask = torch.ones(3, 1, 1, keys, dtype=torch.bool)
+    mask[1, ..., keys // 2 :] = False
+
+    def output_and_gradient(dtype, *, grad=True):
+        attention.zero_grad()
+        inputs = queries.clone().requires_grad_(grad)
+        with torch.set_grad_enabled(grad), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            output, _ = attention(inputs, key_value_states=sources, attention_mask=mask)
+        if not grad:
+            return output.float(), None
+        output.float().square().sum().backward()
+        return output.float(), inputs.grad
+
+    reference, reference_gradient = output_and_gradient(torch.float32)
+    sdpa_calls = record_calls(monkeypatch, F, "scaled_dot_product_attention")
+    output, gradient = output_and_gradient(torch.bfloat16)
+    assert len(sdpa_calls) == (keys > 10)
+    torch.testing.assert_close(output, reference, rtol=0.05, atol=0.05)
+    torch.testing.assert_close(gradient, reference_gradient, rtol=0.05, atol=0.1)
+    output_and_gradient(torch.bfloat16, grad=False)  # evaluation
+    output_and_gradient(torch.float32)
+    assert len(sdpa_calls) == (keys > 10) + 2
+
+
+@pytest.mark.parametrize("keys", [6, 20])
 def test_compiled_cpu_attention_over_few_keys_takes_the_fused_math_path(monkeypatch, keys):
     # Under torch.compile on CPU, attention over at most COMPILED_CPU_MATH_ATTENTION_MAX_KEYS keys runs as
     # product-softmax-product (which inductor fuses) instead of sdpa's kernel; same result either way.
