@@ -492,8 +492,10 @@ def pad_token_rows(tokenizer, rows: Sequence[Mapping[str, Any]], *, pad_to_multi
     }
     batch = {}
     for column in sequences:
+        if any(len(row[column]) != len(row["input_ids"]) for row in rows):
+            return None
         values = list(chain.from_iterable(row[column] for row in rows))
-        if len(values) != int(lengths.sum()) or not all(type(value) is int for value in values):
+        if not all(type(value) is int for value in values):
             return None
         padded = torch.full((len(rows), longest), padding_values[column], dtype=torch.long)
         padded[real] = torch.tensor(values, dtype=torch.long)

@@ -257,6 +257,8 @@ def test_rows_the_fast_padding_does_not_cover_go_to_tokenizer_pad(tokenizer):
     uneven = collated_rows(tokenizer, BATCH_TEXTS)
     uneven[2]["attention_mask"] = uneven[2]["attention_mask"] + [1]
     assert pad_token_rows(tokenizer, uneven) is None
+    uneven[3]["attention_mask"] = uneven[3]["attention_mask"][:-1]  # the two rows' total length as it was
+    assert pad_token_rows(tokenizer, uneven) is None
     assert pad_token_rows(tokenizer, [{"input_ids": torch.tensor([5, 6])}]) is None
 
 
