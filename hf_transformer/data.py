@@ -599,13 +599,18 @@ def sequence_lengths(dataset: Dataset, columns: Sequence[str] = ("input_ids", "l
     return longest.to_pylist()
 
 
+def rows_by_length(dataset: Dataset, columns: Sequence[str] = ("input_ids", "labels")) -> list[int]:
+    """The rows' indices ordered by `sequence_lengths` (ties in the dataset's order)."""
+    lengths = sequence_lengths(dataset, columns)
+    return sorted(range(len(lengths)), key=lengths.__getitem__)
+
+
 def sorted_by_length(dataset: Dataset, column: str = "input_ids") -> Dataset:
     """The rows ordered by the length of ``column`` (ties in their order), written out as a table of their own. Batches
     read in order then hold rows of about one length and little padding: for evaluation, whose metrics do not depend
     on the rows' order (transformers' `Trainer` evaluates in the dataset's order, padding each batch to its longest
     row)."""
-    lengths = sequence_lengths(dataset, (column,))
-    return dataset.select(sorted(range(len(lengths)), key=lengths.__getitem__)).flatten_indices()
+    return dataset.select(rows_by_length(dataset, (column,))).flatten_indices()
 
 
 def length_grouped_dataloader(
@@ -622,12 +627,11 @@ def length_grouped_dataloader(
     from torch.utils.data import DataLoader
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
-    lengths = sequence_lengths(dataset)
     if shuffle:
         generator = torch.Generator().manual_seed(seed)
-        sampler = LengthGroupedSampler(batch_size, lengths=lengths, generator=generator)
+        sampler = LengthGroupedSampler(batch_size, lengths=sequence_lengths(dataset), generator=generator)
     else:
-        sampler = sorted(range(len(lengths)), key=lengths.__getitem__)
+        sampler = rows_by_length(dataset)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collator, **dataloader_kwargs)
 
 
@@ -652,6 +656,7 @@ __all__ = [
     "masked_token_collator",
     "seq2seq_collator",
     "sequence_lengths",
+    "rows_by_length",
     "sorted_by_length",
     "length_grouped_dataloader",
 ]

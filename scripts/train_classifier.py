@@ -30,7 +30,7 @@ import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
-from hf_transformer.data import classification_collator, sequence_lengths, sorted_by_length, tokenize_classification
+from hf_transformer.data import classification_collator, rows_by_length, sorted_by_length, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
 from hf_transformer.ngram_classifier import fit_ngram_classifier, refit_ngram_classifier
@@ -240,8 +240,7 @@ def logits_in_order(trainer, dataset) -> torch.Tensor:
     """(N, L): the model's logits for ``dataset``'s rows in its order (the n-gram fit pairs each row's logits with its
     tokens), computed in batches of rows of about one length, in the precision Trainer evaluates in."""
     model = trainer.model.eval()
-    lengths = sequence_lengths(dataset, ("input_ids",))
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)  # batches of one length: little padding
+    order = rows_by_length(dataset, ("input_ids",))  # batches of one length: little padding
     loader = torch.utils.data.DataLoader(
         dataset.select_columns(["input_ids", "attention_mask"]),
         batch_size=trainer.args.per_device_eval_batch_size,

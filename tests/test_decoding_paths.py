@@ -164,19 +164,26 @@ def test_decoder_rows_that_differ_from_the_encoder_rows_are_rejected():
         model(encoder_outputs=encoded, decoder_input_ids=target)
 
 
+def sdpa_cross_attention_case(keys: int, **config):
+    """A tiny model's first cross-attention set to sdpa (in eval mode), 3 rows of 4 queries, 3 sources of ``keys``
+    keys and a mask hiding the second row's last half."""
+    model = TransformerForConditionalGeneration(tiny_config(**config)).eval()
+    model.set_attn_implementation("sdpa")
+    torch.manual_seed(0)
+    queries, sources = torch.randn(3, 4, 32), torch.randn(3, keys, 32)
+    mask = torch.ones(3, 1, 1, keys, dtype=torch.bool)
+    mask[1, ..., keys // 2 :] = False
+    return model.model.decoder.layers[0].cross_attn, queries, sources, mask
+
+
 @pytest.mark.parametrize("keys", [6, 20])
 def test_bfloat16_cpu_training_over_few_keys_takes_the_math_path(monkeypatch, keys):
     # Training in bfloat16 on CPU (gradients on), attention over at most BFLOAT16_CPU_TRAINING_MATH_ATTENTION_MAX_KEYS
     # keys runs as product-softmax-product instead of sdpa's kernel; the same output and gradients to bfloat16's
     # rounding. Without gradients, or in float32, sdpa as configured.
     monkeypatch.setattr(speed, "BFLOAT16_CPU_TRAINING_MATH_ATTENTION_MAX_KEYS", 10)
-    model = TransformerForConditionalGeneration(tiny_config(dropout=0.0, attention_dropout=0.0)).train()
-    model.set_attn_implementation("sdpa")
-    attention = model.model.decoder.layers[0].cross_attn
-    torch.manual_seed(0)
-    queries, sources = torch.randn(3, 4, 32), torch.randn(3, keys, 32)
-    mask = torch.ones(3, 1, 1, keys, dtype=torch.bool)
-    mask[1, ..., keys // 2 :] = False
+    attention, queries, sources, mask = sdpa_cross_attention_case(keys, dropout=0.0, attention_dropout=0.0)
+    attention.train()
 
     def output_and_gradient(dtype, *, grad=True):
         attention.zero_grad()
@@ -204,13 +211,7 @@ def test_compiled_cpu_attention_over_few_keys_takes_the_fused_math_path(monkeypa
     # Under torch.compile on CPU, attention over at most COMPILED_CPU_MATH_ATTENTION_MAX_KEYS keys runs as
     # product-softmax-product (which inductor fuses) instead of sdpa's kernel; same result either way.
     monkeypatch.setattr(speed, "COMPILED_CPU_MATH_ATTENTION_MAX_KEYS", 10)
-    model = TransformerForConditionalGeneration(tiny_config()).eval()
-    model.set_attn_implementation("sdpa")
-    attention = model.model.decoder.layers[0].cross_attn
-    torch.manual_seed(0)
-    queries, sources = torch.randn(3, 4, 32), torch.randn(3, keys, 32)
-    mask = torch.ones(3, 1, 1, keys, dtype=torch.bool)
-    mask[1, ..., keys // 2 :] = False
+    attention, queries, sources, mask = sdpa_cross_attention_case(keys)
     with torch.no_grad():
         plain, _ = attention(queries, key_value_states=sources, attention_mask=mask)
         sdpa_calls = record_calls(monkeypatch, F, "scaled_dot_product_attention")
