@@ -75,6 +75,7 @@ def worker(folder: str, output: str) -> None:
     from transformers import DistributedConfig
 
     from hf_transformer import TransformerForConditionalGeneration
+    from hf_transformer.training import end_process_group
 
     rank = int(os.environ["RANK"])
     sharding = DistributedConfig(fsdp_size=2)
@@ -89,7 +90,9 @@ def worker(folder: str, output: str) -> None:
     }
     model.save_pretrained(output)
     print("fsdp loading report:", json.dumps(report), flush=True)
-    dist.destroy_process_group()
+    # The training scripts' teardown: wait for the other process, then close the group before the interpreter exits
+    # (left to the exit, a gloo group's threads can abort a finished process with SIGABRT).
+    end_process_group()
 
 
 def free_port() -> int:
