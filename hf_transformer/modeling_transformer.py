@@ -89,7 +89,16 @@ from .input_checks import (
     check_token_inputs,
     classification_problem,
 )
-from .speed import AttentionKernels, Dropout, all_true, attend, inverted_dropout, output_logits_and_loss, sees_every_key
+from .speed import (
+    AttentionKernels,
+    Dropout,
+    all_true,
+    attend,
+    inverted_dropout,
+    output_logits_and_loss,
+    pack_token_characters,
+    sees_every_key,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -1112,7 +1121,11 @@ class NgramClassifier(nn.Module):
         if self.reads_tokens:
             kinds.append((self.canonical_ids[input_ids], token_is_real, int(self.reads_characters), self.token_order))
         if self.reads_characters:
-            kinds.append((*token_characters_in_a_row(input_ids, token_is_real, self.token_characters), 0, self.order))
+            # The plain packing, or one as wide as the rows' characters (speed.pack_token_characters).
+            characters = pack_token_characters(
+                input_ids, token_is_real, self.token_characters, token_characters_in_a_row
+            )
+            kinds.append((*characters, 0, self.order))
         return kinds
 
     def ngrams(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:

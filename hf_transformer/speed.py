@@ -10,6 +10,8 @@ docs/performance.md), not here. This is the only module that touches private tor
                                          the configured kernel), and what a model tells transformers of its
                                          kernels (:class:`AttentionKernels`)
 - output projection and training loss .. :func:`output_logits_and_loss` (the loss without the logits)
+- the n-gram score's characters ........ :func:`pack_token_characters` (as wide as the row's characters, not as
+                                         the tokens' slots)
 - decoding on CPU ...................... :func:`packed_linear_weights` (oneDNN-packed weights for few rows)
 - graph capture ........................ :func:`capturing_graph` (host-side shortcuts off under compile/trace)
 - masks that hide nothing .............. :func:`all_true`, :func:`sees_every_key` (attention without a mask)
@@ -36,6 +38,7 @@ __all__ = [
     "AttentionKernels",
     "output_logits_and_loss",
     "fused_linear_cross_entropy",
+    "pack_token_characters",
     "packed_linear_weights",
     "packed_weight",
     "is_packing",
@@ -362,6 +365,43 @@ def fused_linear_cross_entropy(
     """``F.cross_entropy(hidden @ weight.T + bias, labels, reduction="sum")`` (-100 ignored) without ever
     holding the (N, V) logits; hidden (N, D), weight (V, D), labels (N,), bias (V,) -> ()."""
     return _FusedLinearCrossEntropy.apply(hidden, weight, labels, float(label_smoothing), bias)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The n-gram score's characters: each row's as wide as the row's characters
+# ---------------------------------------------------------------------------------------------------
+
+
+def pack_token_characters(
+    input_ids: torch.Tensor, token_is_real: torch.Tensor, token_characters: torch.Tensor, plain_packing: Callable
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The real tokens' characters one after the other in each row (``plain_packing``, the model's
+    ``token_characters_in_a_row``), found without its (B, S * W) table of every token's W character slots, most of
+    them empty: each packed place looks up its token and the character's place in it, over as many places as the
+    batch's longest row has characters.
+
+    (B, S) ids, (B, S) which are real, (V, W) code points -> (B, C) code points, (B, C) which are real: the plain
+    packing's first C columns, where it has only empty ones after them (C >= 1). A captured graph cannot size a tensor
+    by its data, and takes ``plain_packing``.
+    """
+    batch, length = input_ids.shape
+    if capturing_graph() or batch == 0 or length == 0:
+        return plain_packing(input_ids, token_is_real, token_characters)
+    slots = token_characters.shape[1]
+    present = token_characters != 0  # (V, W)
+    if not bool((present[:, 1:] <= present[:, :-1]).all()):  # a token's characters after an empty slot: close up
+        order = (~present).to(torch.uint8).argsort(dim=1, stable=True)
+        token_characters, present = token_characters.gather(1, order), present.gather(1, order)
+    counts = present.sum(1)[input_ids] * token_is_real  # (B, S) characters of each real token
+    ends = counts.cumsum(1)  # (B, S): where each token's characters end in its row
+    totals = ends[:, -1:]  # (B, 1)
+    places = torch.arange(max(int(totals.max()), 1), device=input_ids.device)  # (C,)
+    queries = places.expand(batch, -1).contiguous()  # (B, C)
+    token = torch.searchsorted(ends, queries, right=True).clamp_(max=length - 1)  # (B, C): the token holding it
+    real = queries < totals
+    within = torch.where(real, queries - (ends - counts).gather(1, token), 0)  # its place among the token's
+    characters = token_characters.reshape(-1)[input_ids.gather(1, token) * slots + within]
+    return characters * real, real
 
 
 # ---------------------------------------------------------------------------------------------------

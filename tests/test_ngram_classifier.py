@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification
 
-from hf_transformer import TransformerForSequenceClassification
+from hf_transformer import TransformerForSequenceClassification, modeling_transformer
 from hf_transformer.configuration_transformer import InvalidConfigError
 from hf_transformer.modeling_transformer import NgramClassifier, ngram_hashes, token_characters_in_a_row
 from hf_transformer.ngram_classifier import (
@@ -20,6 +20,7 @@ from hf_transformer.ngram_classifier import (
     refit_ngram_classifier,
     token_character_table,
 )
+from hf_transformer.speed import pack_token_characters
 from tests.helpers.models import tiny_config
 
 BUCKETS = 4096
@@ -194,6 +195,49 @@ def test_characters_run_across_tokens_and_words_whatever_the_cut_and_the_padding
             found.append("".join(map(chr, characters[real].tolist())))
             assert not real[0, real.sum() :].any()  # the characters come first in the row
     assert found == ["abccd"] * 6
+
+
+def test_the_packing_as_wide_as_the_characters_equals_the_plain_one():
+    """speed.pack_token_characters gives the plain packing's columns up to the batch's longest row of characters
+    (the plain one has only empty ones after them): tokens of no characters, padding on either side, rows without a
+    character, and tables whose rows have an empty slot before a character (the plain packing skips it)."""
+    generator = torch.Generator().manual_seed(0)
+    widths = set()
+    for case in range(200):
+        vocab_size, slots = (
+            int(torch.randint(low, high, (1,), generator=generator)) for low, high in ((3, 40), (1, 6))
+        )
+        table = torch.randint(1, 0xD7A4, (vocab_size, slots), generator=generator)
+        table *= torch.arange(slots) < torch.randint(0, slots + 1, (vocab_size, 1), generator=generator)
+        if case % 3 == 0:
+            table *= torch.rand(vocab_size, slots, generator=generator) > 0.3
+        batch, length = (int(torch.randint(1, high, (1,), generator=generator)) for high in (6, 10))
+        ids = torch.randint(0, vocab_size, (batch, length), generator=generator)
+        real = torch.rand(batch, length, generator=generator) > 0.3
+        plain, plain_real = token_characters_in_a_row(ids, real, table)
+        packed, packed_real = pack_token_characters(ids, real, table, token_characters_in_a_row)
+        width = packed.shape[1]
+        widths.add(width == max(int(plain_real.sum(1).max()), 1))
+        assert torch.equal(packed, plain[:, :width]) and torch.equal(packed_real, plain_real[:, :width]), case
+        assert not plain_real[:, width:].any(), case
+    assert widths == {True}  # as wide as the longest row's characters, not the tokens' slots
+
+
+def test_a_classifier_scores_the_same_with_either_packing(monkeypatch):
+    model = ngram_model(classifier_ngram_unit="token+character")
+    with torch.no_grad():
+        model.ngram_classifier.weight.normal_()
+        model.ngram_classifier.idf.uniform_(0.5, 2.0)
+        model.ngram_classifier.token_characters.copy_(token_character_table(CHARACTERS, model.config.vocab_size))
+    ids = torch.tensor(
+        [CHARACTERS.ids(["<s>", "▁ab", "c", "▁cd", "</s>"]), CHARACTERS.ids(["<s>", "▁a", "</s>", "<pad>", "<pad>"])]
+    )
+    mask = ids != CHARACTERS.ids(["<pad>"])[0]
+    fast = model(input_ids=ids, attention_mask=mask).logits
+    monkeypatch.setattr(
+        modeling_transformer, "pack_token_characters", lambda ids, real, table, plain: plain(ids, real, table)
+    )
+    torch.testing.assert_close(fast, model(input_ids=ids, attention_mask=mask).logits)
 
 
 def test_word_initial_pieces_read_as_the_same_piece_inside_a_word():
