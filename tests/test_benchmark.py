@@ -344,7 +344,7 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     # as a module through the package; neither edits sys.path.
     for command in (["benchmarks/encoder_share.py", "--help"], ["-m", "benchmarks.encoder_share", "--help"]):
         subprocess.run([sys.executable, *command], check=True, capture_output=True, text=True, cwd=REPO)
-    for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation"):
+    for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation", "ngram_characters"):
         assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
     results = REPO / "benchmarks" / "results"
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
@@ -392,3 +392,33 @@ def test_the_collation_benchmark_times_both_collators_on_the_same_draws(tmp_path
     collation.time_collators({"one": sampling, "two": sampling}, [[{}], [{}]], rounds=2)
     with pytest.raises(AssertionError, match="different batches"):
         collation.time_collators({"one": sampling, "two": lambda rows: {"draw": torch.ones(3)}}, [[{}]], rounds=1)
+
+
+def test_the_ngram_characters_benchmark_times_both_packings_on_the_same_rows(tmp_path):
+    from benchmarks import ngram_characters
+    from hf_transformer import modeling_transformer
+
+    installed = modeling_transformer.pack_token_characters
+    output = tmp_path / "ngram.md"
+    report = ngram_characters.main(["--rounds", "2", "--rows", "200", "--output", str(output)])
+    assert modeling_transformer.pack_token_characters is installed  # the model's packing put back
+    assert list(report["results"]) == ["score", "fit pass"]
+    for result in report["results"].values():
+        medians = result["median_ms"]
+        assert medians["plain"] > 0 and medians["hf_transformer"] > 0
+        assert result["speedup"] == pytest.approx(medians["plain"] / medians["hf_transformer"])
+    assert json.loads(output.with_suffix(".json").read_text()) == report
+    assert output.read_text().count("x |") == 2
+
+    # Each packing is installed in turn while the work runs, and answers that differ are refused.
+    def which_packing():
+        return [torch.tensor([float(modeling_transformer.pack_token_characters is installed)])]
+
+    seconds, answers = ngram_characters.time_packings(which_packing, {"plain": None, "package": installed}, rounds=2)
+    assert [len(values) for values in seconds.values()] == [2, 2] and answers == [
+        [torch.tensor([0.0])],
+        [torch.tensor([1.0])],
+    ]
+    with pytest.raises(AssertionError, match="different scores"):
+        ngram_characters.check_same(answers, "scores")
+    ngram_characters.check_same([[torch.tensor([1.0])], [torch.tensor([1.0 + 1e-7])]], "scores")  # rounding passes
