@@ -382,10 +382,11 @@ def pack_token_characters(
 
     (B, S) ids, (B, S) which are real, (V, W) code points -> (B, C) code points, (B, C) which are real: the plain
     packing's first C columns, where it has only empty ones after them (C >= 1). A captured graph cannot size a tensor
-    by its data, and takes ``plain_packing``.
+    by its data, and takes ``plain_packing``; so does an accelerator, where reading C would wait for the device and
+    the gain was not measured.
     """
     batch, length = input_ids.shape
-    if capturing_graph() or batch == 0 or length == 0:
+    if capturing_graph() or input_ids.device.type != "cpu" or batch == 0 or length == 0:
         return plain_packing(input_ids, token_is_real, token_characters)
     slots = token_characters.shape[1]
     present = token_characters != 0  # (V, W)
