@@ -826,7 +826,19 @@ def write_report(output, markdown: str, record: dict) -> None:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(markdown, encoding="utf-8")
     output.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    print(f"wrote {output} and {output.with_suffix('.json')} in {record['seconds']} s")
+    took = f" in {record['seconds']} s" if "seconds" in record else ""
+    print(f"wrote {output} and {output.with_suffix('.json')}{took}")
+
+
+def speed_up_rows(results: dict[str, dict], per: str, before: str, after: str) -> list[str]:
+    """Markdown table rows of two ways of doing each kind of work: the kind, ``result[per]``, the median
+    milliseconds ``before`` and ``after`` (``result["median_ms"]``) and the speed-up."""
+    rows = []
+    for kind, result in results.items():
+        medians = result["median_ms"]
+        rows.append(f"| {kind} | {result[per]} | {medians[before]:.2f} | {medians[after]:.2f} | "
+                    f"{result['speedup']:.2f}x |")  # fmt: skip
+    return rows
 
 
 def machine_description(device: torch.device) -> str:

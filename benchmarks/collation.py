@@ -19,14 +19,13 @@ import json
 import random
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 try:  # python -m benchmarks.collation, or imported from the repository root
-    from benchmarks.benchmark import machine_description
+    from benchmarks.benchmark import machine_description, speed_up_rows, write_report
 except ModuleNotFoundError:  # python benchmarks/collation.py: the script's own folder is on the path
-    from benchmark import machine_description
+    from benchmark import machine_description, speed_up_rows, write_report
 
 
 def read_texts(path: str | None, count: int) -> list[str]:
@@ -107,24 +106,17 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"{kind}: {size} rows, transformers {medians['transformers']:.2f} ms, "
               f"hf_transformer {medians['hf_transformer']:.2f} ms a batch", flush=True)  # fmt: skip
 
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine_description(torch.device("cpu")), "texts": args.texts or "made up",
               "rounds": args.rounds, "batches": args.batches, "results": results}  # fmt: skip
-    output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         f"Collating one batch, one thread, median of {args.rounds} alternated rounds of {args.batches} batches "
         f"(texts: {report['texts']}; {report['machine']}); the two collators' batches are the same.",
         "",
         "| batch | rows | transformers (ms) | hf_transformer (ms) | speed-up |",
         "|---|---|---|---|---|",
+        *speed_up_rows(results, "rows_per_batch", "transformers", "hf_transformer"),
     ]
-    for kind, result in results.items():
-        medians = result["median_ms"]
-        lines.append(f"| {kind} | {result['rows_per_batch']} | {medians['transformers']:.2f} | "
-                     f"{medians['hf_transformer']:.2f} | {result['speedup']:.2f}x |")  # fmt: skip
-    output.write_text("\n".join(lines) + "\n")
-    print(f"written {output} and {output.with_suffix('.json')}")
+    write_report(args.output, "\n".join(lines) + "\n", report)
     return report
 
 

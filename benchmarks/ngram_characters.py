@@ -23,19 +23,17 @@ made up. Writes ``benchmarks/results/ngram-characters.md`` and ``.json`` (``--ou
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 
 try:  # python -m benchmarks.ngram_characters, or imported from the repository root
-    from benchmarks.benchmark import machine_description
+    from benchmarks.benchmark import machine_description, speed_up_rows, write_report
     from benchmarks.collation import read_texts
 except ModuleNotFoundError:  # python benchmarks/ngram_characters.py: the script's own folder is on the path
-    from benchmark import machine_description
+    from benchmark import machine_description, speed_up_rows, write_report
     from collation import read_texts
 
 BATCH_ROWS = 64  # the main job's fine-tuning batch
@@ -135,12 +133,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{kind}: plain {medians['plain']:.2f} ms, hf_transformer {medians['hf_transformer']:.2f} ms "
                   f"a {unit}", flush=True)  # fmt: skip
 
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
     report = {"machine": machine_description(torch.device("cpu")), "threads": args.threads,
               "texts": args.texts or "made up", "rows": len(rows), "rounds": args.rounds,
               "results": results}  # fmt: skip
-    output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         f"The character n-gram score (1- to 4-grams, 2^22 buckets) with each packing of its characters, {args.threads} "
         f"thread(s), median of {args.rounds} alternated rounds (texts: {report['texts']}, {len(rows):,} rows; "
@@ -148,13 +143,9 @@ def main(argv: list[str] | None = None) -> dict:
         "",
         "| work | per | plain (ms) | hf_transformer (ms) | speed-up |",
         "|---|---|---|---|---|",
+        *speed_up_rows(results, "per", "plain", "hf_transformer"),
     ]
-    for kind, result in results.items():
-        medians = result["median_ms"]
-        lines.append(f"| {kind} | {result['per']} | {medians['plain']:.2f} | {medians['hf_transformer']:.2f} | "
-                     f"{result['speedup']:.2f}x |")  # fmt: skip
-    output.write_text("\n".join(lines) + "\n")
-    print(f"written {output} and {output.with_suffix('.json')}")
+    write_report(args.output, "\n".join(lines) + "\n", report)
     return report
 
 
