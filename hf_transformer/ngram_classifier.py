@@ -21,6 +21,7 @@ included), so what is fitted is what every entry point computes from raw text.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import warnings
 from collections.abc import Sequence
@@ -65,13 +66,14 @@ def token_character_table(tokenizer, vocab_size: int) -> torch.Tensor:
 
 
 def padded(rows: Sequence[Sequence[int]], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rows of token ids -> (N, S) ids padded on the right, (N, S) which are real."""
-    length = max(len(row) for row in rows)
-    ids = torch.full((len(rows), length), pad_token_id, dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
-    lengths = torch.tensor([len(row) for row in rows])
-    return ids, torch.arange(length)[None] < lengths[:, None]
+    """Rows of token ids -> (N, S) ids padded on the right, (N, S) which are real. The rows are read at once (a
+    `datasets` column read row by row formats each row apart) and written in one assignment."""
+    rows = rows[:]
+    lengths = torch.tensor([len(row) for row in rows], dtype=torch.long)
+    real = torch.arange(int(lengths.max()))[None] < lengths[:, None]
+    ids = torch.full(real.shape, pad_token_id, dtype=torch.long)
+    ids[real] = torch.tensor(list(itertools.chain.from_iterable(rows)), dtype=torch.long)  # row by row, in order
+    return ids, real
 
 
 def _ngrams(head: NgramClassifier, ids: torch.Tensor, real: torch.Tensor, size: int = 8192):

@@ -33,7 +33,7 @@ import torch
 from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 from hf_transformer import TransformerForMaskedLM
-from hf_transformer.data import masked_token_collator, tokenize_classification
+from hf_transformer.data import masked_token_collator, sequence_lengths, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
 from hf_transformer.openmp import restart_waiting_passively_when_busy
@@ -132,11 +132,15 @@ def load_texts_and_tokenizer(model_args, data_args: TextFileArguments, training_
         name: tokenize_classification(part, tokenizer, max_length=model_args.max_length)
         for name, part in splits.items()
     }
-    # The kept rows written out as a table of their own: batches are then read from it without an index mapping.
-    tokenized = {
-        name: part.filter(lambda row: len(row["input_ids"]) > 1).flatten_indices() for name, part in tokenized.items()
-    }
-    return tokenizer, tokenized
+    return tokenizer, {name: without_short_rows(part) for name, part in tokenized.items()}
+
+
+def without_short_rows(part):
+    """The rows of more than one token (nothing to mask in the others). Where some are dropped, the kept rows are
+    written out as a table of their own, so that batches are read without an index mapping; the lengths are read
+    from Arrow, and a split with nothing to drop is returned as it is."""
+    kept = [row for row, length in enumerate(sequence_lengths(part, ("input_ids",))) if length > 1]
+    return part if len(kept) == len(part) else part.select(kept).flatten_indices()
 
 
 def build_model(model_args, tokenizer, training_args) -> TransformerForMaskedLM:

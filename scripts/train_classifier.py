@@ -270,10 +270,10 @@ def fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args) -
     report |= fit_ngram_classifier(
         model,
         tokenizer,
-        tokenized["train"]["input_ids"],
-        tokenized["train"]["label"],
-        validation["input_ids"],
-        validation["label"],
+        tokenized["train"]["input_ids"][:],  # columns read at once, not row by row
+        tokenized["train"]["label"][:],
+        validation["input_ids"][:],
+        validation["label"][:],
         logits_in_order(trainer, validation),
         inverse_l2=training_args.ngram_inverse_l2,
     )
@@ -283,8 +283,8 @@ def fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args) -
 def refit_ngram_score(model, tokenized, training_args, ngram_logit_scale: float) -> dict:
     """The n-gram score's regression fitted once more on the training and validation rows together."""
     started = time.time()
-    rows = list(tokenized["train"]["input_ids"]) + list(tokenized["validation"]["input_ids"])
-    labels = list(tokenized["train"]["label"]) + list(tokenized["validation"]["label"])
+    rows = tokenized["train"]["input_ids"][:] + tokenized["validation"]["input_ids"][:]
+    labels = tokenized["train"]["label"][:] + tokenized["validation"]["label"][:]
     refit_ngram_classifier(
         model, rows, labels, ngram_logit_scale=ngram_logit_scale, inverse_l2=training_args.ngram_inverse_l2
     )

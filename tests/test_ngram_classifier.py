@@ -174,6 +174,19 @@ class Vocabulary:
 CHARACTERS = Vocabulary(["<pad>", "<unk>", "<s>", "</s>", "▁ab", "▁a", "b", "bc", "c", "cd", "▁cd", "▁", "x" * 20])
 
 
+def test_rows_of_token_ids_pad_on_the_right_from_a_list_or_a_datasets_column():
+    from datasets import Dataset
+
+    rows = [[5, 6, 7], [], [8], [9, 10, 11, 12]]
+    expected = torch.tensor([[5, 6, 7, 0], [0, 0, 0, 0], [8, 0, 0, 0], [9, 10, 11, 12]])
+    for given in (rows, Dataset.from_dict({"input_ids": rows})["input_ids"]):
+        ids, real = padded(given, pad_token_id=0)
+        assert torch.equal(ids, expected)
+        assert torch.equal(real, torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 1, 1]]).bool())
+    ids, real = padded([[4, 2], [3]], pad_token_id=1)
+    assert torch.equal(ids, torch.tensor([[4, 2], [3, 1]])) and real.tolist() == [[True, True], [True, False]]
+
+
 def test_a_tokens_characters_are_its_text_without_the_word_start_mark():
     table = token_character_table(CHARACTERS, 14)
     text = ["".join(map(chr, row[row != 0].tolist())) for row in table]

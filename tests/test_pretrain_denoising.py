@@ -192,3 +192,15 @@ def test_fused_training_head_gives_the_loss_and_gradients_of_the_plain_head(voca
     assert plain_grads["output_bias"].abs().sum() > 0
     for name, grad in plain_grads.items():
         torch.testing.assert_close(fused_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_rows_of_one_token_or_none_are_left_out_in_order():
+    from datasets import Dataset
+
+    without_short_rows = load_script("pretrain_denoising").without_short_rows
+    part = Dataset.from_dict({"input_ids": [[5, 6, 3], [3], [], [7, 3]], "attention_mask": [[1] * 3, [1], [], [1] * 2]})
+    kept = without_short_rows(part)
+    assert kept["input_ids"][:] == [[5, 6, 3], [7, 3]]
+    assert kept._indices is None  # written out: batches read without an index mapping
+    complete = part.select([0, 3]).flatten_indices()
+    assert without_short_rows(complete) is complete  # nothing to drop: the split as it is
