@@ -96,9 +96,9 @@ def test_main_job_commands_parse_and_fit_together(precision, job):
     assert model.init_from == pre_training.output_dir == "OUT-pretrained"
     for size in ("max_length", "d_model", "num_layers", "num_heads", "intermediate_size"):
         assert getattr(model, size) == getattr(pre_model, size), size
-    # Pretraining runs without dropout; the classifier keeps its dropout.
+    # Neither step drops anything: the pretraining and the classifier train without dropout.
     assert pre_model.dropout == pre_model.attention_dropout == 0.0
-    assert model.dropout == model.attention_dropout == 0.1
+    assert model.dropout == model.attention_dropout == 0.0
     # The model folder holds the mean of the two epochs' weights, scored on the test set.
     assert training.average_checkpoints == training.num_train_epochs == training.save_total_limit == 2
     assert training.save_strategy == "epoch" and not training.load_best_model_at_end
