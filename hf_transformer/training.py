@@ -335,6 +335,17 @@ def average_checkpoints(model: torch.nn.Module, folders: list[str | Path]) -> No
         raise ValueError(f"checkpoint weights do not fit the model: unexpected {unexpected[:3]}, missing {untied[:3]}")
 
 
+def score_in_float32(trainer) -> None:
+    """After training in mixed precision, compute what follows as the saved folder computes it: in float32.
+
+    The folder's weights are float32 and every entry point (`pipeline`, `Predictor`, the scripts) runs them so, but
+    Trainer's model keeps the autocast accelerate wrapped its forward in for training, so the figures a run records
+    after it (validation, test, what is fitted on the model's outputs) would be bfloat16's: a review near the
+    boundary could then count otherwise than a user finds. This puts the model's own forward back, in place
+    (accelerate's public `unwrap_model` without its fp32 wrapper); a run without mixed precision is unchanged."""
+    trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+
+
 def save_run(trainer, results, card=None, files=None) -> Path:
     """A training script's folder (``--output_dir``): the model (safetensors, config, generation config, tokenizer),
     ``results.json``, ``log_history.json``, ``README.md`` (``hf_transformer.hub.model_card`` with the ``CardText``

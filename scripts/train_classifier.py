@@ -43,6 +43,7 @@ from hf_transformer.training import (
     one_tokenizer,
     process_report,
     save_run,
+    score_in_float32,
     set_up_training_process,
     train_metrics,
     training_settings,
@@ -238,7 +239,8 @@ def build_model(model_args, tokenizer, names, training_args) -> TransformerForSe
 @torch.no_grad()
 def logits_in_order(trainer, dataset) -> torch.Tensor:
     """(N, L): the model's logits for ``dataset``'s rows in its order (the n-gram fit pairs each row's logits with its
-    tokens), computed in batches of rows of about one length, in the precision Trainer evaluates in."""
+    tokens), computed in batches of rows of about one length, in the precision Trainer evaluates in (float32 once
+    `score_in_float32` has run)."""
     model = trainer.model.eval()
     order = rows_by_length(dataset, ("input_ids",))  # batches of one length: little padding
     loader = torch.utils.data.DataLoader(
@@ -339,6 +341,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
+    score_in_float32(trainer)  # the figures below are the saved folder's, as every entry point computes them
 
     results: dict = {
         "task": "text_classification",
