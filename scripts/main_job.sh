@@ -77,14 +77,14 @@ python scripts/pretrain_denoising.py \
     "${precision_args[@]}"
 
 # 3. The classifier starts from that encoder and its tokenizer: two epochs without dropout (on validation, with the
-#    n-gram score below, above dropout 0.1 for each of three seeds, and its steps are faster: recipes/nsmc/README.md),
-#    then the mean of the two epoch-end weights (on validation as good as the better epoch or better, where keeping
-#    the better epoch sometimes kept the first and lost on test: recipes/nsmc/records/notes.md, main-job). Then the classifier's n-gram score: a logistic
-#    regression over the reviews' character 1- to 4-grams (the text without its spaces, read from the tokens, hashed
-#    into 2^22 buckets), fitted on the training reviews and weighed beside the encoder on the validation reviews
-#    (hf_transformer.ngram_classifier). The folder is scored on validation; then the regression is fitted once more
-#    on the training and validation reviews together (the bag of n-grams gains from every labelled review), and the
-#    folder is scored once on test.
+#    n-gram score below, above dropout 0.1 for each of three seeds of the float32 encoder, and its steps are faster:
+#    recipes/nsmc/README.md), then the mean of the two epoch-end weights (on validation as good as the better epoch or
+#    better, where keeping the better epoch sometimes kept the first and lost on test: recipes/nsmc/records/notes.md,
+#    main-job). Then the classifier's n-gram score: a logistic regression over the reviews' character 1- to 4-grams
+#    (the text without its spaces, read from the tokens, hashed into 2^22 buckets), fitted on the training reviews and
+#    weighed beside the encoder on the validation reviews (hf_transformer.ngram_classifier). The folder is scored on
+#    validation; then the regression is fitted once more on the training and validation reviews together (the bag of
+#    n-grams gains from every labelled review), and the folder is scored once on test.
 python scripts/train_classifier.py \
     --init_from "$pretrained_dir" --output_dir "$output_dir" "${reviews[@]}" --test_file "$reviews_dir/test.jsonl" \
     "${model_args[@]}" --classifier_pooling mean --dropout 0 --attention_dropout 0 \
