@@ -40,6 +40,7 @@ from hf_transformer.training import (
     end_process_group,
     one_tokenizer,
     process_report,
+    score_in_float32,
     set_up_training_process,
     train_metrics,
     training_settings,
@@ -91,9 +92,11 @@ def build_trainer(model, tokenizer, tokenized, compute_metrics, training_args) -
 
 
 def train(trainer, model, tokenizer, training_args) -> dict:
-    """Trains (or resumes), then averages the last checkpoints where asked: the results so far."""
+    """Trains (or resumes), then averages the last checkpoints where asked: the results so far. What is decoded after
+    it is decoded in float32, as the saved folder decodes, whatever precision the training ran in."""
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
+    score_in_float32(trainer)
     results = train_metrics(train_output)
     averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
     if averaged:

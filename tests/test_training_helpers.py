@@ -13,6 +13,7 @@ from hf_transformer.training import (
     end_process_group,
     no_unused_parameters,
     pin_memory_only_with_accelerator,
+    score_in_float32,
     warn_of_emulated_bfloat16,
 )
 
@@ -184,3 +185,31 @@ def test_every_parameter_of_each_head_gets_a_gradient_so_ddp_need_not_search(hea
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", ddp_find_unused_parameters=True)
     no_unused_parameters(args)
     assert args.ddp_find_unused_parameters is True  # the user's choice stays
+
+
+@pytest.mark.parametrize("bf16", [True, False])
+def test_after_mixed_precision_training_the_model_computes_in_float32_again(tmp_path, bf16):
+    from datasets import Dataset
+    from transformers import Trainer
+
+    from hf_transformer import TransformerForSequenceClassification
+    from tests.helpers.models import tiny_config
+
+    torch.manual_seed(0)
+    model = TransformerForSequenceClassification(tiny_config(num_labels=2))
+    rows = Dataset.from_dict({"input_ids": [[4, 5, 6, 3]] * 8, "attention_mask": [[1] * 4] * 8, "labels": [0, 1] * 4})
+    args = TrainingArguments(
+        output_dir=str(tmp_path), use_cpu=True, bf16=bf16, max_steps=1, per_device_train_batch_size=4, report_to="none"
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=rows)
+    trainer.train()
+    batch = {"input_ids": torch.tensor([[4, 5, 6, 7, 3], [8, 9, 3, 0, 0]])}
+    batch["attention_mask"] = batch["input_ids"].ne(0).long()
+    with torch.no_grad():
+        plain = type(model).forward(model.eval(), **batch).logits  # the class's own forward: float32
+        trained = model(**batch).logits
+        score_in_float32(trainer)
+        after = model(**batch).logits
+    # Training in bfloat16 left the model's forward under autocast; afterwards it is the float32 forward again.
+    assert torch.equal(trained, plain) is (not bf16)
+    assert torch.equal(after, plain)
