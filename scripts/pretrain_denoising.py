@@ -42,6 +42,7 @@ from hf_transformer.training import (
     one_tokenizer,
     process_report,
     save_run,
+    score_in_float32,
     set_up_training_process,
     train_metrics,
     training_settings,
@@ -184,6 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
+    score_in_float32(trainer)  # the held-out figures are the saved folder's
 
     results: dict = {"task": "masked_lm_pretraining", "dataset": data_args.dataset_name}
     results |= {"init_from": model_args.init_from} | train_metrics(train_output)
