@@ -41,6 +41,28 @@ def read_texts(path: str | None, count: int) -> list[str]:
     return [" ".join(rng.choices(words, k=rng.randint(1, 40))) for _ in range(count)]
 
 
+def text_arguments(parser, output: str) -> None:
+    """The arguments both text benchmarks take: where the texts and the tokenizer come from, the rounds, the report."""
+    parser.add_argument("--texts", help="a JSON-lines file with a text field (default: made-up sentences)")
+    parser.add_argument("--tokenizer", help="a tokenizer folder (default: one trained on the texts)")
+    parser.add_argument("--max_length", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--output", default=output)
+
+
+def texts_and_tokenizer(args, count: int):
+    """``count`` texts (`read_texts`) and the tokenizer of ``--tokenizer``, else a 2,000-piece BPE one trained on
+    them."""
+    from transformers import AutoTokenizer
+
+    from hf_transformer.tokenization import train_tokenizer
+
+    texts = read_texts(args.texts, count)
+    if args.tokenizer:
+        return texts, AutoTokenizer.from_pretrained(args.tokenizer)
+    return texts, train_tokenizer(texts, vocab_size=2000, model_max_length=args.max_length, show_progress=False)
+
+
 def time_collators(collators: dict, batches: list[list[dict]], rounds: int, seed: int = 0) -> dict[str, list[float]]:
     """Per collator, the seconds per batch of each round (rounds alternate the collators' order). Every batch is
     drawn under the same seed by each collator and must come out the same."""
@@ -62,27 +84,18 @@ def time_collators(collators: dict, batches: list[list[dict]], rounds: int, seed
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from transformers import AutoTokenizer, DataCollatorForLanguageModeling, DataCollatorWithPadding
+    from transformers import DataCollatorForLanguageModeling, DataCollatorWithPadding
 
     from hf_transformer.data import classification_collator, masked_token_collator
-    from hf_transformer.tokenization import train_tokenizer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--texts", help="a JSON-lines file with a text field (default: made-up sentences)")
-    parser.add_argument("--tokenizer", help="a tokenizer folder (default: one trained on the texts)")
-    parser.add_argument("--max_length", type=int, default=64)
+    text_arguments(parser, output="benchmarks/results/collation.md")
     parser.add_argument("--batches", type=int, default=20, help="batches of each kind timed per round")
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--output", default="benchmarks/results/collation.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
 
     kinds = {"masked tokens": 128, "classification": 64}  # rows per batch: the main job's
-    texts = read_texts(args.texts, args.batches * max(kinds.values()))
-    if args.tokenizer:
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    else:
-        tokenizer = train_tokenizer(texts, vocab_size=2000, model_max_length=args.max_length, show_progress=False)
+    texts, tokenizer = texts_and_tokenizer(args, args.batches * max(kinds.values()))
     encoded = tokenizer(texts, truncation=True, max_length=args.max_length)
     rows = [{"input_ids": ids, "attention_mask": mask} for ids, mask in zip(*encoded.values(), strict=True)]
     collators = {

@@ -31,10 +31,10 @@ import torch
 
 try:  # python -m benchmarks.ngram_characters, or imported from the repository root
     from benchmarks.benchmark import machine_description, speed_up_rows, write_report
-    from benchmarks.collation import read_texts
+    from benchmarks.collation import text_arguments, texts_and_tokenizer
 except ModuleNotFoundError:  # python benchmarks/ngram_characters.py: the script's own folder is on the path
     from benchmark import machine_description, speed_up_rows, write_report
-    from collation import read_texts
+    from collation import text_arguments, texts_and_tokenizer
 
 BATCH_ROWS = 64  # the main job's fine-tuning batch
 
@@ -75,30 +75,19 @@ def check_same(answers: list, what: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from transformers import AutoTokenizer
-
     from hf_transformer import TransformerConfig
     from hf_transformer.modeling_transformer import NgramClassifier
     from hf_transformer.ngram_classifier import document_frequencies, padded, token_character_table
     from hf_transformer.speed import pack_token_characters
-    from hf_transformer.tokenization import train_tokenizer
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--texts", help="a JSON-lines file with a text field (default: made-up sentences)")
-    parser.add_argument("--tokenizer", help="a tokenizer folder (default: one trained on the texts)")
-    parser.add_argument("--max_length", type=int, default=64)
+    text_arguments(parser, output="benchmarks/results/ngram-characters.md")
     parser.add_argument("--rows", type=int, default=20000, help="rows read: the fit pass's, cut into the batches")
-    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="default: torch's")
-    parser.add_argument("--output", default="benchmarks/results/ngram-characters.md")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
-    texts = read_texts(args.texts, args.rows)
-    if args.tokenizer:
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
-    else:
-        tokenizer = train_tokenizer(texts, vocab_size=2000, model_max_length=args.max_length, show_progress=False)
+    texts, tokenizer = texts_and_tokenizer(args, args.rows)
     rows = tokenizer(texts, truncation=True, max_length=args.max_length)["input_ids"]
     config = TransformerConfig(
         vocab_size=len(tokenizer),

@@ -372,18 +372,24 @@ def test_training_memory_reports_each_setting_from_a_process_of_its_own(tmp_path
     assert table.count("| glibc |") == 2 and table.count("| keep_freed_memory |") == 2
 
 
+def check_speed_up_report(report: dict, output, kinds: list[str], baseline: str) -> None:
+    """A benchmark timing ``baseline`` against hf_transformer: each kind's medians, its speed-up, the JSON and the
+    Markdown table (one speed-up row per kind) written."""
+    assert list(report["results"]) == kinds
+    for result in report["results"].values():
+        medians = result["median_ms"]
+        assert medians[baseline] > 0 and medians["hf_transformer"] > 0
+        assert result["speedup"] == pytest.approx(medians[baseline] / medians["hf_transformer"])
+    assert json.loads(output.with_suffix(".json").read_text()) == report
+    assert output.read_text().count("x |") == len(kinds)
+
+
 def test_the_collation_benchmark_times_both_collators_on_the_same_draws(tmp_path):
     from benchmarks import collation
 
     output = tmp_path / "collation.md"
     report = collation.main(["--rounds", "2", "--batches", "2", "--output", str(output)])
-    assert list(report["results"]) == ["masked tokens", "classification"]
-    for result in report["results"].values():
-        medians = result["median_ms"]
-        assert medians["transformers"] > 0 and medians["hf_transformer"] > 0
-        assert result["speedup"] == pytest.approx(medians["transformers"] / medians["hf_transformer"])
-    assert json.loads(output.with_suffix(".json").read_text()) == report
-    assert output.read_text().count("x |") == 2
+    check_speed_up_report(report, output, ["masked tokens", "classification"], baseline="transformers")
 
     # Each collator draws under the same seed, so two that sample alike agree; two that differ are refused.
     def sampling(rows):
@@ -402,13 +408,7 @@ def test_the_ngram_characters_benchmark_times_both_packings_on_the_same_rows(tmp
     output = tmp_path / "ngram.md"
     report = ngram_characters.main(["--rounds", "2", "--rows", "200", "--output", str(output)])
     assert modeling_transformer.pack_token_characters is installed  # the model's packing put back
-    assert list(report["results"]) == ["score", "fit pass"]
-    for result in report["results"].values():
-        medians = result["median_ms"]
-        assert medians["plain"] > 0 and medians["hf_transformer"] > 0
-        assert result["speedup"] == pytest.approx(medians["plain"] / medians["hf_transformer"])
-    assert json.loads(output.with_suffix(".json").read_text()) == report
-    assert output.read_text().count("x |") == 2
+    check_speed_up_report(report, output, ["score", "fit pass"], baseline="plain")
 
     # Each packing is installed in turn while the work runs, and answers that differ are refused.
     def which_packing():
