@@ -613,23 +613,61 @@ def sorted_by_length(dataset: Dataset, column: str = "input_ids") -> Dataset:
     return dataset.select(rows_by_length(dataset, (column,))).flatten_indices()
 
 
+def shuffled_length_groups(
+    lengths: Sequence[int], batch_size: int, generator: torch.Generator | None = None
+) -> list[int]:
+    """Row indices whose every `batch_size` consecutive ones are rows of similar length, the batches in random order.
+
+    The batches are those of transformers' length grouping (`get_length_grouped_indices`: the rows shuffled, cut
+    into mega-batches of up to 50 batches, each sorted by length), but not their order: transformers yields each
+    mega-batch's batches longest first, so a training run sweeps from long rows to short ones every 50 steps, and
+    the optimizer's running averages follow the cycle (a batch of short rows holds few predicted tokens and a large
+    gradient). The batch with the longest row stays first, so that memory problems show at once, and a short last
+    batch stays last, so that a `DataLoader` cutting the indices into batches of `batch_size` cuts them where they
+    were grouped. The draws come from ``generator`` (else torch's global generator, which `set_seed` seeds)."""
+    from transformers.trainer_pt_utils import get_length_grouped_indices
+
+    if not len(lengths):
+        return []
+    indices = get_length_grouped_indices(lengths, batch_size, generator=generator)
+    batches = [indices[start : start + batch_size] for start in range(0, len(indices), batch_size)]
+    tail = [batches.pop()] if len(batches) > 1 and len(batches[-1]) < batch_size else []
+    order = torch.randperm(len(batches) - 1, generator=generator).tolist()
+    batches = batches[:1] + [batches[1 + position] for position in order] + tail
+    return [index for batch in batches for index in batch]
+
+
+class ShuffledLengthGroupedSampler(torch_data.Sampler):
+    """Training rows in length groups whose batches come in random order (`shuffled_length_groups`); a new order at
+    every pass. ``lengths``: each row's length in tokens (`sequence_lengths`)."""
+
+    def __init__(self, batch_size: int, lengths: Sequence[int], generator: torch.Generator | None = None):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        self.batch_size, self.lengths, self.generator = batch_size, list(lengths), generator
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __iter__(self):
+        return iter(shuffled_length_groups(self.lengths, self.batch_size, self.generator))
+
+
 def length_grouped_dataloader(
     dataset: Dataset, collator, batch_size: int, *, shuffle: bool = True, seed: int = 0, **dataloader_kwargs
 ):
     """A `DataLoader` whose batches hold rows of similar length, so little of each batch is padding.
 
-    Training (`shuffle=True`) uses transformers' `LengthGroupedSampler`: random mega-batches, sorted
-    by length inside, the longest batch first so memory problems show at once. Evaluation
-    (`shuffle=False`) sorts all rows by length. With the `Trainer`, set
+    Training (`shuffle=True`) uses `ShuffledLengthGroupedSampler`: random mega-batches sorted by length inside,
+    their batches in random order, the longest batch first so memory problems show at once. Evaluation
+    (`shuffle=False`) sorts all rows by length. With the package's `LengthGroupedTrainer`, set
     `TrainingArguments(train_sampling_strategy="group_by_length")` instead.
     """
-    import torch
     from torch.utils.data import DataLoader
-    from transformers.trainer_pt_utils import LengthGroupedSampler
 
     if shuffle:
         generator = torch.Generator().manual_seed(seed)
-        sampler = LengthGroupedSampler(batch_size, lengths=sequence_lengths(dataset), generator=generator)
+        sampler = ShuffledLengthGroupedSampler(batch_size, sequence_lengths(dataset), generator=generator)
     else:
         sampler = rows_by_length(dataset)
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler, collate_fn=collator, **dataloader_kwargs)
@@ -658,5 +696,7 @@ __all__ = [
     "sequence_lengths",
     "rows_by_length",
     "sorted_by_length",
+    "shuffled_length_groups",
+    "ShuffledLengthGroupedSampler",
     "length_grouped_dataloader",
 ]

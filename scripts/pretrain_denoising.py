@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_transformer import TransformerForMaskedLM
 from hf_transformer.data import masked_token_collator, sequence_lengths, tokenize_classification
 from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
 from hf_transformer.hub import CardText
 from hf_transformer.openmp import restart_waiting_passively_when_busy
+from hf_transformer.trainer import LengthGroupedTrainer
 from hf_transformer.training import (
     end_process_group,
     one_tokenizer,
@@ -175,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     tokenizer, tokenized = load_texts_and_tokenizer(model_args, data_args, training_args)
     model = build_model(model_args, tokenizer, training_args)
-    trainer = Trainer(
+    trainer = LengthGroupedTrainer(
         model=model,
         args=training_args,
         train_dataset=tokenized["train"],

@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from transformers import HfArgumentParser, Trainer, TrainingArguments, set_seed
+from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, rows_by_length, sorted_by_length, tokenize_classification
@@ -35,6 +35,7 @@ from hf_transformer.encoder_training import EncoderArguments, TextFileArguments,
 from hf_transformer.hub import CardText
 from hf_transformer.ngram_classifier import fit_ngram_classifier, refit_ngram_classifier
 from hf_transformer.openmp import restart_waiting_passively_when_busy
+from hf_transformer.trainer import LengthGroupedTrainer
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
     average_last_checkpoints,
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     splits, tokenizer, tokenized = load_encoder_and_data(model_args, data_args, training_args)
     model = build_model(model_args, tokenizer, label_names(splits), training_args)
-    trainer = Trainer(
+    trainer = LengthGroupedTrainer(
         model=model,
         args=training_args,
         train_dataset=tokenized["train"],

@@ -220,6 +220,7 @@ WAYS_OUT = {
 }
 TRAINING_KIT = {
     "hf_transformer.training",
+    "hf_transformer.trainer",
     "hf_transformer.translation_training",
     "hf_transformer.encoder_training",
     "hf_transformer.ngram_classifier",

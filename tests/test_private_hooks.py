@@ -8,13 +8,14 @@ import inspect
 
 import pytest
 import torch
-from transformers import GenerationConfig, GenerationMixin, PretrainedConfig, PreTrainedModel
+from transformers import GenerationConfig, GenerationMixin, PretrainedConfig, PreTrainedModel, Trainer
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerPreTrainedModel
 from hf_transformer.checkpoint import CheckedLoadingMixin
 from hf_transformer.generation import TransformerGenerationMixin
 from hf_transformer.speed import AttentionKernels
+from hf_transformer.trainer import LengthGroupedTrainer
 
 # (owner, name, parameters the override is written for, where transformers calls it)
 HOOKS = [
@@ -40,6 +41,13 @@ HOOKS = [
         (PreTrainedModel, "_finalize_model_loading", "model.mark_tied_weights_as_initialized(loading_info)"),
     ),
     (PreTrainedModel, "_init_weights", ["self", "module"], None),
+    # The training order of the package's Trainer (hf_transformer.trainer).
+    (
+        Trainer,
+        "_get_train_sampler",
+        ["self", "train_dataset"],
+        (Trainer, "get_train_dataloader", "sampler_fn=self._get_train_sampler"),
+    ),
     (
         PreTrainedModel,
         "_can_set_attn_implementation",
@@ -70,6 +78,7 @@ def test_overridden_transformers_hook_still_exists(owner, name, parameters, call
 def test_overrides_are_defined_where_expected():
     assert "_init_weights" in TransformerPreTrainedModel.__dict__
     assert "_can_set_attn_implementation" in AttentionKernels.__dict__
+    assert "_get_train_sampler" in LengthGroupedTrainer.__dict__
     mro = TransformerPreTrainedModel.__mro__
     assert mro.index(AttentionKernels) < mro.index(PreTrainedModel)  # its answer, not transformers' guess
     for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "save_pretrained"):

@@ -1,0 +1,122 @@
+"""The package's Trainer and its training order: rows grouped by length as transformers groups them, the batches in
+random order (hf_transformer.data.shuffled_length_groups, hf_transformer.trainer.LengthGroupedTrainer)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from datasets import Dataset
+from torch.utils.data import RandomSampler
+from transformers import TrainingArguments, set_seed
+from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+from hf_transformer import TransformerConfig, TransformerForSequenceClassification
+from hf_transformer.data import ShuffledLengthGroupedSampler, shuffled_length_groups
+from hf_transformer.trainer import LengthGroupedTrainer
+from tests.helpers.launch import load_script
+
+
+def cut(indices: list[int], size: int) -> list[list[int]]:
+    return [indices[start : start + size] for start in range(0, len(indices), size)]
+
+
+def descending_share(batches: list[list[int]], lengths: list[int]) -> float:
+    """The share of neighbouring batches whose longest row is at most the one before's: near 1 for transformers'
+    sweep through each sorted mega-batch, near one half for batches in random order."""
+    longest = [max(lengths[i] for i in batch) for batch in batches]
+    return sum(b <= a for a, b in zip(longest, longest[1:])) / (len(longest) - 1)
+
+
+_DRAWS = random.Random(0)
+LENGTHS = [_DRAWS.randint(1, 60) for _ in range(3000)]  # 3,000 rows: 150 batches of 20
+
+
+def test_the_batches_are_transformers_length_groups_in_random_order():
+    size = 20
+    ours = cut(shuffled_length_groups(LENGTHS, size, torch.Generator().manual_seed(5)), size)
+    theirs = cut(get_length_grouped_indices(LENGTHS, size, generator=torch.Generator().manual_seed(5)), size)
+    assert sorted(i for batch in ours for i in batch) == list(range(len(LENGTHS)))  # every row once
+    # The same batches, so as little padding; the one with the longest row first.
+    assert sorted(map(sorted, ours)) == sorted(map(sorted, theirs))
+    assert ours[0] == theirs[0] and max(LENGTHS[i] for i in ours[0]) == max(LENGTHS)
+    assert descending_share(theirs, LENGTHS) > 0.9
+    assert descending_share(ours, LENGTHS) < 0.7
+    # The same draws give the same order; the sampler draws a new one at each pass.
+    assert shuffled_length_groups(LENGTHS, size, torch.Generator().manual_seed(5)) == [i for b in ours for i in b]
+    sampler = ShuffledLengthGroupedSampler(size, LENGTHS, torch.Generator().manual_seed(5))
+    first, second = list(sampler), list(sampler)
+    assert len(sampler) == len(LENGTHS) and first != second and sorted(first) == sorted(second)
+
+
+def test_a_short_last_batch_stays_last_so_that_a_dataloader_cuts_the_groups_where_they_were_made():
+    lengths = LENGTHS[:1013]  # 50 batches of 20 and one of 13
+    indices = shuffled_length_groups(lengths, 20, torch.Generator().manual_seed(1))
+    theirs = cut(get_length_grouped_indices(lengths, 20, generator=torch.Generator().manual_seed(1)), 20)
+    assert len(indices[-13:]) == 13 and sorted(indices[-13:]) == sorted(theirs[-1])
+    assert sorted(map(sorted, cut(indices, 20))) == sorted(map(sorted, theirs))
+    assert shuffled_length_groups([], 4) == [] and shuffled_length_groups([3, 1], 4) == [0, 1]
+    with pytest.raises(ValueError, match="batch_size"):
+        ShuffledLengthGroupedSampler(0, lengths)
+
+
+def tiny_trainer(tmp_path, strategy: str, **dataset_columns) -> LengthGroupedTrainer:
+    config = TransformerConfig(
+        vocab_size=70, d_model=8, n_layer=1, num_attention_heads=2, intermediate_size=16, num_labels=2
+    )
+    rows = [list(range(3, 3 + length)) for length in LENGTHS]
+    dataset = Dataset.from_dict({"input_ids": rows, "labels": [i % 2 for i in range(len(rows))], **dataset_columns})
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=10,
+        gradient_accumulation_steps=2,
+        train_sampling_strategy=strategy,
+        use_cpu=True,
+        report_to="none",
+    )
+    model = TransformerForSequenceClassification(config)
+    return LengthGroupedTrainer(model=model, args=arguments, train_dataset=dataset, data_collator=padded)
+
+
+def padded(rows: list[dict]) -> dict[str, torch.Tensor]:
+    width = max(len(row["input_ids"]) for row in rows)
+    input_ids = torch.tensor([row["input_ids"] + [0] * (width - len(row["input_ids"])) for row in rows])
+    return {
+        "input_ids": input_ids,
+        "attention_mask": input_ids.ne(0),
+        "labels": torch.tensor([r["labels"] for r in rows]),
+    }
+
+
+def test_the_trainer_trains_on_length_groups_in_random_order(tmp_path):
+    trainer = tiny_trainer(tmp_path, "group_by_length")
+    sampler = trainer._get_train_sampler()
+    # Grouped for the optimizer's whole step (10 rows x 2 accumulated), the lengths read from the token column.
+    assert isinstance(sampler, ShuffledLengthGroupedSampler) and sampler.batch_size == 20
+    assert sampler.lengths == LENGTHS
+    set_seed(3)
+    ours = cut(list(sampler), 20)
+    set_seed(3)
+    theirs = cut(list(LengthGroupedSampler(20, lengths=LENGTHS)), 20)
+    assert sorted(map(sorted, ours)) == sorted(map(sorted, theirs))  # transformers' groups, drawn as it draws them
+    assert descending_share(ours, LENGTHS) < 0.7 < 0.9 < descending_share(theirs, LENGTHS)
+    # What the training loop reads: every row once, in batches of 10 rows of similar length.
+    loader = trainer.get_train_dataloader()
+    seen = [row for batch in loader for row in batch["input_ids"].tolist()]
+    assert len(seen) == len(LENGTHS)
+    padding = sum(row.count(0) for row in seen) / sum(map(len, seen))
+    assert padding < 0.05
+
+
+def test_a_length_column_is_used_and_other_strategies_are_transformers_own(tmp_path):
+    given = [60 - length for length in LENGTHS]
+    assert tiny_trainer(tmp_path, "group_by_length", length=given)._get_train_sampler().lengths == given
+    assert isinstance(tiny_trainer(tmp_path, "random")._get_train_sampler(), RandomSampler)
+
+
+@pytest.mark.parametrize("script", ["pretrain_denoising", "train_classifier"])
+def test_the_encoder_scripts_train_with_it(script):
+    module = load_script(script)
+    assert module.LengthGroupedTrainer is LengthGroupedTrainer
+    assert "Trainer" not in vars(module)  # no other trainer to construct by mistake
