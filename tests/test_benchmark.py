@@ -344,7 +344,8 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     # as a module through the package; neither edits sys.path.
     for command in (["benchmarks/encoder_share.py", "--help"], ["-m", "benchmarks.encoder_share", "--help"]):
         subprocess.run([sys.executable, *command], check=True, capture_output=True, text=True, cwd=REPO)
-    for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation", "ngram_characters"):
+    for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation", "ngram_characters",
+                 "batch_order"):  # fmt: skip
         assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
     results = REPO / "benchmarks" / "results"
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
@@ -398,6 +399,29 @@ def test_the_collation_benchmark_times_both_collators_on_the_same_draws(tmp_path
     collation.time_collators({"one": sampling, "two": sampling}, [[{}], [{}]], rounds=2)
     with pytest.raises(AssertionError, match="different batches"):
         collation.time_collators({"one": sampling, "two": lambda rows: {"draw": torch.ones(3)}}, [[{}]], rounds=1)
+
+
+def test_the_batch_order_benchmark_times_the_same_batches_in_both_orders(tmp_path):
+    from benchmarks import batch_order
+
+    output = tmp_path / "order.md"
+    arguments = ["--rounds", "2", "--steps", "3", "--batch_size", "4", "--threads", "1", "--output", str(output)]
+    report = batch_order.main(arguments + ["--precisions", "float32"])
+    check_speed_up_report(report, output, ["float32"], baseline="transformers")
+
+    # Each round trains its own batches once in each order: the sweep as given, then the same batches reordered.
+    trained = []
+    batches = [[i] for i in range(6)]
+    batch_order.time_orders(trained.append, batches, rounds=2, steps=3)
+    assert sorted(trained[:3]) == sorted(trained[3:6]) == [[0], [1], [2]]
+    assert sorted(trained[6:9]) == sorted(trained[9:]) == [[3], [4], [5]]
+    # The sweep: every row once, each mega-batch's batches from the longest rows down (4 mega-batch starts, and
+    # the longest row moved to the front, break the descent).
+    lengths = [1 + i % 7 for i in range(280)]
+    sweep = batch_order.sweep_batches(lengths, 4)
+    assert sorted(i for batch in sweep for i in batch) == list(range(280))
+    longest = [max(lengths[i] for i in batch) for batch in sweep]
+    assert sum(b <= a for a, b in zip(longest, longest[1:])) >= len(longest) - 1 - 6
 
 
 def test_the_ngram_characters_benchmark_times_both_packings_on_the_same_rows(tmp_path):
