@@ -67,7 +67,8 @@ reviews=(--train_file "$reviews_dir/train.jsonl" --validation_file "$reviews_dir
 #    pieces (the same command writes the same tokenizer; MeCab-ko morphemes as a first cut score higher and take twice
 #    the time: recipes/nsmc/README.md). 4,500 steps of 128 reviews, about 4.3 epochs, without dropout: in four
 #    passes over the text it does not overfit, the classifier scored as well or higher, and the steps run faster
-#    (recipes/nsmc/records/notes.md).
+#    (recipes/nsmc/records/notes.md). Both trainings group the reviews by length and take the batches in random
+#    order (hf_transformer.trainer.LengthGroupedTrainer; a lower masked-token loss in the same steps).
 python scripts/pretrain_denoising.py \
     --output_dir "$pretrained_dir" "${reviews[@]}" --vocab_size 16000 "${model_args[@]}" --tokenizer_model bpe \
     "${segmenter_args[@]}" --dropout 0 --attention_dropout 0 \
