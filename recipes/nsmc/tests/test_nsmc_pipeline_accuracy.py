@@ -20,7 +20,11 @@ REVIEWS = [
 
 
 def make_folder(tmp_path, blind=False):
-    tokenizer = train_tokenizer([text for text, _ in REVIEWS] * 5, vocab_size=120, show_progress=False)
+    # BPE, whose training is repeatable (Unigram's piece ids move between processes), so the model is the same in every
+    # run; and a classifier with weights of unit scale, so that no review's two labels come near a tie (TIE).
+    tokenizer = train_tokenizer(
+        [text for text, _ in REVIEWS] * 5, vocab_size=120, model_type="bpe", min_frequency=1, show_progress=False
+    )
     tokenizer.model_max_length = 16
     torch.manual_seed(0)
     config = TransformerConfig(
@@ -33,6 +37,8 @@ def make_folder(tmp_path, blind=False):
     if blind:  # the same logits for both labels: every review a tie
         torch.nn.init.zeros_(model.classifier.weight)
         torch.nn.init.zeros_(model.classifier.bias)
+    else:
+        torch.nn.init.normal_(model.classifier.weight, std=1.0)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     test_file = tmp_path / "test.jsonl"
