@@ -49,6 +49,12 @@ HOOKS = [
         (Trainer, "get_train_dataloader", "sampler_fn=self._get_train_sampler"),
     ),
     (
+        Trainer,
+        "_get_eval_sampler",
+        ["self", "eval_dataset"],
+        (Trainer, "get_eval_dataloader", "sampler_fn=self._get_eval_sampler"),
+    ),
+    (
         PreTrainedModel,
         "_can_set_attn_implementation",
         [],
@@ -79,6 +85,7 @@ def test_overrides_are_defined_where_expected():
     assert "_init_weights" in TransformerPreTrainedModel.__dict__
     assert "_can_set_attn_implementation" in AttentionKernels.__dict__
     assert "_get_train_sampler" in LengthGroupedTrainer.__dict__
+    assert "_get_eval_sampler" in LengthGroupedTrainer.__dict__
     mro = TransformerPreTrainedModel.__mro__
     assert mro.index(AttentionKernels) < mro.index(PreTrainedModel)  # its answer, not transformers' guess
     for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "save_pretrained"):

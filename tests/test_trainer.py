@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 from datasets import Dataset
-from torch.utils.data import RandomSampler
-from transformers import TrainingArguments, set_seed
+from torch.utils.data import RandomSampler, SequentialSampler
+from transformers import Trainer, TrainingArguments, set_seed
 from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
@@ -109,9 +109,27 @@ def test_the_trainer_trains_on_length_groups_in_random_order(tmp_path):
     assert padding < 0.05
 
 
+def test_the_evaluation_batches_are_transformers_own_with_the_lengths_read_from_arrow(tmp_path, monkeypatch):
+    trainer = tiny_trainer(tmp_path, "group_by_length")
+    dataset = trainer.train_dataset
+    ours = trainer._get_eval_sampler(dataset)
+    assert isinstance(ours, LengthGroupedSampler) and ours.lengths == LENGTHS
+    # transformers' own sampler reads every row to measure it; the package's reads the column from Arrow instead.
+    theirs = Trainer._get_eval_sampler(trainer, dataset)
+
+    def row_by_row(rows):
+        raise AssertionError("the evaluation rows were read one by one")
+
+    monkeypatch.setattr(Dataset, "__iter__", row_by_row)
+    assert list(trainer._get_eval_sampler(dataset)) == list(theirs)  # the same batches, drawn as transformers does
+    assert isinstance(tiny_trainer(tmp_path, "random")._get_eval_sampler(dataset), SequentialSampler)
+
+
 def test_a_length_column_is_used_and_other_strategies_are_transformers_own(tmp_path):
     given = [60 - length for length in LENGTHS]
-    assert tiny_trainer(tmp_path, "group_by_length", length=given)._get_train_sampler().lengths == given
+    grouped = tiny_trainer(tmp_path, "group_by_length", length=given)
+    assert grouped._get_train_sampler().lengths == given
+    assert grouped._get_eval_sampler(grouped.train_dataset).lengths == given
     assert isinstance(tiny_trainer(tmp_path, "random")._get_train_sampler(), RandomSampler)
 
 
