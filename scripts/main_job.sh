@@ -18,6 +18,8 @@
 #   MAIN_JOB_PRETRAINING_STEPS  the masked-token pretraining's steps (default 4500)
 #   MAIN_JOB_NGRAM_UNIT       what the n-gram score's n-grams are runs of: character (default; 1 to 4 characters) or
 #                             token+character (also 1 to 3 tokens, in one table)
+# HF_TRANSFORMER_PRECISION=float32 or bfloat16 takes that precision instead of the one timed steps pick
+# (recipes/common/precision_args.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

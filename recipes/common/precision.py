@@ -11,11 +11,16 @@ and take bfloat16 only where it is faster beyond the timing's noise:
 
 prints ``gpu``, ``cpu_bf16`` or ``float32`` on stdout and what it measured on stderr. Without a GPU and without
 the CPU flags nothing is timed: torch's reference bfloat16 kernels are many times slower than float32 there.
+
+``HF_TRANSFORMER_PRECISION`` in the environment overrides the check: ``float32`` (a job on this machine gives what a
+CPU whose check picks float32 gives), ``bfloat16`` (autocast, on a GPU or on the CPU, however slow it is there), or
+``auto`` (the default: measured as above). Nothing is timed when it is set.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -37,11 +42,16 @@ SPEEDUP_ROUNDS = 12
 CLEAR_ROUNDS = 4
 CLEAR_MARGIN = 1.25
 TASKS = ("masked-lm", "seq2seq")
+# The environment variable that overrides the measured choice, and the values it takes.
+PRECISION_VARIABLE = "HF_TRANSFORMER_PRECISION"
+PRECISION_CHOICES = ("auto", "float32", "bfloat16")
 
 __all__ = [
     "CLEAR_MARGIN",
     "CLEAR_ROUNDS",
     "LEAST_BFLOAT16_SPEEDUP",
+    "PRECISION_CHOICES",
+    "PRECISION_VARIABLE",
     "SPEEDUP_ROUNDS",
     "argument_parser",
     "bfloat16_speedup",
@@ -121,15 +131,27 @@ def bfloat16_speedup(model, batch, rounds: int = SPEEDUP_ROUNDS, steps: int = 2)
     return statistics.median(ratios)
 
 
-def choose_precision(measure_speedup, gpu: bool | None = None, cpu_bf16: bool | None = None) -> tuple[str, str]:
+def choose_precision(
+    measure_speedup, gpu: bool | None = None, cpu_bf16: bool | None = None, asked: str = "auto"
+) -> tuple[str, str]:
     """``("gpu" | "cpu_bf16" | "float32", why)``. ``measure_speedup()`` (bfloat16 over float32) is called only on a
-    CPU with hardware bfloat16; ``gpu`` and ``cpu_bf16`` default to this machine's."""
+    CPU with hardware bfloat16 and only when ``asked`` is "auto"; "float32" and "bfloat16" are taken as asked.
+    ``gpu`` and ``cpu_bf16`` default to this machine's."""
+    if asked not in PRECISION_CHOICES:
+        raise ValueError(f"{PRECISION_VARIABLE} must be one of {', '.join(PRECISION_CHOICES)}, not {asked!r}")
     if gpu is None:
         gpu = torch.cuda.is_available()
+    if asked == "float32":
+        return "float32", f"{PRECISION_VARIABLE}=float32: float32, not timed"
     if gpu:
         return "gpu", "a GPU: bfloat16 autocast"
     if cpu_bf16 is None:
         cpu_bf16 = bool(cpu_computes_bfloat16())
+    if asked == "bfloat16":
+        kernels = (
+            "" if cpu_bf16 else " (this CPU has no bfloat16 arithmetic: torch's reference kernels, many times slower)"
+        )
+        return "cpu_bf16", f"{PRECISION_VARIABLE}=bfloat16: bfloat16 autocast on the CPU, not timed{kernels}"
     if not cpu_bf16:
         return "float32", "no bfloat16 arithmetic on this CPU (no avx512_bf16 or amx_bf16 flag): float32"
     speedup = measure_speedup()
@@ -165,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         model, batch = probe_model(task, **args)
         return bfloat16_speedup(model, batch)
 
-    choice, why = choose_precision(measure)
+    try:
+        choice, why = choose_precision(measure, asked=os.environ.get(PRECISION_VARIABLE) or "auto")
+    except ValueError as error:
+        parser.error(str(error))
     print(f"precision: {why}", file=sys.stderr)
     print(choice)
     return 0

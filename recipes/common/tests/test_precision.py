@@ -8,6 +8,7 @@ import torch
 from recipes.common import precision
 from recipes.common.precision import (
     LEAST_BFLOAT16_SPEEDUP,
+    PRECISION_VARIABLE,
     bfloat16_speedup,
     choose_precision,
     main,
@@ -49,6 +50,41 @@ def test_a_cpu_with_bfloat16_arithmetic_takes_it_only_where_it_is_clearly_faster
     choice, why = choose_precision(lambda: speedup, gpu=False, cpu_bf16=True)
     assert choice == expected
     assert f"{speedup:.2f}x float32's steps per second" in why
+
+
+@pytest.mark.parametrize(
+    ("asked", "gpu", "cpu_bf16", "expected"),
+    [
+        ("float32", False, True, "float32"),  # a CPU whose check would time, and might pick bfloat16
+        ("float32", True, True, "float32"),
+        ("bfloat16", False, True, "cpu_bf16"),
+        ("bfloat16", False, False, "cpu_bf16"),  # asked for, though slow there: said so
+        ("bfloat16", True, False, "gpu"),
+    ],
+)
+def test_the_environment_overrides_the_check_without_timing(asked, gpu, cpu_bf16, expected):
+    choice, why = choose_precision(_never_timed, gpu=gpu, cpu_bf16=cpu_bf16, asked=asked)
+    assert choice == expected
+    if not gpu or asked == "float32":
+        assert why.startswith(f"{PRECISION_VARIABLE}={asked}: ")
+        assert ("many times slower" in why) is (asked == "bfloat16" and not cpu_bf16)
+    # "auto" is the measured choice.
+    assert choose_precision(lambda: 0.5, gpu=False, cpu_bf16=True, asked="auto")[0] == "float32"
+    assert choose_precision(lambda: 1.5, gpu=False, cpu_bf16=True, asked="auto")[0] == "cpu_bf16"
+
+
+def test_the_command_line_takes_the_environment_and_names_a_bad_value(monkeypatch, capsys):
+    arguments = ["--task", "masked-lm"] + [f"--{name}={value}" for name, value in SHAPE.items()]
+    monkeypatch.setattr(precision, "bfloat16_speedup", lambda *args, **kwargs: _never_timed())
+    monkeypatch.setenv(PRECISION_VARIABLE, "float32")
+    assert main(arguments) == 0
+    printed = capsys.readouterr()
+    assert printed.out.strip() == "float32" and f"{PRECISION_VARIABLE}=float32" in printed.err
+    monkeypatch.setenv(PRECISION_VARIABLE, "fp32")
+    with pytest.raises(SystemExit) as stopped:
+        main(arguments)
+    assert stopped.value.code == 2
+    assert f"{PRECISION_VARIABLE} must be one of auto, float32, bfloat16, not 'fp32'" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("task", ["masked-lm", "seq2seq"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hf_transformer.training import cpu_computes_bfloat16
-from recipes.common.precision import LEAST_BFLOAT16_SPEEDUP
+from recipes.common.precision import LEAST_BFLOAT16_SPEEDUP, PRECISION_VARIABLE
 from tests.helpers.launch import PRECISION_ARGS, precision_choices
 
 TINY_SHAPE = (
@@ -20,11 +20,17 @@ TINY_SHAPE = (
 )
 
 
-def source_precision_args(path_dir: str, arguments: str = TINY_SHAPE) -> subprocess.CompletedProcess:
+def source_precision_args(
+    path_dir: str, arguments: str = TINY_SHAPE, precision: str | None = None
+) -> subprocess.CompletedProcess:
     """Sources recipes/common/precision_args.sh as the job scripts do (under `set -euo pipefail`, with a model shape)
-    with `python` found first in ``path_dir``, and prints the array it set."""
+    with `python` found first in ``path_dir`` and HF_TRANSFORMER_PRECISION set to ``precision`` (None: unset), and
+    prints the array it set."""
     script = f'set -euo pipefail; . "{PRECISION_ARGS}" {arguments}; echo "[${{precision_args[*]:-}}]"'
-    env = {**os.environ, "PATH": f"{path_dir}{os.pathsep}{os.environ['PATH']}"}
+    env = {key: value for key, value in os.environ.items() if key != PRECISION_VARIABLE}
+    env["PATH"] = f"{path_dir}{os.pathsep}{os.environ['PATH']}"
+    if precision is not None:
+        env[PRECISION_VARIABLE] = precision
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -49,6 +55,19 @@ def test_precision_args_follow_this_machine_and_say_why(tmp_path):
         speedup = float(re.search(r"at ([0-9.]+)x float32's steps per second", done.stderr).group(1))
         expected = "[--bf16 true --use_cpu true]" if speedup >= LEAST_BFLOAT16_SPEEDUP else "[]"
         assert done.stdout.strip() == expected, done.stderr
+
+
+def test_the_environment_sets_the_precision_without_timing(tmp_path):
+    python = _this_python(tmp_path)
+    done = source_precision_args(python, precision="float32")
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+    assert f"{PRECISION_VARIABLE}=float32" in done.stderr
+    done = source_precision_args(python, precision="bfloat16")
+    bfloat16 = "[--bf16 true]" if torch.cuda.is_available() else "[--bf16 true --use_cpu true]"
+    assert done.returncode == 0 and done.stdout.strip() == bfloat16, done.stderr
+    done = source_precision_args(python, precision="half")  # a typo stops the job instead of timing or guessing
+    assert done.returncode != 0 and f"{PRECISION_VARIABLE} must be one of" in done.stderr
+    assert "[" not in done.stdout
 
 
 def test_precision_args_stop_the_job_when_the_check_fails(tmp_path):

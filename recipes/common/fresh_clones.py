@@ -1,0 +1,195 @@
+"""A job script run as a new user runs it, several times: each run in a fresh clone of the repository's last commit,
+one after another, with the time, the score and a digest of the saved weights of each run written to one report.
+
+    python -m recipes.common.fresh_clones --runs 3 --output runs/fresh-clones.md -- scripts/main_job.sh ../shared/data
+    HF_TRANSFORMER_PRECISION=float32 python -m recipes.common.fresh_clones --runs 2 ... -- scripts/main_job.sh ...
+
+Each clone installs what the job installs (its own ``.venv``), so a run's time is the install and the job; where the
+job prints ``finished in N s`` (``scripts/main_job.sh`` does, after installing), that figure is reported beside it.
+After a run, ``--results`` (a JSON file the job writes, relative to the clone) gives the score (``--metric``), and
+the digest of ``--weights`` shows whether the runs wrote the same weights byte for byte. The job's arguments that name
+an existing file or folder are passed as absolute paths, since the job runs inside the clone. Each clone is deleted
+after its run unless ``--keep`` names a folder to keep its job folder in (``checkpoint-*`` folders left out). The job's
+output goes to ``LOG_DIR/run-N.log``; the report (Markdown, and JSON beside it) names the CPU and the commit.
+A run that fails stops the series: the report keeps the runs before it, and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
+PRECISION_LINE = re.compile(r"^precision: (.*)$", re.M)
+
+
+def cpu_name() -> str:
+    """The CPU as ``lscpu`` names it, with its family and model numbers and whether it multiplies in bfloat16."""
+    fields = {}
+    try:
+        listed = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
+        fields = dict(line.split(":", 1) for line in listed.splitlines() if ":" in line)
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    name = fields.get("Model name") or platform.processor() or "unknown CPU"
+    flags = set(fields.get("Flags", "").split())
+    arithmetic = [flag for flag in ("avx512f", "avx512_bf16", "amx_bf16") if flag in flags] or ["no AVX-512"]
+    numbers = f"family {fields['CPU family']} model {fields['Model']}, " if "CPU family" in fields else ""
+    return f"{name} ({numbers}{os.cpu_count()} CPUs; {', '.join(arithmetic)})"
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def absolute_arguments(arguments: list[str]) -> list[str]:
+    """The job's arguments, those that name an existing file or folder made absolute."""
+    return [str(Path(argument).resolve()) if Path(argument).exists() else argument for argument in arguments]
+
+
+def head_commit(repo: Path) -> tuple[str, bool]:
+    """The last commit of ``repo`` and whether its working tree holds changes a clone would not have."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True)
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True)
+    return commit.stdout.strip(), bool(status.stdout.strip())
+
+
+def run_once(args, index: int, workdir: Path, job_arguments: list[str]) -> dict:
+    """One clone, one run of the job in it; what it took and gave."""
+    clone = workdir / f"clone-{index}"
+    subprocess.run(["git", "clone", "--quiet", str(args.repo), str(clone)], check=True)
+    log = args.log_dir / f"run-{index}.log"
+    print(f"run {index} of {args.runs}: {args.job} in {clone}, its output in {log}", flush=True)
+    started = time.time()
+    with log.open("w", encoding="utf-8") as stream:
+        done = subprocess.run(["bash", args.job, *job_arguments], cwd=clone, stdout=stream, stderr=subprocess.STDOUT)
+    seconds = time.time() - started
+    output = log.read_text(encoding="utf-8", errors="replace")
+    run = {"run": index, "returncode": done.returncode, "seconds_with_install": round(seconds, 1), "log": str(log)}
+    reported = FINISHED.findall(output)
+    run["job_seconds"] = float(reported[-1]) if reported else None
+    precision = PRECISION_LINE.findall(output)
+    run["precision"] = precision[-1] if precision else None
+    if done.returncode == 0:
+        results = json.loads((clone / args.results).read_text())
+        run["metric"] = results[args.metric]
+        run["weights_sha256"] = file_digest(clone / args.weights)
+        if args.keep:
+            folder = (clone / args.weights).parent
+            kept = args.keep / f"run-{index}"
+            shutil.copytree(folder, kept, ignore=shutil.ignore_patterns("checkpoint-*"), dirs_exist_ok=True)
+            run["kept"] = str(kept)
+    shutil.rmtree(clone)
+    return run
+
+
+def report_text(report: dict) -> str:
+    runs = [run for run in report["runs"] if run["returncode"] == 0]
+    digests = {run["weights_sha256"] for run in runs}
+    lines = [
+        f"`{report['job']}` from fresh clones of {report['commit'][:7]}, one run at a time, on {report['cpu']}"
+        + (f" ({report['precision_variable']})" if report["precision_variable"] else "")
+        + ".",
+        "",
+        f"| run | {report['metric']} | seconds with installing | seconds the job reports | weights (sha256) |",
+        "|---|---|---|---|---|",
+    ]
+    for run in report["runs"]:
+        if run["returncode"]:
+            lines.append(f"| {run['run']} | failed (exit status {run['returncode']}; {run['log']}) | | | |")
+            continue
+        job = "" if run["job_seconds"] is None else f"{run['job_seconds']:g}"
+        lines.append(
+            f"| {run['run']} | {run['metric']:.4%} | {run['seconds_with_install']:g} | {job} | "
+            f"{run['weights_sha256'][:12]} |"
+        )
+    if runs:
+        scores = [run["metric"] for run in runs]
+        lines += [
+            "",
+            f"{report['metric']}: {min(scores):.4%} to {max(scores):.4%} over {len(runs)} run(s), median "
+            f"{statistics.median(scores):.4%}; "
+            + (
+                "the same weights byte for byte in every run."
+                if len(digests) == 1
+                else f"{len(digests)} different weights."
+            ),
+        ]
+        precisions = {run["precision"] for run in runs if run["precision"]}
+        if precisions:
+            lines.append("The precision check: " + "; ".join(sorted(precisions)) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def argument_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m recipes.common.fresh_clones", description=__doc__.split("\n\n")[0])
+    parser.add_argument("job", help="the job script, relative to the repository (scripts/main_job.sh)")
+    parser.add_argument("job_arguments", nargs="*", help="its arguments (after --)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--output", type=Path, required=True, help="the report (.md; .json beside it)")
+    parser.add_argument("--results", default="runs/nsmc/results.json", help="the JSON file the job writes")
+    parser.add_argument("--metric", default="test_accuracy", help="the key of the score in --results")
+    parser.add_argument("--weights", default="runs/nsmc/model.safetensors", help="the weights file to compare")
+    parser.add_argument("--log_dir", type=Path, help="where the jobs' output goes (default: beside --output)")
+    parser.add_argument("--keep", type=Path, help="a folder to keep each run's job folder in, as run-N")
+    parser.add_argument("--repo", type=Path, default=REPO, help="the repository to clone (default: this one)")
+    parser.add_argument("--workdir", type=Path, help="where the clones are made (default: a temporary folder)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argument_parser()
+    args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, not {args.runs}")
+    if not (args.repo / args.job).is_file():
+        parser.error(f"{args.job} is not a file of {args.repo}")
+    commit, changed = head_commit(args.repo)
+    if changed:
+        print(f"the working tree of {args.repo} has changes the clones will not have: they run {commit[:7]}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.log_dir = args.log_dir or args.output.with_suffix("")
+    args.log_dir.mkdir(parents=True, exist_ok=True)
+    job_arguments = absolute_arguments(args.job_arguments)
+    variable = os.environ.get("HF_TRANSFORMER_PRECISION")
+    report = {
+        "job": " ".join([args.job, *args.job_arguments]),
+        "commit": commit,
+        "cpu": cpu_name(),
+        "precision_variable": f"HF_TRANSFORMER_PRECISION={variable}" if variable else None,
+        "metric": args.metric,
+        "runs": [],
+    }
+    with tempfile.TemporaryDirectory(dir=args.workdir) as workdir:
+        for index in range(1, args.runs + 1):
+            run = run_once(args, index, Path(workdir), job_arguments)
+            report["runs"].append(run)
+            args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+            args.output.write_text(report_text(report))
+            if run["returncode"]:
+                print(f"run {index} failed (exit status {run['returncode']}); its output: {run['log']}")
+                return 1
+            print(f"run {index}: {args.metric} {run['metric']:.4%} in {run['seconds_with_install']:g} s", flush=True)
+    print(f"report: {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

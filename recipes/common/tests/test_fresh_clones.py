@@ -1,0 +1,97 @@
+"""recipes.common.fresh_clones: a job run in fresh clones of the last commit, its runs' times, scores and weights
+reported side by side."""
+
+import json
+import subprocess
+
+import pytest
+
+from recipes.common import fresh_clones
+
+# A stand-in for scripts/main_job.sh: counts its runs in the file it is given (outside the clone), fails after
+# $FAIL_AFTER runs, lists the clones beside its own, writes weights that differ between runs only under $WEIGHTS_VARY,
+# a checkpoint and a score.
+JOB = """#!/usr/bin/env bash
+set -euo pipefail
+n=$(( $(cat "$1") + 1 )); echo "$n" > "$1"
+ls .. > "$1.beside-$n"  # the clones there while this one runs
+[ "$n" -le "${FAIL_AFTER:-99}" ] || { echo "the job broke"; exit 3; }
+mkdir -p runs/nsmc/checkpoint-1
+printf "weights-${WEIGHTS_VARY:+$n}" > runs/nsmc/model.safetensors
+echo "{\\"test_accuracy\\": 0.88$n}" > runs/nsmc/results.json
+echo "precision: float32, as asked"
+echo "main job finished in 3 s (after installing); results in runs/nsmc/results.json"
+"""
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    """A repository whose last commit holds the job, and a run counter beside it; the working folder is tmp_path,
+    so the job's argument ``count.txt`` is a relative path that names a file only from here."""
+    folder = tmp_path / "repo"
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "scripts" / "job.sh").write_text(JOB)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(folder)]
+    subprocess.run(["git", "init", "-q", str(folder)], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "job"], check=True)
+    (tmp_path / "count.txt").write_text("0")
+    (tmp_path / "clones").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("FAIL_AFTER", raising=False)
+    monkeypatch.delenv("WEIGHTS_VARY", raising=False)
+    return folder
+
+
+def run(repo, tmp_path, *options):
+    argv = ["--repo", str(repo), "--workdir", str(tmp_path / "clones"), "--output", str(tmp_path / "out" / "r.md")]
+    return fresh_clones.main([*argv, *options, "--", "scripts/job.sh", "count.txt"])
+
+
+def test_each_run_is_a_fresh_clone_and_the_report_sets_the_runs_side_by_side(repo, tmp_path):
+    assert run(repo, tmp_path, "--runs", "2", "--keep", str(tmp_path / "kept")) == 0
+    assert (tmp_path / "count.txt").read_text().strip() == "2"  # the relative argument reached both runs
+    report = json.loads((tmp_path / "out" / "r.json").read_text())
+    commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert report["commit"] == commit.strip() and report["cpu"]
+    runs = report["runs"]
+    assert [r["metric"] for r in runs] == [0.881, 0.882] and [r["job_seconds"] for r in runs] == [3.0, 3.0]
+    assert all(r["precision"] == "float32, as asked" and r["seconds_with_install"] >= 0 for r in runs)
+    assert runs[0]["weights_sha256"] == runs[1]["weights_sha256"]
+    text = (tmp_path / "out" / "r.md").read_text()
+    assert "| 1 | 88.1000% |" in text and "| 2 | 88.2000% |" in text
+    assert "88.1000% to 88.2000% over 2 run(s)" in text and "the same weights byte for byte in every run" in text
+    assert "main job finished" in (tmp_path / "out" / "r" / "run-2.log").read_text()
+    # Each clone is gone after its run (a job's clone holds a whole environment); its job folder is kept without
+    # checkpoints where asked.
+    assert (tmp_path / "count.txt.beside-2").read_text().split() == ["clone-2"]
+    assert not list((tmp_path / "clones").iterdir())
+    kept = tmp_path / "kept" / "run-1"
+    assert (kept / "model.safetensors").read_text() == "weights-" and not (kept / "checkpoint-1").exists()
+
+
+def test_different_weights_are_counted(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("WEIGHTS_VARY", "1")
+    assert run(repo, tmp_path, "--runs", "2") == 0
+    assert "2 different weights" in (tmp_path / "out" / "r.md").read_text()
+
+
+def test_a_failed_run_stops_the_series_and_keeps_the_runs_before_it(repo, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("FAIL_AFTER", "1")
+    assert run(repo, tmp_path, "--runs", "3") == 1
+    runs = json.loads((tmp_path / "out" / "r.json").read_text())["runs"]
+    assert [r["returncode"] for r in runs] == [0, 3]
+    assert "| 2 | failed (exit status 3;" in (tmp_path / "out" / "r.md").read_text()
+    assert "run 2 failed (exit status 3)" in capsys.readouterr().out
+    assert "the job broke" in (tmp_path / "out" / "r" / "run-2.log").read_text()
+    assert not list((tmp_path / "clones").iterdir())
+
+
+def test_a_job_that_is_not_in_the_repository_or_no_run_is_refused(repo, tmp_path, capsys):
+    argv = ["--repo", str(repo), "--output", str(tmp_path / "r.md")]
+    with pytest.raises(SystemExit):
+        fresh_clones.main([*argv, "--", "scripts/absent.sh"])
+    assert "scripts/absent.sh is not a file of" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        fresh_clones.main([*argv, "--runs", "0", "--", "scripts/job.sh"])
+    assert "--runs must be at least 1, not 0" in capsys.readouterr().err
