@@ -9,8 +9,9 @@ job prints ``finished in N s`` (``scripts/main_job.sh`` does, after installing),
 After a run, ``--results`` (a JSON file the job writes, relative to the clone) gives the score (``--metric``), and
 the digest of ``--weights`` shows whether the runs wrote the same weights byte for byte. The job's arguments that name
 an existing file or folder are passed as absolute paths, since the job runs inside the clone. Each clone is deleted
-after its run unless ``--keep`` names a folder to keep its job folder in (``checkpoint-*`` folders left out). The job's
-output goes to ``LOG_DIR/run-N.log``; the report (Markdown, and JSON beside it) names the CPU and the commit.
+after its run; ``--keep`` names a folder to copy the folder of ``--weights`` into first (``checkpoint-*`` left out).
+The job's output goes to ``LOG_DIR/run-N.log``; the report (Markdown, and JSON beside it) names the CPU and the
+commit.
 A run that fails stops the series: the report keeps the runs before it, and the exit status is 1.
 """
 
@@ -148,7 +149,7 @@ def argument_parser() -> argparse.ArgumentParser:
     parser.add_argument("--metric", default="test_accuracy", help="the key of the score in --results")
     parser.add_argument("--weights", default="runs/nsmc/model.safetensors", help="the weights file to compare")
     parser.add_argument("--log_dir", type=Path, help="where the jobs' output goes (default: beside --output)")
-    parser.add_argument("--keep", type=Path, help="a folder to keep each run's job folder in, as run-N")
+    parser.add_argument("--keep", type=Path, help="a folder to copy each run's --weights folder into, as run-N")
     parser.add_argument("--repo", type=Path, default=REPO, help="the repository to clone (default: this one)")
     parser.add_argument("--workdir", type=Path, help="where the clones are made (default: a temporary folder)")
     return parser
