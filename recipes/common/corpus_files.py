@@ -55,7 +55,8 @@ def downloads_allowed(download: bool | None = None) -> bool:
     return not any(os.environ.get(name, "").upper() in {"1", "ON", "YES", "TRUE"} for name in _OFFLINE_ENV)
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in blocks."""
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -84,7 +85,7 @@ def download_file(
             source = gzip.GzipFile(fileobj=response) if gzipped else response
             shutil.copyfileobj(source, out)
         if sha256 is not None:
-            actual = _sha256(partial)
+            actual = file_sha256(partial)
             if actual != sha256:
                 raise ValueError(f"{url} gave a file with sha256 {actual}, expected {sha256}")
         partial.replace(destination)

@@ -18,7 +18,6 @@ A run that fails stops the series: the report keeps the runs before it, and the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import platform
@@ -30,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from recipes.common.corpus_files import file_sha256
 
 REPO = Path(__file__).resolve().parents[2]
 FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
@@ -50,14 +51,6 @@ def cpu_name() -> str:
     arithmetic = [flag for flag in ("avx512f", "avx512_bf16", "amx_bf16") if flag in flags] or ["no AVX-512"]
     numbers = f"family {fields['CPU family']} model {fields['Model']}, " if "CPU family" in fields else ""
     return f"{name} ({numbers}{os.cpu_count()} CPUs; {', '.join(arithmetic)})"
-
-
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def absolute_arguments(arguments: list[str]) -> list[str]:
@@ -91,7 +84,7 @@ def run_once(args, index: int, workdir: Path, job_arguments: list[str]) -> dict:
     if done.returncode == 0:
         results = json.loads((clone / args.results).read_text())
         run["metric"] = results[args.metric]
-        run["weights_sha256"] = file_digest(clone / args.weights)
+        run["weights_sha256"] = file_sha256(clone / args.weights)
         if args.keep:
             folder = (clone / args.weights).parent
             kept = args.keep / f"run-{index}"
