@@ -1,1 +1,2 @@
-"""What the recipes share: corpus folders, the precision probe, learning curves and the run records' collector."""
+"""What the recipes share: corpus folders, the precision probe, learning curves, the run records' collector and
+repeated runs of a job from fresh clones."""
