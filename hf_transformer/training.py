@@ -125,8 +125,9 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: str | None = None):
     """The tokenizer of a run, identical in every process and across a resume.
 
-    Unigram training is not deterministic from run to run, so a tokenizer trained independently in each
-    process, or again when a run is resumed, would give other token ids to the same weights. Order:
+    Unigram training is not deterministic from run to run (its pieces keep their ids, but their scores differ
+    slightly), so a tokenizer trained independently in each process, or again when a run is resumed, could cut a
+    text otherwise under the same weights. Order:
     ``tokenizer_path`` when given; else the tokenizer saved in the checkpoint being resumed; else
     ``build()`` in process 0, whose files are broadcast to the other processes.
     """

@@ -14,10 +14,11 @@ import unicodedata
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import hf_transformer
-from hf_transformer.tokenization import SPECIAL_TOKENS, import_sentencepiece, train_tokenizer
+from hf_transformer.tokenization import EOS_TOKEN, SPECIAL_TOKENS, import_sentencepiece, train_tokenizer
 from hf_transformer.tokenization.cli import main as cli_main
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -199,6 +200,25 @@ def test_training_from_a_dataset_column_and_a_generator(tokenizer):
     assert same_pieces(from_dataset, tokenizer) and same_pieces(from_generator, tokenizer)
     with pytest.raises(KeyError, match="review"):
         train_tokenizer(dataset, vocab_size=VOCAB_SIZE, text_column="text", show_progress=False)
+
+
+def test_unigram_training_gives_the_same_pieces_the_same_ids_every_time(tokenizer):
+    # The trainer numbers the pieces by score in an order that changes between trainings (on this corpus some 70 of
+    # the 300 pieces move); numbered by their text after the special tokens, the same pieces keep their ids.
+    again = train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, show_progress=False)
+    assert again.get_vocab() == tokenizer.get_vocab()
+    pieces = [tokenizer.convert_ids_to_tokens(index) for index in range(len(tokenizer))]
+    assert pieces[:7] == list(SPECIAL_TOKENS) and pieces[7:] == sorted(pieces[7:])
+    for text in KOREAN + OTHER:
+        assert again(text)["input_ids"] == tokenizer(text)["input_ids"]
+    # Only the numbering moved: the pieces and their scores cut every text as the trainer's own order does.
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    scored = dict(map(tuple, state["model"]["vocab"]))
+    state["model"]["vocab"].sort(key=lambda entry: -entry[1] if entry[0] not in SPECIAL_TOKENS else float("-inf"))
+    by_score = Tokenizer.from_str(json.dumps(state))
+    assert dict(map(tuple, json.loads(by_score.to_str())["model"]["vocab"])) == scored
+    for text in KOREAN + OTHER:
+        assert by_score.encode(text).tokens == tokenizer.tokenize(text) + [EOS_TOKEN]
 
 
 def test_bpe_option():
@@ -440,7 +460,7 @@ def test_works_beside_the_registry_tokenizer_package(tmp_path):
         "import runpy, sys\n"
         "import tokenizer\n"
         "assert tokenizer.MARKER == 'registry', tokenizer.__file__\n"
-        "from hf_transformer.tokenization import SPECIAL_TOKENS, import_sentencepiece, train_tokenizer\n"
+        "from hf_transformer.tokenization import EOS_TOKEN, SPECIAL_TOKENS, import_sentencepiece, train_tokenizer\n"
         "import hf_transformer.tokenization.cli\n"
         "assert sys.modules['tokenizer'] is tokenizer\n"
         "sys.argv = ['-m', '--help']\n"

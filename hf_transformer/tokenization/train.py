@@ -7,6 +7,7 @@ The result is a `PreTrainedTokenizerFast` (in transformers 5 an alias of `Tokeni
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -215,6 +216,25 @@ def build_trainer(
     return backend, trainer
 
 
+def pieces_in_text_order(backend: Tokenizer) -> Tokenizer:
+    """A Unigram tokenizer whose pieces after the special tokens take their ids in the order of their text (by code
+    point) rather than of their scores.
+
+    The `tokenizers` Unigram trainer gathers texts and pieces in hash-map order, which differs from run to run, and
+    numbers the pieces by score: pieces of equal or nearly equal score (float sums taken in another order, the
+    unseen characters' small penalties given in another order) swap ids between two trainings on the same texts,
+    though they find the same pieces. Numbered by their text, the same pieces get the same ids, so the same texts give
+    the same token ids and a model trained on them the same weights. The scores, and so the segmentation, are
+    untouched (a piece's id plays no part in it)."""
+    state = json.loads(backend.to_str())
+    vocab = state["model"]["vocab"]
+    special = len(SPECIAL_TOKENS)  # ids 0-6, as the trainer was given them
+    if [piece for piece, _ in vocab[:special]] != list(SPECIAL_TOKENS):
+        raise ValueError(f"the trained vocabulary does not start with {SPECIAL_TOKENS}")
+    state["model"]["vocab"] = vocab[:special] + sorted(vocab[special:], key=lambda entry: entry[0])
+    return Tokenizer.from_str(json.dumps(state))
+
+
 def train_tokenizer(
     texts_or_files: Iterable[str] | str | os.PathLike | list[str | os.PathLike],
     vocab_size: int = 8000,
@@ -256,9 +276,10 @@ def train_tokenizer(
     Special tokens have fixed ids: [PAD] 0, [UNK] 1, [BOS] 2, [EOS] 3, [SEP] 4, [CLS] 5, [MASK] 6.
     Encoding appends [EOS] (also to `text_target=`); a pair is joined as `A [SEP] B [EOS]`.
     Characters never seen in training become [UNK]. BPE training is repeatable: the same texts and settings
-    give a byte-identical `tokenizer.json`. Unigram training is not (the `tokenizers` trainer gathers the
-    texts in hash order, which moves piece ids and scores between runs), so ship the saved tokenizer with its
-    model rather than training it again.
+    give a byte-identical `tokenizer.json`. Unigram training gives the same pieces the same ids (numbered by their
+    text: `pieces_in_text_order`), but some scores differ between runs (the `tokenizers` trainer gathers the texts
+    in hash order), so the file is not byte-identical and a rare text may be cut otherwise; ship the saved
+    tokenizer with its model rather than training it again.
     """
     if model_type not in MODEL_TYPES:
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
@@ -300,6 +321,8 @@ def train_tokenizer(
     backend.post_processor = eos_post_processor(backend.token_to_id)
     if segmenter is not None:
         backend.pre_tokenizer = saved_pre_tokenizer()  # MorphemeTokenizerFast puts the morpheme step back
+    if model_type == "unigram":
+        backend = pieces_in_text_order(backend)
     tokenizer = wrap_tokenizer(
         backend,
         model_max_length=model_max_length,
