@@ -12,7 +12,8 @@ an existing file or folder are passed as absolute paths, since the job runs insi
 after its run; ``--keep`` names a folder to copy the folder of ``--weights`` into first (``checkpoint-*`` left out).
 The job's output goes to ``LOG_DIR/run-N.log``; the report (Markdown, and JSON beside it) names the CPU and the
 commit.
-A run that fails stops the series: the report keeps the runs before it, and the exit status is 1.
+A run that fails, or ends without writing ``--results`` and ``--weights``, stops the series: the report keeps the
+runs before it, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -81,8 +82,15 @@ def run_once(args, index: int, workdir: Path, job_arguments: list[str]) -> dict:
     run["job_seconds"] = float(reported[-1]) if reported else None
     precision = PRECISION_LINE.findall(output)
     run["precision"] = precision[-1] if precision else None
-    if done.returncode == 0:
-        results = json.loads((clone / args.results).read_text())
+    missing = [name for name in (args.results, args.weights) if not (clone / name).is_file()]
+    if done.returncode:
+        run["failure"] = f"exit status {done.returncode}"
+    elif missing:  # the job ended well but wrote elsewhere
+        run["failure"] = "no " + " and no ".join(missing)
+    elif args.metric not in (results := json.loads((clone / args.results).read_text())):
+        run["failure"] = f"no {args.metric} in {args.results}"
+    else:
+        run["failure"] = None
         run["metric"] = results[args.metric]
         run["weights_sha256"] = file_sha256(clone / args.weights)
         if args.keep:
@@ -95,7 +103,7 @@ def run_once(args, index: int, workdir: Path, job_arguments: list[str]) -> dict:
 
 
 def report_text(report: dict) -> str:
-    runs = [run for run in report["runs"] if run["returncode"] == 0]
+    runs = [run for run in report["runs"] if run["failure"] is None]
     digests = {run["weights_sha256"] for run in runs}
     lines = [
         f"`{report['job']}` from fresh clones of {report['commit'][:7]}, one run at a time, on {report['cpu']}"
@@ -106,8 +114,8 @@ def report_text(report: dict) -> str:
         "|---|---|---|---|---|",
     ]
     for run in report["runs"]:
-        if run["returncode"]:
-            lines.append(f"| {run['run']} | failed (exit status {run['returncode']}; {run['log']}) | | | |")
+        if run["failure"]:
+            lines.append(f"| {run['run']} | failed ({run['failure']}; {run['log']}) | | | |")
             continue
         job = "" if run["job_seconds"] is None else f"{run['job_seconds']:g}"
         lines.append(
@@ -177,8 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             report["runs"].append(run)
             args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
             args.output.write_text(report_text(report))
-            if run["returncode"]:
-                print(f"run {index} failed (exit status {run['returncode']}); its output: {run['log']}")
+            if run["failure"]:
+                print(f"run {index} failed ({run['failure']}); its output: {run['log']}")
                 return 1
             print(f"run {index}: {args.metric} {run['metric']:.4%} in {run['seconds_with_install']:g} s", flush=True)
     print(f"report: {args.output}")

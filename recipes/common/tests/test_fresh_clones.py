@@ -80,11 +80,24 @@ def test_a_failed_run_stops_the_series_and_keeps_the_runs_before_it(repo, tmp_pa
     monkeypatch.setenv("FAIL_AFTER", "1")
     assert run(repo, tmp_path, "--runs", "3") == 1
     runs = json.loads((tmp_path / "out" / "r.json").read_text())["runs"]
-    assert [r["returncode"] for r in runs] == [0, 3]
+    assert [r["returncode"] for r in runs] == [0, 3] and [r["failure"] for r in runs] == [None, "exit status 3"]
     assert "| 2 | failed (exit status 3;" in (tmp_path / "out" / "r.md").read_text()
     assert "run 2 failed (exit status 3)" in capsys.readouterr().out
     assert "the job broke" in (tmp_path / "out" / "r" / "run-2.log").read_text()
     assert not list((tmp_path / "clones").iterdir())
+
+
+def test_a_job_that_writes_elsewhere_is_a_failed_run_that_names_the_file(repo, tmp_path, capsys):
+    assert run(repo, tmp_path, "--results", "runs/other/results.json") == 1
+    runs = json.loads((tmp_path / "out" / "r.json").read_text())["runs"]
+    assert runs[0]["returncode"] == 0 and runs[0]["failure"] == "no runs/other/results.json"
+    assert "metric" not in runs[0]
+    assert "| 1 | failed (no runs/other/results.json;" in (tmp_path / "out" / "r.md").read_text()
+    assert "run 1 failed (no runs/other/results.json)" in capsys.readouterr().out
+    assert not list((tmp_path / "clones").iterdir())
+    assert run(repo, tmp_path, "--metric", "test_f1") == 1
+    runs = json.loads((tmp_path / "out" / "r.json").read_text())["runs"]
+    assert runs[0]["failure"] == "no test_f1 in runs/nsmc/results.json"
 
 
 def test_a_job_that_is_not_in_the_repository_or_no_run_is_refused(repo, tmp_path, capsys):
