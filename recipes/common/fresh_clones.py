@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from recipes.common.corpus_files import file_sha256
+from recipes.common.precision import PRECISION_VARIABLE
 
 REPO = Path(__file__).resolve().parents[2]
 FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
@@ -170,12 +171,12 @@ def main(argv: list[str] | None = None) -> int:
     args.log_dir = args.log_dir or args.output.with_suffix("")
     args.log_dir.mkdir(parents=True, exist_ok=True)
     job_arguments = absolute_arguments(args.job_arguments)
-    variable = os.environ.get("HF_TRANSFORMER_PRECISION")
+    variable = os.environ.get(PRECISION_VARIABLE)
     report = {
         "job": " ".join([args.job, *args.job_arguments]),
         "commit": commit,
         "cpu": cpu_name(),
-        "precision_variable": f"HF_TRANSFORMER_PRECISION={variable}" if variable else None,
+        "precision_variable": f"{PRECISION_VARIABLE}={variable}" if variable else None,
         "metric": args.metric,
         "runs": [],
     }
