@@ -51,7 +51,6 @@ import importlib.util
 import io
 import json
 import math
-import os
 import platform
 import statistics
 import sys
@@ -844,14 +843,9 @@ def speed_up_rows(results: dict[str, dict], per: str, before: str, after: str) -
 def machine_description(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    model = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    return f"{model}, {os.cpu_count()} cores"
+    from hf_transformer.cpu import cpu_description
+
+    return cpu_description()
 
 
 def _number(value, digits: int = 0) -> str:

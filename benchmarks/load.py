@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,8 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+from hf_transformer.cpu import cpu_description
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 LOG_EVERY = 10
@@ -241,16 +242,6 @@ def plot(table: dict, meta: dict, path: Path) -> None:
     save_figure(figure, path)
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def parse_arguments(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", type=Path, required=True, help="holds nsmc/ratings_{train,test}.txt")
@@ -293,7 +284,7 @@ def main(argv: list[str] | None = None) -> dict:
     table = summarize(runs)
     meta = {
         "argv": sys.argv[1:] if argv is None else list(argv),
-        "cpu": cpu_name(),
+        "cpu": cpu_description(),
         "cores": len(os.sched_getaffinity(0)),
         "precision": "bfloat16 autocast" if precision else "float32",
         "steps": args.steps - args.skip,

@@ -15,6 +15,8 @@ import torch
 import torch.distributed as dist
 from transformers import AutoTokenizer, TrainerCallback
 
+from .cpu import BFLOAT16_CPU_FLAGS, cpu_computes_bfloat16
+
 logger = logging.getLogger(__name__)
 
 
@@ -39,24 +41,6 @@ def pin_memory_only_with_accelerator(training_args) -> None:
     """
     if training_args.dataloader_pin_memory and not torch.accelerator.is_available():
         training_args.dataloader_pin_memory = False
-
-
-# The CPU flags of hardware bfloat16 products (recipes/common/precision_args.sh asks cpu_computes_bfloat16 too).
-BFLOAT16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-
-
-def cpu_computes_bfloat16(cpuinfo: str | None = None) -> bool | None:
-    """Whether the CPU multiplies in bfloat16 in hardware (AVX512-BF16 or AMX), from the flags in ``cpuinfo`` (by
-    default /proc/cpuinfo's text); None where that cannot be read (not Linux)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
-    flags = {
-        flag for line in cpuinfo.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[-1].split()
-    }
-    return any(flag in flags for flag in BFLOAT16_CPU_FLAGS)
 
 
 def warn_of_emulated_bfloat16(training_args, cpuinfo: str | None = None) -> bool:

@@ -8,8 +8,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainingArguments
 
+from hf_transformer.cpu import cpu_computes_bfloat16
 from hf_transformer.training import (
-    cpu_computes_bfloat16,
     end_process_group,
     no_unused_parameters,
     pin_memory_only_with_accelerator,
@@ -36,14 +36,6 @@ def test_pin_memory_left_off_when_asked_off(tmp_path, monkeypatch):
 
 ZEN3_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma bmi2\nbugs\t\t: sysret_ss_attrs\n" * 2
 ZEN4_CPUINFO = ZEN3_CPUINFO.replace("bmi2", "bmi2 avx512f avx512bw avx512_bf16 avx512_vnni")
-SAPPHIRE_RAPIDS_CPUINFO = ZEN3_CPUINFO.replace("bmi2", "bmi2 avx512f amx_bf16 amx_tile")
-
-
-def test_cpu_bfloat16_arithmetic_is_read_from_the_flags_line():
-    assert cpu_computes_bfloat16(ZEN3_CPUINFO) is False
-    assert cpu_computes_bfloat16(ZEN4_CPUINFO) is True
-    assert cpu_computes_bfloat16(SAPPHIRE_RAPIDS_CPUINFO) is True
-    assert cpu_computes_bfloat16("model name\t: avx512_bf16 in a name is not a flag\nflags\t: avx2\n") is False
 
 
 @pytest.mark.parametrize(

@@ -69,6 +69,7 @@ import torch
 
 from ..adapters import merged_model_folder
 from ..configuration_transformer import TransformerConfig
+from ..cpu import cpu_fields
 from ..folders import SEQ2SEQ, refuse_replacing
 from ..generation import new_tokens_within_position_table
 from ..input_checks import check_sequence_fits
@@ -128,7 +129,7 @@ def prefer_avx512(environ=os.environ, cpuinfo: str | None = None) -> bool:
     """
     if "CT2_FORCE_CPU_ISA" in environ:
         return False
-    fields = _cpu_fields(cpuinfo)
+    fields = cpu_fields(cpuinfo)
     if fields is None:
         return False
     flags = set(fields.get("flags", "").split())
@@ -144,24 +145,12 @@ def prefer_avx512(environ=os.environ, cpuinfo: str | None = None) -> bool:
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
 
 
-def _cpu_fields(cpuinfo: str | None) -> dict[str, str] | None:
-    """The first processor's fields of /proc/cpuinfo (``cpuinfo``: its text, read when None); None where there is
-    none."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return None
-    fields = dict(line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line)
-    return {key.strip(): value.strip() for key, value in fields.items()}
-
-
 def prefer_mkl_for_int8(environ=os.environ, cpuinfo: str | None = None) -> bool:
     """Set ``CT2_USE_MKL=1`` on an AMD CPU with neither AVX-512 nor VNNI when it is not set; True when it was set
     here. Like ``CT2_FORCE_CPU_ISA``, CTranslate2 reads it when it first picks its kernels."""
     if "CT2_USE_MKL" in environ:
         return False
-    fields = _cpu_fields(cpuinfo)
+    fields = cpu_fields(cpuinfo)
     if fields is None or fields.get("vendor_id") != "AuthenticAMD":
         return False
     flags = set(fields.get("flags", "").split())

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import shutil
 import statistics
@@ -31,28 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from hf_transformer.cpu import cpu_description
 from recipes.common.corpus_files import file_sha256
 from recipes.common.precision import PRECISION_VARIABLE
 
 REPO = Path(__file__).resolve().parents[2]
 FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
 PRECISION_LINE = re.compile(r"^precision: (.*)$", re.M)
-
-
-def cpu_name() -> str:
-    """The CPU as ``lscpu`` names it, with its family and model numbers and whether it multiplies in bfloat16."""
-    fields = {}
-    try:
-        listed = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        fields = dict(line.split(":", 1) for line in listed.splitlines() if ":" in line)
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    fields = {key.strip(): value.strip() for key, value in fields.items()}
-    name = fields.get("Model name") or platform.processor() or "unknown CPU"
-    flags = set(fields.get("Flags", "").split())
-    arithmetic = [flag for flag in ("avx512f", "avx512_bf16", "amx_bf16") if flag in flags] or ["no AVX-512"]
-    numbers = f"family {fields['CPU family']} model {fields['Model']}, " if "CPU family" in fields else ""
-    return f"{name} ({numbers}{os.cpu_count()} CPUs; {', '.join(arithmetic)})"
 
 
 def absolute_arguments(arguments: list[str]) -> list[str]:
@@ -175,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "job": " ".join([args.job, *args.job_arguments]),
         "commit": commit,
-        "cpu": cpu_name(),
+        "cpu": cpu_description(),
         "precision_variable": f"{PRECISION_VARIABLE}={variable}" if variable else None,
         "metric": args.metric,
         "runs": [],

@@ -28,8 +28,8 @@ import time
 import torch
 
 from hf_transformer.configuration_transformer import TransformerConfig
+from hf_transformer.cpu import cpu_computes_bfloat16
 from hf_transformer.modeling_transformer import TransformerForConditionalGeneration, TransformerForMaskedLM
-from hf_transformer.training import cpu_computes_bfloat16
 
 # bfloat16 rounds every product's inputs to 8 bits of mantissa: worth it only for a gain beyond the timing's noise.
 LEAST_BFLOAT16_SPEEDUP = 1.05

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_transformer.training import cpu_computes_bfloat16
+from hf_transformer.cpu import cpu_computes_bfloat16
 from recipes.common.precision import LEAST_BFLOAT16_SPEEDUP, PRECISION_VARIABLE
 from tests.helpers.launch import PRECISION_ARGS, precision_choices
 
