@@ -28,9 +28,10 @@ def write_splits(data_dir: str | None, output_dir: Path, *, validation_size: flo
     for split in SPLITS:
         rows = splits[split]
         names = rows.features["label"].names
+        columns = rows.select_columns(["id", "text", "label"]).to_dict()  # read at once, not row by row
         lines = [
-            json.dumps({"id": row["id"], "text": row["text"], "label": names[row["label"]]}, ensure_ascii=False)
-            for row in rows
+            json.dumps({"id": id_, "text": text, "label": names[label]}, ensure_ascii=False)
+            for id_, text, label in zip(columns["id"], columns["text"], columns["label"], strict=True)
         ]
         (output_dir / f"{split}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
         counts[split] = len(lines)
