@@ -345,7 +345,7 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     for command in (["benchmarks/encoder_share.py", "--help"], ["-m", "benchmarks.encoder_share", "--help"]):
         subprocess.run([sys.executable, *command], check=True, capture_output=True, text=True, cwd=REPO)
     for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation", "ngram_characters",
-                 "batch_order"):  # fmt: skip
+                 "batch_order", "float32_products"):  # fmt: skip
         assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
     results = REPO / "benchmarks" / "results"
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
@@ -373,14 +373,14 @@ def test_training_memory_reports_each_setting_from_a_process_of_its_own(tmp_path
     assert table.count("| glibc |") == 2 and table.count("| keep_freed_memory |") == 2
 
 
-def check_speed_up_report(report: dict, output, kinds: list[str], baseline: str) -> None:
-    """A benchmark timing ``baseline`` against hf_transformer: each kind's medians, its speed-up, the JSON and the
+def check_speed_up_report(report: dict, output, kinds: list[str], baseline: str, other: str = "hf_transformer"):
+    """A benchmark timing ``baseline`` against ``other``: each kind's medians, its speed-up, the JSON and the
     Markdown table (one speed-up row per kind) written."""
     assert list(report["results"]) == kinds
     for result in report["results"].values():
         medians = result["median_ms"]
-        assert medians[baseline] > 0 and medians["hf_transformer"] > 0
-        assert result["speedup"] == pytest.approx(medians[baseline] / medians["hf_transformer"])
+        assert medians[baseline] > 0 and medians[other] > 0
+        assert result["speedup"] == pytest.approx(medians[baseline] / medians[other])
     assert json.loads(output.with_suffix(".json").read_text()) == report
     assert output.read_text().count("x |") == len(kinds)
 
@@ -399,6 +399,25 @@ def test_the_collation_benchmark_times_both_collators_on_the_same_draws(tmp_path
     collation.time_collators({"one": sampling, "two": sampling}, [[{}], [{}]], rounds=2)
     with pytest.raises(AssertionError, match="different batches"):
         collation.time_collators({"one": sampling, "two": lambda rows: {"draw": torch.ones(3)}}, [[{}]], rounds=1)
+
+
+def test_the_float32_products_benchmark_times_both_ways_and_checks_they_agree(tmp_path, monkeypatch):
+    from benchmarks import float32_products
+
+    monkeypatch.setattr(float32_products, "SHAPES", {"small": (8, 4, 6), "output layer": (3, 4, 50)})
+    output = tmp_path / "products.md"
+    report = float32_products.main(["--rounds", "2", "--repeats", "1", "--threads", "1", "--output", str(output)])
+    check_speed_up_report(report, output, ["small", "output layer"], baseline="mkl", other="onednn")
+    assert [result["rows x in -> out"] for result in report["results"].values()] == ["8 x 4 -> 6", "3 x 4 -> 50"]
+
+    # The oneDNN products are the same products: a wrong one (here the backward's dy.T @ x as x.T @ dy's
+    # transpose of the wrong operand) is refused.
+    x, weight, grad = torch.randn(8, 4), torch.randn(6, 4), torch.randn(8, 6)
+    for plain, onednn in zip(*(float32_products.step_products(x, weight, grad, way) for way in (False, True))):
+        torch.testing.assert_close(plain, onednn, rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(float32_products, "onednn_product", lambda a, b: a @ b.flip(0).t())
+    with pytest.raises(AssertionError, match="disagree"):
+        float32_products.time_products((8, 4, 6), rounds=1, repeats=1)
 
 
 def test_the_batch_order_benchmark_times_the_same_batches_in_both_orders(tmp_path):
