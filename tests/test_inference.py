@@ -13,18 +13,12 @@ from hf_transformer import (
     TransformerForConditionalGeneration,
     TransformerForSequenceClassification,
 )
-from tests.helpers.models import tiny_config
-
-WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
-SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
+from tests.helpers.models import SENTENCES, sentence_tokenizer, tiny_config
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from hf_transformer.tokenization import train_tokenizer
-
-    # model_max_length as train_tokenizer leaves it by default: longer than the models' position tables here.
-    return train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=256, show_progress=False)
+    return sentence_tokenizer()
 
 
 @pytest.fixture(scope="module")

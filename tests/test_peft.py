@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification, speed
-from tests.helpers.models import batch_with_padding, record_calls, tiny_config
+from tests.helpers.models import batch_with_padding, record_calls, sentence_tokenizer, tiny_config
 
 LoraLinear = peft.tuners.lora.Linear  # the layer peft puts in place of each adapted nn.Linear
 PROJECTIONS = ["q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2"]
@@ -150,8 +150,6 @@ def test_a_classifier_trains_its_head_beside_the_adapters_and_reloads_with_both(
 # Adapter folders on the way to deployment (hf_transformer.adapters): merged, predicted with, exported
 # ---------------------------------------------------------------------------------------------------
 
-WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
-SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
 TEXTS = ["a man rides a red bike .", "two dogs in the snow .", "a cat sits on the big grass with a small dog ."]
 
 
@@ -159,9 +157,7 @@ TEXTS = ["a man rides a red bike .", "two dogs in the snow .", "a cat sits on th
 def folders(tmp_path_factory):
     """Base folders (seq2seq, classifier; each with its tokenizer) and adapter folders trained on nothing but with
     random adapters (no tokenizer: the base's is read), with the adapted models."""
-    from hf_transformer.tokenization import train_tokenizer
-
-    tokenizer = train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=16, show_progress=False)
+    tokenizer = sentence_tokenizer(model_max_length=16)
     root = tmp_path_factory.mktemp("adapters")
     torch.manual_seed(0)
     settings = dict(vocab_size=len(tokenizer), max_position_embeddings=16, init_std=0.1)

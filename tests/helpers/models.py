@@ -46,6 +46,21 @@ def tiny_config(**overrides) -> TransformerConfig:
     return TransformerConfig(**settings)
 
 
+# Made-up English sentences of 2 to 10 words over 19 words, each ending in " .": text enough for a 90-piece tokenizer.
+WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
+SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
+
+
+def sentence_tokenizer(model_max_length: int = 256):
+    """A 90-piece BPE tokenizer trained on ``SENTENCES`` (BPE: the same pieces and ids in every process). The
+    default ``model_max_length`` is longer than the test models' position tables."""
+    from hf_transformer.tokenization import train_tokenizer
+
+    return train_tokenizer(
+        SENTENCES, vocab_size=90, model_type="bpe", model_max_length=model_max_length, show_progress=False
+    )
+
+
 def save_random_translator(folder, tokenizer, *, max_position_embeddings: int, max_new_tokens: int):
     """A random translator, pre-LN with large weights so that its beam candidates differ (from each other and from
     greedy decoding), with the tokenizer's special tokens; saved with the tokenizer in ``folder``, returned."""

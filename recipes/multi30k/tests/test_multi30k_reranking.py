@@ -21,17 +21,12 @@ from recipes.multi30k.reranking import (
     rerank,
     sequence_log_probs,
 )
-from tests.helpers.models import record_calls, save_random_translator
-
-WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
-SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
+from tests.helpers.models import SENTENCES, record_calls, save_random_translator, sentence_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from hf_transformer.tokenization import train_tokenizer
-
-    return train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=256, show_progress=False)
+    return sentence_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -9,17 +9,12 @@ import pytest
 import torch
 
 from recipes.multi30k import reranking_engines
-from tests.helpers.models import save_random_translator
-
-WORDS = "a man woman dog cat rides runs sits on the red big small bike grass snow in with two".split()
-SENTENCES = [" ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(2 + i % 9)) + " ." for i in range(24)]
+from tests.helpers.models import SENTENCES, save_random_translator, sentence_tokenizer
 
 
 def test_the_engines_do_the_same_work_and_the_record_says_how_fast(tmp_path):
     pytest.importorskip("ctranslate2")
-    from hf_transformer.tokenization import train_tokenizer
-
-    tokenizer = train_tokenizer(SENTENCES, vocab_size=90, model_type="bpe", model_max_length=256, show_progress=False)
+    tokenizer = sentence_tokenizer()
     forward = save_random_translator(tmp_path / "forward", tokenizer, max_position_embeddings=16, max_new_tokens=6)
     channel = save_random_translator(tmp_path / "channel", tokenizer, max_position_embeddings=16, max_new_tokens=6)
     sources = tmp_path / "train.en"
