@@ -16,17 +16,19 @@ made up. Writes ``benchmarks/results/batch_order.md`` and ``.json`` (``--output`
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
 try:  # python -m benchmarks.batch_order, or imported from the repository root
-    from benchmarks.benchmark import machine_description, speed_up_rows, write_report
+    from benchmarks.benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from benchmarks.collation import text_arguments, texts_and_tokenizer
 except ModuleNotFoundError:  # python benchmarks/batch_order.py: the script's own folder is on the path
-    from benchmark import machine_description, speed_up_rows, write_report
+    from benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from collation import text_arguments, texts_and_tokenizer
+
+# The report table's first four columns.
+HEADINGS = ("precision", "steps a round", "transformers' order (ms)", "random order (ms)")
 
 
 def sweep_batches(lengths: list[int], batch_size: int, seed: int = 0) -> list[list[int]]:
@@ -99,25 +101,21 @@ def main(argv: list[str] | None = None) -> dict:
         for rows in batches[-10:]:  # warm-up, on batches no round trains
             step(rows)
         seconds = time_orders(step, batches, args.rounds, args.steps)
-        medians = {name: statistics.median(values) * 1000 for name, values in seconds.items()}
-        results[precision] = {"steps": args.steps, "median_ms": medians,
-                              "speedup": medians["transformers"] / medians["hf_transformer"]}  # fmt: skip
+        results[precision] = speed_up_result(seconds, "transformers", "hf_transformer", {"steps": args.steps})
+        medians = results[precision]["median_ms"]
         print(f"{precision}: transformers' order {medians['transformers']:.2f} ms, random order "
               f"{medians['hf_transformer']:.2f} ms a step", flush=True)  # fmt: skip
 
     report = {"machine": machine_description(torch.device("cpu")), "texts": args.texts or "made up",
               "threads": args.threads, "rounds": args.rounds, "batch_size": args.batch_size,
               "results": results}  # fmt: skip
-    lines = [
+    intro = (
         f"A masked-token training step of the main job's model ({args.batch_size} rows), {args.threads} thread(s), "
         f"median of {args.rounds} alternated rounds of {args.steps} steps on the same batches in transformers' "
-        f"order and in random order (`hf_transformer`; texts: {report['texts']}; {report['machine']}).",
-        "",
-        "| precision | steps a round | transformers' order (ms) | random order (ms) | speed-up |",
-        "|---|---|---|---|---|",
-        *speed_up_rows(results, "steps", "transformers", "hf_transformer"),
-    ]
-    write_report(args.output, "\n".join(lines) + "\n", report)
+        f"order and in random order (`hf_transformer`; texts: {report['texts']}; {report['machine']})."
+    )
+    markdown = speed_up_report(intro, results, HEADINGS, "steps", "transformers", "hf_transformer")
+    write_report(args.output, markdown, report)
     return report
 
 

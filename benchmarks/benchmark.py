@@ -829,15 +829,25 @@ def write_report(output, markdown: str, record: dict) -> None:
     print(f"wrote {output} and {output.with_suffix('.json')}{took}")
 
 
-def speed_up_rows(results: dict[str, dict], per: str, before: str, after: str) -> list[str]:
-    """Markdown table rows of two ways of doing each kind of work: the kind, ``result[per]``, the median
-    milliseconds ``before`` and ``after`` (``result["median_ms"]``) and the speed-up."""
-    rows = []
+def speed_up_result(seconds: dict[str, list[float]], before: str, after: str, fields: dict, per: int = 1) -> dict:
+    """Two ways of doing one kind of work, from their seconds per round (each round's seconds for ``per`` units of
+    work): ``fields``, the median milliseconds a unit of each way (``median_ms``) and ``before``'s over ``after``'s
+    (``speedup``)."""
+    medians = {way: statistics.median(values) * 1000 / per for way, values in seconds.items()}
+    return {**fields, "median_ms": medians, "speedup": medians[before] / medians[after]}
+
+
+def speed_up_report(intro: str, results: dict[str, dict], headings: tuple[str, ...], column: str, before: str,
+                    after: str) -> str:  # fmt: skip
+    """A report's Markdown: ``intro``, then a table of ``speed_up_result``s, one row per kind of work: the kind,
+    ``result[column]``, the median milliseconds ``before`` and ``after`` and the speed-up, under ``headings`` (those
+    of the first four columns)."""
+    rows = [f"| {' | '.join(headings)} | speed-up |", "|---|---|---|---|---|"]
     for kind, result in results.items():
         medians = result["median_ms"]
-        rows.append(f"| {kind} | {result[per]} | {medians[before]:.2f} | {medians[after]:.2f} | "
+        rows.append(f"| {kind} | {result[column]} | {medians[before]:.2f} | {medians[after]:.2f} | "
                     f"{result['speedup']:.2f}x |")  # fmt: skip
-    return rows
+    return "\n".join([intro, "", *rows]) + "\n"
 
 
 def machine_description(device: torch.device) -> str:

@@ -17,15 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import time
 
 import torch
 
 try:  # python -m benchmarks.collation, or imported from the repository root
-    from benchmarks.benchmark import machine_description, speed_up_rows, write_report
+    from benchmarks.benchmark import machine_description, speed_up_report, speed_up_result, write_report
 except ModuleNotFoundError:  # python benchmarks/collation.py: the script's own folder is on the path
-    from benchmark import machine_description, speed_up_rows, write_report
+    from benchmark import machine_description, speed_up_report, speed_up_result, write_report
+
+# The report table's first four columns.
+HEADINGS = ("batch", "rows", "transformers (ms)", "hf_transformer (ms)")
 
 
 def read_texts(path: str | None, count: int) -> list[str]:
@@ -113,23 +115,19 @@ def main(argv: list[str] | None = None) -> dict:
         labelled = rows if kind == "masked tokens" else [row | {"label": i % 2} for i, row in enumerate(rows)]
         batches = [labelled[i * size : (i + 1) * size] for i in range(args.batches)]
         seconds = time_collators(collators[kind], batches, args.rounds)
-        medians = {name: statistics.median(values) * 1000 for name, values in seconds.items()}
-        results[kind] = {"rows_per_batch": size, "median_ms": medians,
-                         "speedup": medians["transformers"] / medians["hf_transformer"]}  # fmt: skip
+        results[kind] = speed_up_result(seconds, "transformers", "hf_transformer", {"rows_per_batch": size})
+        medians = results[kind]["median_ms"]
         print(f"{kind}: {size} rows, transformers {medians['transformers']:.2f} ms, "
               f"hf_transformer {medians['hf_transformer']:.2f} ms a batch", flush=True)  # fmt: skip
 
     report = {"machine": machine_description(torch.device("cpu")), "texts": args.texts or "made up",
               "rounds": args.rounds, "batches": args.batches, "results": results}  # fmt: skip
-    lines = [
+    intro = (
         f"Collating one batch, one thread, median of {args.rounds} alternated rounds of {args.batches} batches "
-        f"(texts: {report['texts']}; {report['machine']}); the two collators' batches are the same.",
-        "",
-        "| batch | rows | transformers (ms) | hf_transformer (ms) | speed-up |",
-        "|---|---|---|---|---|",
-        *speed_up_rows(results, "rows_per_batch", "transformers", "hf_transformer"),
-    ]
-    write_report(args.output, "\n".join(lines) + "\n", report)
+        f"(texts: {report['texts']}; {report['machine']}); the two collators' batches are the same."
+    )
+    markdown = speed_up_report(intro, results, HEADINGS, "rows_per_batch", "transformers", "hf_transformer")
+    write_report(args.output, markdown, report)
     return report
 
 

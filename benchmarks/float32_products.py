@@ -19,15 +19,17 @@ Writes ``benchmarks/results/float32_products.md`` and ``.json`` (``--output``) a
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 
 import torch
 
 try:  # python -m benchmarks.float32_products, or imported from the repository root
-    from benchmarks.benchmark import machine_description, speed_up_rows, write_report
+    from benchmarks.benchmark import machine_description, speed_up_report, speed_up_result, write_report
 except ModuleNotFoundError:  # python benchmarks/float32_products.py: the script's own folder is on the path
-    from benchmark import machine_description, speed_up_rows, write_report
+    from benchmark import machine_description, speed_up_report, speed_up_result, write_report
+
+# The report table's first four columns.
+HEADINGS = ("layer", "rows x in -> out", "MKL, torch's own (ms)", "oneDNN (ms)")
 
 # (rows, in features, out features): the main job's linear layers in a pretraining step.
 SHAPES = {
@@ -89,23 +91,19 @@ def main(argv: list[str] | None = None) -> dict:
     results = {}
     for kind, shape in SHAPES.items():
         seconds = time_products(shape, args.rounds, args.repeats)
-        medians = {way: statistics.median(values) * 1000 for way, values in seconds.items()}
-        results[kind] = {"rows x in -> out": "{} x {} -> {}".format(*shape), "median_ms": medians,
-                         "speedup": medians["mkl"] / medians["onednn"]}  # fmt: skip
+        results[kind] = speed_up_result(seconds, "mkl", "onednn", {"rows x in -> out": "{} x {} -> {}".format(*shape)})
+        medians = results[kind]["median_ms"]
         print(f"{kind} {shape}: MKL {medians['mkl']:.3f} ms, oneDNN {medians['onednn']:.3f} ms", flush=True)
     report = {"machine": machine_description(torch.device("cpu")), "threads": args.threads, "rounds": args.rounds,
               "repeats": args.repeats, "torch": torch.__version__, "results": results,
               "seconds": round(time.time() - started, 1)}  # fmt: skip
-    lines = [
+    intro = (
         f"A training step's three float32 products of each linear layer (forward, and the two of the backward), "
         f"{args.threads} threads, median of {args.rounds} alternated rounds of {args.repeats} steps "
-        f"({report['machine']}; torch {torch.__version__}); the two ways agree to float32 rounding.",
-        "",
-        "| layer | rows x in -> out | MKL, torch's own (ms) | oneDNN (ms) | speed-up |",
-        "|---|---|---|---|---|",
-        *speed_up_rows(results, "rows x in -> out", "mkl", "onednn"),
-    ]
-    write_report(args.output, "\n".join(lines) + "\n", report)
+        f"({report['machine']}; torch {torch.__version__}); the two ways agree to float32 rounding."
+    )
+    markdown = speed_up_report(intro, results, HEADINGS, "rows x in -> out", "mkl", "onednn")
+    write_report(args.output, markdown, report)
     return report
 
 

@@ -23,18 +23,20 @@ made up. Writes ``benchmarks/results/ngram-characters.md`` and ``.json`` (``--ou
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Callable
 
 import torch
 
 try:  # python -m benchmarks.ngram_characters, or imported from the repository root
-    from benchmarks.benchmark import machine_description, speed_up_rows, write_report
+    from benchmarks.benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from benchmarks.collation import text_arguments, texts_and_tokenizer
 except ModuleNotFoundError:  # python benchmarks/ngram_characters.py: the script's own folder is on the path
-    from benchmark import machine_description, speed_up_rows, write_report
+    from benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from collation import text_arguments, texts_and_tokenizer
+
+# The report table's first four columns.
+HEADINGS = ("work", "per", "plain (ms)", "hf_transformer (ms)")
 
 BATCH_ROWS = 64  # the main job's fine-tuning batch
 
@@ -116,25 +118,22 @@ def main(argv: list[str] | None = None) -> dict:
         for kind, (task, count, what) in work.items():
             seconds, answers = time_packings(task, packings, args.rounds)
             check_same(answers, what)
-            medians = {name: statistics.median(values) * 1000 / count for name, values in seconds.items()}
             unit = f"batch of {BATCH_ROWS} rows" if kind == "score" else f"pass over {len(rows):,} rows"
-            results[kind] = {"per": unit, "median_ms": medians, "speedup": medians["plain"] / medians["hf_transformer"]}
+            results[kind] = speed_up_result(seconds, "plain", "hf_transformer", {"per": unit}, per=count)
+            medians = results[kind]["median_ms"]
             print(f"{kind}: plain {medians['plain']:.2f} ms, hf_transformer {medians['hf_transformer']:.2f} ms "
                   f"a {unit}", flush=True)  # fmt: skip
 
     report = {"machine": machine_description(torch.device("cpu")), "threads": args.threads,
               "texts": args.texts or "made up", "rows": len(rows), "rounds": args.rounds,
               "results": results}  # fmt: skip
-    lines = [
+    intro = (
         f"The character n-gram score (1- to 4-grams, 2^22 buckets) with each packing of its characters, {args.threads} "
         f"thread(s), median of {args.rounds} alternated rounds (texts: {report['texts']}, {len(rows):,} rows; "
-        f"{report['machine']}); the two packings' scores agree and their bucket counts are equal.",
-        "",
-        "| work | per | plain (ms) | hf_transformer (ms) | speed-up |",
-        "|---|---|---|---|---|",
-        *speed_up_rows(results, "per", "plain", "hf_transformer"),
-    ]
-    write_report(args.output, "\n".join(lines) + "\n", report)
+        f"{report['machine']}); the two packings' scores agree and their bucket counts are equal."
+    )
+    markdown = speed_up_report(intro, results, HEADINGS, "per", "plain", "hf_transformer")
+    write_report(args.output, markdown, report)
     return report
 
 
