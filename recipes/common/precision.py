@@ -24,12 +24,12 @@ import os
 import statistics
 import sys
 import time
+from typing import TYPE_CHECKING
 
-import torch
-
-from hf_transformer.configuration_transformer import TransformerConfig
-from hf_transformer.cpu import cpu_computes_bfloat16
-from hf_transformer.modeling_transformer import TransformerForConditionalGeneration, TransformerForMaskedLM
+# torch and the package are imported where a step is timed or the hardware is asked about: a job that sets the
+# precision, or names a wrong one, is answered without the seconds their import takes.
+if TYPE_CHECKING:
+    import torch
 
 # bfloat16 rounds every product's inputs to 8 bits of mantissa: worth it only for a gain beyond the timing's noise.
 LEAST_BFLOAT16_SPEEDUP = 1.05
@@ -75,6 +75,11 @@ def probe_model(
 ) -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:
     """A freshly initialised model of the given shape (the configuration's default layers: the cost of a step
     depends on the sizes, not on where the layer norms sit) and one batch of random tokens, every row full length."""
+    import torch
+
+    from hf_transformer.configuration_transformer import TransformerConfig
+    from hf_transformer.modeling_transformer import TransformerForConditionalGeneration, TransformerForMaskedLM
+
     if task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     config = TransformerConfig(
@@ -99,6 +104,8 @@ def probe_model(
 
 
 def _training_step_seconds(model, batch, optimizer, bfloat16: bool, steps: int) -> float:
+    import torch
+
     started = time.perf_counter()
     for _ in range(steps):
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
@@ -115,6 +122,8 @@ def bfloat16_speedup(model, batch, rounds: int = SPEEDUP_ROUNDS, steps: int = 2)
     faster. After ``CLEAR_ROUNDS`` rounds that all lie beyond ``LEAST_BFLOAT16_SPEEDUP`` on one side by
     ``CLEAR_MARGIN`` the remaining rounds are skipped. The model's weights are trained by the steps (they stay
     float32, as autocast keeps them)."""
+    import torch
+
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for bfloat16 in (False, True):
@@ -139,10 +148,14 @@ def choose_precision(
     ``gpu`` and ``cpu_bf16`` default to this machine's."""
     if asked not in PRECISION_CHOICES:
         raise ValueError(f"{PRECISION_VARIABLE} must be one of {', '.join(PRECISION_CHOICES)}, not {asked!r}")
-    if gpu is None:
-        gpu = torch.cuda.is_available()
     if asked == "float32":
         return "float32", f"{PRECISION_VARIABLE}=float32: float32, not timed"
+    import torch
+
+    from hf_transformer.cpu import cpu_computes_bfloat16
+
+    if gpu is None:
+        gpu = torch.cuda.is_available()
     if gpu:
         return "gpu", "a GPU: bfloat16 autocast"
     if cpu_bf16 is None:

@@ -70,6 +70,17 @@ def test_the_environment_sets_the_precision_without_timing(tmp_path):
     assert "[" not in done.stdout
 
 
+def test_a_set_precision_is_answered_without_importing_torch():
+    # The job pays for torch's and the package's import only where it times steps or asks the hardware.
+    probe = (
+        "import sys; from recipes.common import precision; code = precision.main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules and 'hf_transformer' not in sys.modules, 'imported'; sys.exit(code)"
+    )
+    env = os.environ | {PRECISION_VARIABLE: "float32"}
+    done = subprocess.run([sys.executable, "-c", probe, *TINY_SHAPE.split()], env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "float32", done.stderr
+
+
 def test_precision_args_stop_the_job_when_the_check_fails(tmp_path):
     # A python that cannot run the check must not leave the job silently in float32 on a bfloat16 machine.
     broken = tmp_path / "python"
