@@ -5,7 +5,8 @@ one after another, with the time, the score and a digest of the saved weights of
     HF_TRANSFORMER_PRECISION=float32 python -m recipes.common.fresh_clones --runs 2 ... -- scripts/main_job.sh ...
 
 Each clone installs what the job installs (its own ``.venv``), so a run's time is the install and the job; where the
-job prints ``finished in N s`` (``scripts/main_job.sh`` does, after installing), that figure is reported beside it.
+job prints ``finished in N s`` (``scripts/main_job.sh`` does, after installing), that figure is reported beside it,
+and so are the seconds of each training loop the job ran (each ``Trainer.train`` logs its ``train_runtime``).
 After a run, ``--results`` (a JSON file the job writes, relative to the clone) gives the score (``--metric``), and
 the digest of ``--weights`` shows whether the runs wrote the same weights byte for byte. The job's arguments that name
 an existing file or folder are passed as absolute paths, since the job runs inside the clone. Each clone is deleted
@@ -37,6 +38,7 @@ from recipes.common.precision import PRECISION_VARIABLE
 REPO = Path(__file__).resolve().parents[2]
 FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
 PRECISION_LINE = re.compile(r"^precision: (.*)$", re.M)
+TRAIN_RUNTIME = re.compile(r"'train_runtime': '?(\d+(?:\.\d+)?)'?")  # Trainer.train's last log line: a number or text
 
 
 def absolute_arguments(arguments: list[str]) -> list[str]:
@@ -67,6 +69,7 @@ def run_once(args, index: int, workdir: Path, job_arguments: list[str]) -> dict:
     run["job_seconds"] = float(reported[-1]) if reported else None
     precision = PRECISION_LINE.findall(output)
     run["precision"] = precision[-1] if precision else None
+    run["training_seconds"] = [float(seconds) for seconds in TRAIN_RUNTIME.findall(output)]
     missing = [name for name in (args.results, args.weights) if not (clone / name).is_file()]
     if done.returncode:
         run["failure"] = f"exit status {done.returncode}"
@@ -95,16 +98,18 @@ def report_text(report: dict) -> str:
         + (f" ({report['precision_variable']})" if report["precision_variable"] else "")
         + ".",
         "",
-        f"| run | {report['metric']} | seconds with installing | seconds the job reports | weights (sha256) |",
-        "|---|---|---|---|---|",
+        f"| run | {report['metric']} | seconds with installing | seconds the job reports | its training loops (s) "
+        "| weights (sha256) |",
+        "|---|---|---|---|---|---|",
     ]
     for run in report["runs"]:
         if run["failure"]:
-            lines.append(f"| {run['run']} | failed ({run['failure']}; {run['log']}) | | | |")
+            lines.append(f"| {run['run']} | failed ({run['failure']}; {run['log']}) | | | | |")
             continue
         job = "" if run["job_seconds"] is None else f"{run['job_seconds']:g}"
+        loops = ", ".join(f"{seconds:g}" for seconds in run["training_seconds"])
         lines.append(
-            f"| {run['run']} | {run['metric']:.4%} | {run['seconds_with_install']:g} | {job} | "
+            f"| {run['run']} | {run['metric']:.4%} | {run['seconds_with_install']:g} | {job} | {loops} | "
             f"{run['weights_sha256'][:12]} |"
         )
     if runs:

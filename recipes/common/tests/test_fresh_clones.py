@@ -20,6 +20,8 @@ mkdir -p runs/nsmc/checkpoint-1
 printf "weights-${WEIGHTS_VARY:+$n}" > runs/nsmc/model.safetensors
 echo "{\\"test_accuracy\\": 0.88$n}" > runs/nsmc/results.json
 echo "precision: float32, as asked"
+echo "{'train_runtime': '12.5', 'train_loss': '6.9'}"  # two trainings' last log lines, as transformers 5 writes them
+echo "{'train_runtime': 3.25, 'epoch': 2.0}"
 echo "main job finished in 3 s (after installing); results in runs/nsmc/results.json"
 """
 
@@ -57,9 +59,10 @@ def test_each_run_is_a_fresh_clone_and_the_report_sets_the_runs_side_by_side(rep
     runs = report["runs"]
     assert [r["metric"] for r in runs] == [0.881, 0.882] and [r["job_seconds"] for r in runs] == [3.0, 3.0]
     assert all(r["precision"] == "float32, as asked" and r["seconds_with_install"] >= 0 for r in runs)
+    assert all(r["training_seconds"] == [12.5, 3.25] for r in runs)
     assert runs[0]["weights_sha256"] == runs[1]["weights_sha256"]
     text = (tmp_path / "out" / "r.md").read_text()
-    assert "| 1 | 88.1000% |" in text and "| 2 | 88.2000% |" in text
+    assert "| 1 | 88.1000% |" in text and "| 2 | 88.2000% |" in text and "| 3 | 12.5, 3.25 |" in text
     assert "88.1000% to 88.2000% over 2 run(s)" in text and "the same weights byte for byte in every run" in text
     assert "main job finished" in (tmp_path / "out" / "r" / "run-2.log").read_text()
     # Each clone is gone after its run (a job's clone holds a whole environment); its job folder is kept without
