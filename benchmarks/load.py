@@ -44,8 +44,6 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from hf_transformer.cpu import cpu_description
-
 REPOSITORY = Path(__file__).resolve().parent.parent
 LOG_EVERY = 10
 
@@ -282,6 +280,8 @@ def main(argv: list[str] | None = None) -> dict:
                         print(f"{load_name:9s} round {round_index + 1}/{args.rounds} {setting:16s} {speed:6.2f} "
                               f"steps/s {waiting}", flush=True)  # fmt: skip
     table = summarize(runs)
+    from hf_transformer.cpu import cpu_description  # the package (and torch) only where the record is written
+
     meta = {
         "argv": sys.argv[1:] if argv is None else list(argv),
         "cpu": cpu_description(),

@@ -29,8 +29,6 @@ import sys
 import time
 from pathlib import Path
 
-from hf_transformer.cpu import cpu_description
-
 SETTINGS = ("glibc", "keep_freed_memory")
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -233,6 +231,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     shape = ("steps", "report_every", "precision", "d_model", "num_layers", "num_heads", "vocab_size", "batch_size")
     child_argv = [text for name in shape for text in (f"--{name}", str(getattr(args, name)))]
     results = {setting: run_setting(setting, child_argv) for setting in args.settings}
+    from hf_transformer.cpu import cpu_description  # the package (and torch) only where the record is written
+
     meta = {"argv": argv, "cpu": cpu_description(), "precision": args.precision, "steps": args.steps}
     write_results(results, meta, args.output)
     return results
