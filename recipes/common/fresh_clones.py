@@ -11,8 +11,9 @@ After a run, ``--results`` (a JSON file the job writes, relative to the clone) g
 the digest of ``--weights`` shows whether the runs wrote the same weights byte for byte. The job's arguments that name
 an existing file or folder are passed as absolute paths, since the job runs inside the clone. Each clone is deleted
 after its run; ``--keep`` names a folder to copy the folder of ``--weights`` into first (``checkpoint-*`` left out).
-The job's output goes to ``LOG_DIR/run-N.log``; the report (Markdown, and JSON beside it) names the CPU and the
-commit.
+The job's output goes to ``LOG_DIR/run-N.log``; the report (Markdown, and JSON beside it) names the CPU, the commit
+and the settings in the environment that change what the job computes (``COMPUTE_SETTINGS``: the precision, the
+kernels' instruction sets, the threads).
 A run that fails, or ends without writing ``--results`` and ``--weights``, stops the series: the report keeps the
 runs before it, and the exit status is 1.
 """
@@ -38,6 +39,20 @@ from recipes.common.precision import PRECISION_VARIABLE
 REPO = Path(__file__).resolve().parents[2]
 FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
 PRECISION_LINE = re.compile(r"^precision: (.*)$", re.M)
+# Settings in the environment that change what a job computes or how fast: the precision, the instruction sets
+# torch's, oneDNN's and MKL's kernels may use, the threads and how they wait. The report names those that are set.
+COMPUTE_SETTINGS = (
+    PRECISION_VARIABLE,
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "RAYON_NUM_THREADS",
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+)
 TRAIN_RUNTIME = re.compile(r"'train_runtime': '?(\d+(?:\.\d+)?)'?")  # Trainer.train's last log line: a number or text
 
 
@@ -95,7 +110,7 @@ def report_text(report: dict) -> str:
     digests = {run["weights_sha256"] for run in runs}
     lines = [
         f"`{report['job']}` from fresh clones of {report['commit'][:7]}, one run at a time, on {report['cpu']}"
-        + (f" ({report['precision_variable']})" if report["precision_variable"] else "")
+        + (f" ({' '.join(report['settings'])})" if report["settings"] else "")
         + ".",
         "",
         f"| run | {report['metric']} | seconds with installing | seconds the job reports | its training loops (s) "
@@ -160,12 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     args.log_dir = args.log_dir or args.output.with_suffix("")
     args.log_dir.mkdir(parents=True, exist_ok=True)
     job_arguments = absolute_arguments(args.job_arguments)
-    variable = os.environ.get(PRECISION_VARIABLE)
     report = {
         "job": " ".join([args.job, *args.job_arguments]),
         "commit": commit,
         "cpu": cpu_description(),
-        "precision_variable": f"{PRECISION_VARIABLE}={variable}" if variable else None,
+        "settings": [f"{name}={os.environ[name]}" for name in COMPUTE_SETTINGS if os.environ.get(name)],
         "metric": args.metric,
         "runs": [],
     }

@@ -40,8 +40,8 @@ def repo(tmp_path, monkeypatch):
     (tmp_path / "count.txt").write_text("0")
     (tmp_path / "clones").mkdir()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("FAIL_AFTER", raising=False)
-    monkeypatch.delenv("WEIGHTS_VARY", raising=False)
+    for name in ("FAIL_AFTER", "WEIGHTS_VARY", *fresh_clones.COMPUTE_SETTINGS):
+        monkeypatch.delenv(name, raising=False)
     return folder
 
 
@@ -55,7 +55,7 @@ def test_each_run_is_a_fresh_clone_and_the_report_sets_the_runs_side_by_side(rep
     assert (tmp_path / "count.txt").read_text().strip() == "2"  # the relative argument reached both runs
     report = json.loads((tmp_path / "out" / "r.json").read_text())
     commit = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
-    assert report["commit"] == commit.strip() and report["cpu"]
+    assert report["commit"] == commit.strip() and report["cpu"] and report["settings"] == []
     runs = report["runs"]
     assert [r["metric"] for r in runs] == [0.881, 0.882] and [r["job_seconds"] for r in runs] == [3.0, 3.0]
     assert all(r["precision"] == "float32, as asked" and r["seconds_with_install"] >= 0 for r in runs)
@@ -111,3 +111,14 @@ def test_a_job_that_is_not_in_the_repository_or_no_run_is_refused(repo, tmp_path
     with pytest.raises(SystemExit):
         fresh_clones.main([*argv, "--runs", "0", "--", "scripts/job.sh"])
     assert "--runs must be at least 1, not 0" in capsys.readouterr().err
+
+
+def test_the_settings_that_change_the_arithmetic_are_named(repo, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TRANSFORMER_PRECISION", "float32")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("OMP_NUM_THREADS", "")  # set but empty: nothing to name
+    monkeypatch.setenv("UNRELATED_SETTING", "1")
+    assert run(repo, tmp_path) == 0
+    settings = ["HF_TRANSFORMER_PRECISION=float32", "ATEN_CPU_CAPABILITY=avx2"]
+    assert json.loads((tmp_path / "out" / "r.json").read_text())["settings"] == settings
+    assert " (HF_TRANSFORMER_PRECISION=float32 ATEN_CPU_CAPABILITY=avx2)." in (tmp_path / "out" / "r.md").read_text()
