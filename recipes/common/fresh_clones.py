@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from hf_transformer.cpu import cpu_description
+from hf_transformer.openmp import USER_SETTINGS
 from recipes.common.corpus_files import file_sha256
 from recipes.common.precision import PRECISION_VARIABLE
 
@@ -50,8 +51,7 @@ COMPUTE_SETTINGS = (
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "RAYON_NUM_THREADS",
-    "OMP_WAIT_POLICY",
-    "GOMP_SPINCOUNT",
+    *USER_SETTINGS,  # how the OpenMP threads wait (hf_transformer.openmp)
 )
 TRAIN_RUNTIME = re.compile(r"'train_runtime': '?(\d+(?:\.\d+)?)'?")  # Trainer.train's last log line: a number or text
 
