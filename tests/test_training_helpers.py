@@ -16,6 +16,7 @@ from hf_transformer.training import (
     score_in_float32,
     warn_of_emulated_bfloat16,
 )
+from tests.test_cpu import ZEN3_CPUINFO, ZEN4_CPUINFO
 
 
 @pytest.mark.parametrize("accelerator", [False, True])
@@ -32,10 +33,6 @@ def test_pin_memory_left_off_when_asked_off(tmp_path, monkeypatch):
     args = TrainingArguments(output_dir=str(tmp_path), report_to="none", dataloader_pin_memory=False)
     pin_memory_only_with_accelerator(args)
     assert args.dataloader_pin_memory is False
-
-
-ZEN3_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma bmi2\nbugs\t\t: sysret_ss_attrs\n" * 2
-ZEN4_CPUINFO = ZEN3_CPUINFO.replace("bmi2", "bmi2 avx512f avx512bw avx512_bf16 avx512_vnni")
 
 
 @pytest.mark.parametrize(
