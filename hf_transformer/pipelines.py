@@ -106,12 +106,17 @@ class TranslationPipeline(Pipeline):
             generate_kwargs["max_new_tokens"] = length
         else:
             generate_kwargs["max_length"] = length + 1  # counts the start token
-        return {"output_ids": self.model.generate(**model_inputs, **generate_kwargs)}
+        output_ids = self.model.generate(**model_inputs, **generate_kwargs)  # (B * sequences per text, L)
+        # (B, sequences per text, L): the pipeline hands each text its own row of a batch (`batch_size` > 1), so the
+        # `num_return_sequences` sequences of one text must be one row, not consecutive rows.
+        texts = model_inputs["input_ids"].shape[0]
+        return {"output_ids": output_ids.reshape(texts, -1, *output_ids.shape[1:])}
 
     def postprocess(self, model_outputs, return_tensors: bool = False, **decode_options):
+        output_ids = model_outputs["output_ids"][0]  # one text's (sequences, L)
         if return_tensors:
-            return [{"translation_token_ids": ids} for ids in model_outputs["output_ids"]]
-        texts = self.tokenizer.batch_decode(model_outputs["output_ids"], skip_special_tokens=True, **decode_options)
+            return [{"translation_token_ids": ids} for ids in output_ids]
+        texts = self.tokenizer.batch_decode(output_ids, skip_special_tokens=True, **decode_options)
         return [{"translation_text": text.strip()} for text in texts]
 
 

@@ -259,6 +259,15 @@ def test_transformers_pipeline_translates_and_classifies(translator, classifier,
     )
     candidates = translate(texts[:2], num_beams=3, num_return_sequences=2)
     assert [len(row) for row in candidates] == [2, 2] and candidates[0][0] == translate(texts[0], num_beams=3)[0]
+    # Batched, each text keeps its own candidates: Predictor's, text by text, for any batch size.
+    expected = [
+        row["translations"] for row in Predictor.from_pretrained(folder)(texts, num_beams=3, num_return_sequences=2)
+    ]
+    for batch_size in (2, 3):
+        batched = translate(texts, num_beams=3, num_return_sequences=2, batch_size=batch_size)
+        assert [[candidate["translation_text"] for candidate in row] for row in batched] == expected
+    batched_ids = translate(texts, num_return_sequences=2, batch_size=2, return_tensors=True)
+    assert [len(row) for row in batched_ids] == [2, 2, 2]
     ids = translate(texts[0], return_tensors=True)[0]["translation_token_ids"]
     assert tokenizer.decode(ids, skip_special_tokens=True).strip() == translate(texts[0])[0]["translation_text"]
     with pytest.raises(KeyError, match="removed"):  # why the task has a name of its own
