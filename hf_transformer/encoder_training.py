@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from .configuration_transformer import TransformerConfig
 from .training import SplitLimits
 
-__all__ = ["EncoderArguments", "TextFileArguments", "encoder_config", "train_encoder_tokenizer"]
+__all__ = ["EncoderArguments", "TextFileArguments", "cap_model_max_length", "encoder_config", "train_encoder_tokenizer"]
 
 
 @dataclass
@@ -64,6 +64,16 @@ def train_encoder_tokenizer(model_args: EncoderArguments, texts):
         segmenter=model_args.segmenter,
         model_max_length=model_args.max_length,
     )
+
+
+def cap_model_max_length(tokenizer, max_length: int):
+    """The run's tokenizer, reading at most the encoder's ``max_length`` positions. A tokenizer given with
+    --tokenizer or --init_from may keep a longer `model_max_length`; the folder saved beside the weights would then
+    let transformers' pipelines (which truncate at `model_max_length`) pass a long text the position table cannot
+    hold, where the run itself cut it at ``max_length``."""
+    if not isinstance(tokenizer.model_max_length, int) or tokenizer.model_max_length > max_length:
+        tokenizer.model_max_length = max_length
+    return tokenizer
 
 
 def encoder_config(model_args: EncoderArguments, tokenizer, label_names: list[str] | None = None) -> TransformerConfig:

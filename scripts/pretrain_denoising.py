@@ -34,7 +34,13 @@ from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_transformer import TransformerForMaskedLM
 from hf_transformer.data import masked_token_collator, sequence_lengths, tokenize_classification
-from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
+from hf_transformer.encoder_training import (
+    EncoderArguments,
+    TextFileArguments,
+    cap_model_max_length,
+    encoder_config,
+    train_encoder_tokenizer,
+)
 from hf_transformer.hub import CardText
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.trainer import LengthGroupedTrainer
@@ -128,6 +134,7 @@ def load_texts_and_tokenizer(model_args, data_args: TextFileArguments, training_
         return train_encoder_tokenizer(model_args, splits["train"]["text"])
 
     tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
+    tokenizer = cap_model_max_length(tokenizer, model_args.max_length)
     if tokenizer.mask_token_id is None:
         raise ValueError("the tokenizer has no mask token ([MASK]); train one with tokenizer.train_tokenizer")
     tokenized = {

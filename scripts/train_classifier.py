@@ -31,7 +31,13 @@ from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.data import classification_collator, rows_by_length, sorted_by_length, tokenize_classification
-from hf_transformer.encoder_training import EncoderArguments, TextFileArguments, encoder_config, train_encoder_tokenizer
+from hf_transformer.encoder_training import (
+    EncoderArguments,
+    TextFileArguments,
+    cap_model_max_length,
+    encoder_config,
+    train_encoder_tokenizer,
+)
 from hf_transformer.hub import CardText
 from hf_transformer.ngram_classifier import fit_ngram_classifier, refit_ngram_classifier
 from hf_transformer.openmp import restart_waiting_passively_when_busy
@@ -195,6 +201,7 @@ def load_encoder_and_data(model_args, data_args, training_args):
         return train_encoder_tokenizer(model_args, splits["train"]["text"])
 
     tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
+    tokenizer = cap_model_max_length(tokenizer, model_args.max_length)
     return splits, tokenizer, tokenize_classification(splits, tokenizer, max_length=model_args.max_length)
 
 

@@ -252,6 +252,33 @@ def test_the_ngram_score_refitted_with_the_validation_rows_is_what_the_test_rows
     assert "fitted once more on the training and validation rows together (260 rows)" in card
 
 
+@pytest.mark.slow
+def test_a_given_tokenizer_allowing_longer_inputs_is_saved_to_read_what_the_positions_hold(tmp_path):
+    from transformers import pipeline
+
+    from hf_transformer import Predictor
+    from hf_transformer.tokenization import train_tokenizer
+
+    data_dir, output_dir = tmp_path / "data", tmp_path / "model"
+    write_reviews(data_dir, 200, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 20, seed=2, name="test.jsonl")
+    texts = [json.loads(line)["text"] for line in (data_dir / "train.jsonl").read_text().splitlines()]
+    given = train_tokenizer(texts, vocab_size=200, model_type="bpe", show_progress=False)  # reads 256 tokens
+    given.save_pretrained(tmp_path / "tokenizer")
+    arguments = ["--output_dir", str(output_dir), *review_files(data_dir), *TINY_CLASSIFIER]
+    load_script("train_classifier").main(
+        arguments + ["--tokenizer", str(tmp_path / "tokenizer"), "--max_steps", "2", "--save_strategy", "no"]
+    )
+    assert given.model_max_length > 32 and AutoTokenizer.from_pretrained(output_dir).model_max_length == 32
+    # transformers' pipeline truncates at the saved tokenizer's limit, as the run did at its 32 positions.
+    long_text = " ".join(texts[:12])
+    assert len(given(long_text)["input_ids"]) > 32
+    classify = pipeline("text-classification", model=str(output_dir), top_k=None)
+    scores = {row["label"]: row["score"] for row in classify([long_text], truncation=True)[0]}
+    expected = Predictor.from_pretrained(output_dir).classify([long_text])[0]
+    assert scores[expected["label"]] == pytest.approx(expected["score"], abs=1e-5)
+
+
 def test_a_refit_without_an_ngram_score_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match="--ngram_refit_with_validation .* --ngram_buckets"):
         load_script("train_classifier").main(
