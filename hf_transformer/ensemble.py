@@ -213,6 +213,10 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
             use_cache = False
             if decoder_input_ids is None:
                 decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        if attention_mask is None and input_ids is not None:
+            # What a member's forward derives (its padding masked), so that the members' cross-attention, given the
+            # encoder states below, masks it too.
+            attention_mask = input_ids.ne(self.config.pad_token_id)
         if encoder_outputs is None:
             encoder_outputs = self.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
         encoder_states = encoder_outputs[0]  # (B, S, sum of d_model)

@@ -181,7 +181,8 @@ class TransformerGenerationMixin(GenerationMixin):
     def generate(self, *args, **kwargs):
         """``GenerationMixin.generate``, with the large linear weights packed for few-row products on CPU
         (:func:`hf_transformer.speed.packed_linear_weights`), a requested length the decoder's position table cannot
-        hold lowered to what it holds, with a warning, and ``num_beams`` below 1 refused by name."""
+        hold lowered to what it holds, with a warning, ``num_beams`` below 1 refused by name, and source ids given
+        without ``attention_mask`` read as ``forward`` reads them: their padding masked."""
         generation_config = kwargs.get("generation_config") or (args[1] if len(args) > 1 else None)
         generation_config = generation_config or self.generation_config
         num_beams = kwargs.get("num_beams", generation_config.num_beams)
@@ -189,8 +190,26 @@ class TransformerGenerationMixin(GenerationMixin):
             # transformers would fail with a division by zero
             raise ValueError(f"`num_beams` must be an integer of at least 1, got {num_beams!r}")
         kwargs = self._lengths_within_position_table(generation_config, kwargs)
+        kwargs = self._source_padding_mask(args, kwargs)
         with packed_linear_weights(self):
             return super().generate(*args, **kwargs)
+
+    def _source_padding_mask(self, args: tuple, kwargs: dict) -> dict:
+        # Without `attention_mask` the forward masks the source's `pad_token_id` tokens. transformers' generate
+        # derives no mask for an encoder-decoder model: its encoder call (the forward's own derivation) masks the
+        # padding, but every decoding step then gets the encoder output without a mask, and the cross-attention
+        # would read the padded positions. The mask the forward derives is passed along instead.
+        source = args[0] if args else kwargs.get("inputs", kwargs.get("input_ids"))
+        pad_token_id = self.config.pad_token_id
+        if (
+            kwargs.get("attention_mask") is not None
+            or kwargs.get("encoder_outputs") is not None
+            or pad_token_id is None
+            or not torch.is_tensor(source)
+            or source.dtype not in (torch.int32, torch.int64)
+        ):
+            return kwargs
+        return {**kwargs, "attention_mask": source.ne(pad_token_id).long()}
 
     def _lengths_within_position_table(self, generation_config, kwargs: dict) -> dict:
         # The decoder has a position for each of its `decoder_max_position_embeddings` input tokens; the last token

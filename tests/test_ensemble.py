@@ -41,6 +41,22 @@ def generate(model, **options):
 
 
 @pytest.mark.parametrize("options", [dict(num_beams=1), dict(num_beams=4, length_penalty=1.3)])
+def test_source_ids_without_a_mask_decode_with_their_padding_masked(options):
+    # The forward masks the padding of ids given without `attention_mask`; so must every decoding step's
+    # cross-attention, for a model and for an ensemble, whose forward the steps call with the encoder output.
+    model = random_model(2)
+    ensemble = TransformerEnsemble([model, random_model(3)])
+    for decoder in (model, ensemble):
+        unmasked = decoder.generate(SOURCE, max_new_tokens=10, do_sample=False, **options)
+        assert torch.equal(unmasked, generate(decoder, **options))  # the same products, the same mask
+    decoder_input_ids = generate(model)[:, :4]
+    with torch.no_grad():
+        masked = ensemble(input_ids=SOURCE, attention_mask=MASK, decoder_input_ids=decoder_input_ids).logits
+        derived = ensemble(input_ids=SOURCE, decoder_input_ids=decoder_input_ids).logits
+    torch.testing.assert_close(derived, masked, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("options", [dict(num_beams=1), dict(num_beams=4, length_penalty=1.3)])
 def test_an_ensemble_of_one_decodes_as_its_member(options):
     member = random_model(0)
     assert torch.equal(generate(TransformerEnsemble([member]), **options), generate(member, **options))
