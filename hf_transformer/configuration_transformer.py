@@ -565,7 +565,18 @@ class TransformerConfig(PretrainedConfig):
         # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own construction (a
         # private attribute of transformers, pinned in tests/test_private_hooks.py).
         if value is None and name in _DERIVED_WHEN_NONE and self.__dict__.get("_post_init_done", False):
-            self._fill_defaults()
+            if self.__dict__.get("_deriving_defaults"):
+                return  # the derivation below, assigning None itself where its source is None
+            self.__dict__["_deriving_defaults"] = True
+            try:
+                self._fill_defaults()
+            finally:
+                del self.__dict__["_deriving_defaults"]
+            if getattr(self, name) is None:
+                raise ValueError(
+                    f"TransformerConfig: `{name}` set to None is derived from the setting it defaults to, which is "
+                    "None too; give it a value."
+                )
 
     # -- seed-style names that are not one-to-one aliases ----------------------------------------
     @property

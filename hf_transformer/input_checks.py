@@ -14,6 +14,7 @@ from .speed import capturing_graph
 
 __all__ = [
     "check_token_inputs",
+    "check_mask_values",
     "value_range",
     "check_ids_in_vocabulary",
     "check_sequence_fits",
@@ -154,7 +155,8 @@ def _near_miss(forward, key: str) -> str | None:
 
 
 def check_padding_mask(mask: torch.Tensor, name: str, tokens: torch.Tensor | None, tokens_name: str) -> None:
-    """A padding mask is 2-D (batch, length) and covers the tokens it masks, ``tokens`` (B, L) or (B, L, D)."""
+    """A padding mask is 2-D (batch, length), covers the tokens it masks, ``tokens`` (B, L) or (B, L, D), and holds
+    0 and 1 (or booleans)."""
     if tokens is not None and tuple(mask.shape) != tuple(tokens.shape[:2]):
         raise ValueError(
             f"`{name}` has shape {tuple(mask.shape)} but {tokens_name} has (batch, length) "
@@ -162,6 +164,18 @@ def check_padding_mask(mask: torch.Tensor, name: str, tokens: torch.Tensor | Non
         )
     if mask.dim() != 2:
         raise ValueError(f"`{name}` must be 2-D (batch, length), got shape {tuple(mask.shape)}.")
+    check_mask_values(mask, name)
+
+
+def check_mask_values(mask: torch.Tensor, name: str) -> None:
+    """A 2-D mask holds 1 for real tokens and 0 for padding, or booleans. The model reads it as True where nonzero,
+    so an additive mask (0 for real tokens, -inf for padding) would be read inverted. Skipped while a graph is
+    captured, which cannot read the values on the host without breaking in two."""
+    if mask.dtype != torch.bool and not capturing_graph() and not ((mask == 0) | (mask == 1)).all():
+        raise ValueError(
+            f"`{name}` must hold 1 for real tokens and 0 for padding (or True / False), got other values; an "
+            "additive mask (0 and -inf) is not a padding mask."
+        )
 
 
 def check_seq2seq_inputs(
@@ -214,6 +228,8 @@ def check_decoder_attention_mask(
             f"{(batch_size, int(past_length) + length)} (batch, cached + new target tokens), or a "
             f"prepared 4-D mask {(batch_size, 1, length, keys)}."
         )
+    else:
+        check_mask_values(mask, "decoder_attention_mask")
 
 
 def check_target_labels(labels: torch.Tensor, shape: tuple[int, ...], vocab_size: int) -> None:

@@ -675,6 +675,11 @@ class TransformerDecoder(_Stack, TransformerPreTrainedModel):
             input_ids, inputs_embeds, attention_mask, encoder_hidden_states, cache, use_cache
         )
         hidden_states = self.embeddings(input_ids, inputs_embeds, token_is_real, past_length)  # (B, T, D)
+        if encoder_attention_mask is not None:
+            # (The ONNX decoder step passes a cross-attention key (B, H, S, Dh) as the states, for its batch size.)
+            states = encoder_hidden_states if encoder_hidden_states.dim() == 3 else None
+            check_padding_mask(encoder_attention_mask, "encoder_attention_mask", states, "`encoder_hidden_states`")
+            encoder_attention_mask = encoder_attention_mask.bool()  # a 0/1 mask of ints or floats too
         cross_mask = _key_padding_mask(encoder_attention_mask)  # (B, 1, 1, S)
         for layer in self.layers:
             hidden_states = layer(

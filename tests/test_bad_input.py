@@ -92,6 +92,34 @@ def test_attention_mask_shape_checked_by_the_classifier(config):
         classifier(input_ids=source, attention_mask=torch.ones(2, 7))
 
 
+def test_an_additive_mask_is_refused_instead_of_read_inverted(model):
+    source, target = batch_with_padding()
+    additive = torch.zeros(source.shape).masked_fill(source.eq(0), float("-inf"))  # 0 real, -inf padding
+    with pytest.raises(ValueError, match="`attention_mask` must hold 1 for real tokens and 0 for padding"):
+        model(input_ids=source, attention_mask=additive, decoder_input_ids=target)
+    with pytest.raises(ValueError, match="`decoder_attention_mask` must hold 1"):
+        model(input_ids=source, decoder_input_ids=target, decoder_attention_mask=2 * target.ne(0).long())
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_the_decoder_reads_an_encoder_mask_of_ints_or_floats_as_its_booleans(model, attn_implementation):
+    # The mask as transformers' tokenizers give it (int64 0/1), and as floats, to the decoder called on its own.
+    model.set_attn_implementation(attn_implementation)
+    source, target = batch_with_padding()
+    is_real = source.ne(0)
+    with torch.no_grad():
+        encoded = model.get_encoder()(input_ids=source, attention_mask=is_real).last_hidden_state
+        decoded = [
+            model.get_decoder()(input_ids=target, encoder_hidden_states=encoded, encoder_attention_mask=mask)[0]
+            for mask in (is_real, is_real.long(), is_real.float())
+        ]
+        whole = model.model(input_ids=source, decoder_input_ids=target).last_hidden_state
+    for hidden_states in decoded:
+        torch.testing.assert_close(hidden_states, whole)
+    with pytest.raises(ValueError, match=r"`encoder_attention_mask` has shape \(3, 6\)"):
+        model.get_decoder()(input_ids=target, encoder_hidden_states=encoded, encoder_attention_mask=is_real[:, :6])
+
+
 def test_missing_inputs_are_named(model):
     source, _ = batch_with_padding()
     with pytest.raises(ValueError, match="decoder_input_ids"):

@@ -182,6 +182,12 @@ def test_assigning_none_to_a_derived_setting_derives_it_again():
     config.attention_dropout = None
     config.head_dim = None
     assert config.attention_dropout == 0.2 and config.head_dim == 16
+    # With its source None too, there is nothing to derive from: refused by name, as the constructor refuses it.
+    config.bos_token_id = None
+    with pytest.raises(ValueError, match="`decoder_start_token_id` set to None"):
+        config.decoder_start_token_id = None
+    config.decoder_start_token_id = 1
+    assert "_deriving_defaults" not in config.to_dict()
 
 
 def test_a_regression_typo_does_not_train_with_another_loss():
