@@ -181,6 +181,13 @@ def load_local_dataset(
             "give either text_column (and label_column, for classification) or source_column and target_column "
             "(seq2seq)"
         )
+    if (seq2seq and source_column == target_column) or (classification and label_column == text_column):
+        named = (
+            (source_column, "source_column", "target_column")
+            if seq2seq
+            else (text_column, "text_column", "label_column")
+        )
+        raise ValueError(f"{named[1]} and {named[2]} name one column, {named[0]!r}: give two different columns")
     files = data_files if isinstance(data_files, Mapping) else {"train": data_files}
     files = {
         split: [str(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else paths)]
@@ -195,6 +202,9 @@ def load_local_dataset(
     builder, options = _FORMATS[suffixes.pop()]
     if builder == "csv":
         options = {**options, "keep_default_na": False}  # "NA" is text; empty cells become "" and are dropped
+    empty = [p for paths in files.values() for p in paths if Path(p).stat().st_size == 0]
+    if empty:
+        raise ValueError(f"data file(s) with nothing in them: {empty}")
     raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **options)
 
     wanted = [source_column, target_column] if seq2seq else [c for c in (text_column, label_column) if c is not None]
@@ -207,6 +217,8 @@ def load_local_dataset(
     for split, dataset in raw.items():
         where = f"{split} ({', '.join(files[split])})"
         dataset = drop_rows(dataset, has_text(*wanted), "an empty or missing value", where)
+        if not len(dataset):
+            raise ValueError(f"{where}: no row with a value in each of the columns {wanted}")
         if not seq2seq:
             dataset = dataset.select_columns(wanted).rename_columns(
                 {old: new for old, new in zip(wanted, ["text", "label"]) if old != new}
@@ -232,13 +244,35 @@ def load_local_dataset(
 
 
 def _encode_labels(dataset_dict: DatasetDict) -> DatasetDict:
-    """String labels become one ClassLabel shared by all splits (per-split encoding could disagree)."""
-    label_types = {dataset.features["label"].dtype for dataset in dataset_dict.values()}
-    if label_types <= {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}:
+    """String labels become one ClassLabel shared by all splits (per-split encoding could disagree). Integer labels
+    are class ids: together they must be 0, 1, ... with none missing, or the model would have classes no row has."""
+    label_types = {}
+    for split, dataset in dataset_dict.items():
+        dtype = getattr(dataset.features["label"], "dtype", None)
+        if dtype is None:  # datasets' Json feature: the column mixes JSON types
+            raise ValueError(
+                f'the {split} rows\' labels mix kinds of values (such as 1 and "1"); write every label as a '
+                "name (a string) or every label as a class id (an integer)"
+            )
+        label_types[split] = dtype
+    if set(label_types.values()) <= {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}:
+        ids = sorted({label for dataset in dataset_dict.values() for label in dataset.unique("label")})
+        if ids and ids != list(range(ids[-1] + 1)):
+            missing = sorted(set(range(max(ids[-1] + 1, 0))) - set(ids))
+            raise ValueError(
+                f"integer labels are class ids 0, 1, ...; these rows have {_some(ids)}"
+                + (f", none has {_some(missing)}" if missing else "")
+                + ". Number the classes from 0, or write the labels as names (strings)."
+            )
         return dataset_dict
     names = sorted({str(label) for dataset in dataset_dict.values() for label in dataset.unique("label")})
     dataset_dict = dataset_dict.cast_column("label", Value("string"))
     return dataset_dict.cast_column("label", ClassLabel(names=names))
+
+
+def _some(values: list) -> str:
+    """The first few of sorted values, for a message."""
+    return ", ".join(map(str, values[:6])) + (", ..." if len(values) > 6 else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -564,6 +598,8 @@ def masked_token_collator(
     tokenizer, *, mlm_probability: float = 0.15, pad_to_multiple_of: int | None = None
 ) -> MaskedTokenCollator:
     """Batches for masked-token training (`MaskedTokenCollator`)."""
+    if not 0.0 < mlm_probability <= 1.0:  # 0 would predict no token: a training with zero loss that learns nothing
+        raise ValueError(f"mlm_probability is the share of tokens to predict, in (0, 1]; got {mlm_probability}")
     return MaskedTokenCollator(tokenizer, mlm_probability=mlm_probability, pad_to_multiple_of=pad_to_multiple_of)
 
 

@@ -62,6 +62,13 @@ logger = logging.getLogger("pretrain_denoising")
 class PretrainingArguments:
     mlm_probability: float = field(default=0.15, metadata={"help": "share of the tokens of a text to predict"})
 
+    def __post_init__(self):
+        # Before any text is read: 0 would train with zero loss and learn nothing.
+        if not 0.0 < self.mlm_probability <= 1.0:
+            raise ValueError(
+                f"--mlm_probability is the share of tokens to predict, in (0, 1]; got {self.mlm_probability}"
+            )
+
 
 def continue_from(model: TransformerForMaskedLM, folder: str | Path) -> None:
     """Load every weight of an earlier pretraining folder (same sizes), or raise naming what differs."""

@@ -132,6 +132,32 @@ def test_local_file_errors_name_the_problem(tmp_path):
         load_local_dataset(tmp_path / "d.parquet", text_column="a", label_column="b")
     with pytest.raises(FileNotFoundError, match="missing.csv"):
         load_local_dataset(tmp_path / "missing.csv", text_column="a", label_column="b")
+    with pytest.raises(ValueError, match="source_column and target_column name one column, 'sentence'"):
+        load_local_dataset(tmp_path / "d.csv", source_column="sentence", target_column="sentence")
+    with pytest.raises(ValueError, match="text_column and label_column name one column"):
+        load_local_dataset(tmp_path / "d.csv", text_column="sentence", label_column="sentence")
+    (tmp_path / "empty.csv").write_text("", "utf-8")
+    with pytest.raises(ValueError, match=r"nothing in them: \[.*empty.csv"):
+        load_local_dataset(tmp_path / "empty.csv", text_column="sentence", label_column="label", cache_dir=tmp_path)
+    (tmp_path / "blank.csv").write_text("sentence,label\n,1\n  ,0\n", "utf-8")
+    with pytest.raises(ValueError, match=r"train \(.*blank.csv\): no row with a value"):
+        load_local_dataset(tmp_path / "blank.csv", text_column="sentence", label_column="label", cache_dir=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        ([1, 2, 2, 1], "these rows have 1, 2, none has 0"),
+        ([-1, 1, 1], "these rows have -1, 1, none has 0"),
+        ([1, "0", 1], r"labels mix kinds of values"),
+    ],
+)
+def test_integer_labels_must_be_class_ids_from_0(tmp_path, labels, message):
+    # Labels 1 and 2 would make a three-class model whose class 0 no row has.
+    rows = [{"text": f"review {i}", "label": label} for i, label in enumerate(labels)]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(row) for row in rows), "utf-8")
+    with pytest.raises(ValueError, match=message):
+        load_local_dataset(tmp_path / "d.jsonl", text_column="text", label_column="label", cache_dir=tmp_path)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM
 
 from hf_transformer import TransformerForMaskedLM
+from hf_transformer.data import masked_token_collator
 from hf_transformer.encoder_training import EncoderArguments, encoder_config
 from hf_transformer.saved_folder import read_folder
 from tests.helpers.launch import load_script, review_files, write_reviews
@@ -165,6 +166,18 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
         train_classifier.load_encoder_weights(model, pretrained_dir)
     with pytest.raises(FileNotFoundError):
         train_classifier.load_encoder_weights(model, tmp_path)
+
+
+@pytest.mark.parametrize("share", ["0", "1.5"])
+def test_a_share_of_tokens_that_predicts_none_or_too_many_is_refused_before_reading(tmp_path, share):
+    # The training file does not exist: a refusal after reading it would be a FileNotFoundError.
+    with pytest.raises(ValueError, match=f"--mlm_probability .* got {share}"):
+        load_script("pretrain_denoising").main(
+            ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "absent.jsonl"), *MODEL, *QUIET]
+            + ["--mlm_probability", share]
+        )
+    with pytest.raises(ValueError, match="mlm_probability is the share"):
+        masked_token_collator(None, mlm_probability=float(share))  # refused before the tokenizer is read
 
 
 @pytest.mark.parametrize("vocab_size", [50, 3000])  # 3000: several chunks of fused logits

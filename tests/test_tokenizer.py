@@ -259,6 +259,8 @@ def test_fewer_pieces_than_asked_is_logged(caplog):
         ({"texts_or_files": CORPUS, "vocab_size": 7}, ValueError, "above the 7 special tokens"),
         ({"texts_or_files": CORPUS, "model_type": "wordpiece"}, ValueError, "model_type"),
         ({"texts_or_files": CORPUS, "shrinking_factor": 1.5}, ValueError, "shrinking_factor"),
+        ({"texts_or_files": CORPUS, "model_max_length": 0}, ValueError, "model_max_length .* at least 2, not 0"),
+        ({"texts_or_files": CORPUS, "model_max_length": -5}, ValueError, "model_max_length .* at least 2, not -5"),
         ({"texts_or_files": [], "vocab_size": 100}, ValueError, "empty"),
         ({"texts_or_files": ["", " "], "vocab_size": 100}, ValueError, "empty"),
         ({"texts_or_files": ["text", 3], "vocab_size": 100}, TypeError, "item 1 is a int"),
