@@ -1204,6 +1204,12 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Embedding:
+        if self.model.decoder is not None and not self.config.share_embeddings:
+            # As the seq2seq head: the decoder's own table would keep its size under a config that names another.
+            raise ValueError(
+                "resize_token_embeddings resizes the one shared vocabulary; this classifier's decoder read-out has "
+                "a token table of its own (share_embeddings=False)."
+            )
         old_size = self.get_input_embeddings().weight.shape[0]
         embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         self.config.decoder_vocab_size = self.config.vocab_size  # one vocabulary (the config checks it)
@@ -1375,6 +1381,11 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
         )
         states = encoder_outputs.last_hidden_state  # (B, S, D)
         if labels is not None:
+            if tuple(labels.shape) != tuple(states.shape[:2]) or labels.is_floating_point():
+                raise ValueError(
+                    f"`labels` must be integer token ids (or -100) of the inputs' shape {tuple(states.shape[:2])}; "
+                    f"got {labels.dtype} of shape {tuple(labels.shape)}."
+                )
             check_labels_in_range(labels, self.config.vocab_size)
             labels = labels.to(states.device)
             predicted = labels != -100

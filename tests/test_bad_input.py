@@ -120,6 +120,17 @@ def test_the_decoder_reads_an_encoder_mask_of_ints_or_floats_as_its_booleans(mod
         model.get_decoder()(input_ids=target, encoder_hidden_states=encoded, encoder_attention_mask=is_real[:, :6])
 
 
+def test_masked_token_labels_of_another_shape_or_kind_are_named(config):
+    model = TransformerForMaskedLM(config)
+    source, _ = batch_with_padding()
+    labels = torch.full_like(source, -100)
+    labels[:, 0] = 5
+    assert model(input_ids=source, labels=labels).loss is not None
+    for wrong in (labels[:, :5], labels.float()):
+        with pytest.raises(ValueError, match="`labels` must be integer token ids"):
+            model(input_ids=source, labels=wrong)
+
+
 def test_missing_inputs_are_named(model):
     source, _ = batch_with_padding()
     with pytest.raises(ValueError, match="decoder_input_ids"):

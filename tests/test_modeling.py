@@ -496,6 +496,17 @@ def test_resize_token_embeddings_keeps_the_tie(config):
     assert out.logits.shape == (1, 2, 48)
 
 
+@pytest.mark.parametrize("model_class", [TransformerForConditionalGeneration, TransformerForSequenceClassification])
+def test_resizing_separate_encoder_and_decoder_tables_is_refused(model_class):
+    # The decoder's own table would keep its size under a config naming the new one: a folder that cannot load.
+    config = tiny_config(share_embeddings=False, classifier_pooling="decoder")
+    with pytest.raises(ValueError, match="resizes the one shared vocabulary"):
+        model_class(config).resize_token_embeddings(48)
+    encoder_pooled = TransformerForSequenceClassification(tiny_config(share_embeddings=False))  # no decoder table
+    encoder_pooled.resize_token_embeddings(48)
+    assert encoder_pooled.get_input_embeddings().weight.shape[0] == encoder_pooled.config.vocab_size == 48
+
+
 @pytest.mark.parametrize("share_embeddings", [True, False])
 def test_encoder_and_decoder_reach_their_own_token_tables(share_embeddings):
     # As BART's: `model.get_encoder().get_input_embeddings()` is how code handed only a stack embeds its inputs.
