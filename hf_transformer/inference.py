@@ -30,6 +30,7 @@ model=folder)`.
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -126,8 +127,10 @@ class Predictor:
             raise ValueError(f"engine must be 'torch' or 'ctranslate2', got {engine!r}")
         if engine == "ctranslate2" and task != SEQ2SEQ:
             raise ValueError("engine='ctranslate2' decodes seq2seq folders; this folder is a classifier")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be 1 or more, got {batch_size}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
+        if task == CLASSIFICATION:
+            check_no_generate_options(generate_options)
         if model is None and config is None:
             raise ValueError("a Predictor without a model needs the model's config (config=...)")
         self.model = model
@@ -162,7 +165,11 @@ class Predictor:
         if compute_type is not None and engine != "ctranslate2":
             raise ValueError("compute_type applies to engine='ctranslate2'; a torch model computes in its own dtype")
         check_device(device, engine)
-        if not isinstance(model_dir, (str, Path)):
+        if not isinstance(model_dir, (str, os.PathLike)):
+            if not isinstance(model_dir, (list, tuple)):
+                raise TypeError(
+                    f"model_dir is a folder (a path or Hub id) or a list of folders, got {type(model_dir).__name__}"
+                )
             if engine != "torch" or quantization is not None:
                 raise ValueError("an ensemble of folders decodes with engine='torch' and without quantization")
             from .ensemble import TransformerEnsemble
@@ -171,7 +178,7 @@ class Predictor:
             return cls(ensemble.to(device), tokenizer, SEQ2SEQ, **options)
         if engine == "torch" and quantization is not None:
             raise ValueError("quantization applies to engine='ctranslate2'; for torch use torch's quantize_dynamic")
-        folder = read_folder(model_dir)
+        folder = read_folder(os.fspath(model_dir))
         if engine == "ctranslate2":
             return cls._from_ctranslate2(
                 folder, device=device, quantization=quantization, compute_type=compute_type, threads=threads, **options
@@ -239,6 +246,8 @@ class Predictor:
     def __call__(self, texts: Sequence[str], *, progress: bool = False, **generate_options) -> list[dict]:
         if isinstance(texts, str):
             raise TypeError("texts must be a list of strings; wrap a single text in a list")
+        if self.task == CLASSIFICATION:
+            check_no_generate_options(generate_options)
         texts = list(texts)
         for index, text in enumerate(texts):
             if not isinstance(text, str):
@@ -368,5 +377,19 @@ def format_result(result: dict, as_json: bool = False) -> str:
 def read_lines(stream: Iterable[str]) -> list[str]:
     """Every line of a text stream (a file or stdin, iterated: split at line ends only, not at the other characters
     `str.splitlines` splits at, such as U+2028 inside a sentence), stripped; blank lines are kept, so that results
-    can be written line for line."""
-    return [line.strip() for line in stream]
+    can be written line for line. A byte-order mark that starts the stream (a file saved as "UTF-8 with BOM") is
+    not text: the tokenizer would read it as an unknown token."""
+    lines = [line.strip() for line in stream]
+    if lines and lines[0].startswith("\ufeff"):
+        lines[0] = lines[0][1:].strip()
+    return lines
+
+
+def check_no_generate_options(options: dict) -> None:
+    """A classifier generates nothing: an option of generate's, or a misspelt one of the Predictor's own
+    (`batch_sise`), is refused rather than ignored."""
+    given = sorted(name for name, value in options.items() if value is not None)
+    if given:
+        raise TypeError(
+            f"a classifier's Predictor takes no option {', '.join(given)} (options of generate, or misspelt)"
+        )

@@ -95,7 +95,7 @@ def load_predictor(args, parser) -> Predictor:
         )
     except FolderTaskError as error:  # a folder of a class it does not serve (a masked-token model)
         parser.error(str(error))
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, TypeError) as error:
         # One line: a message of several lines (a config's field and its reason) joined, not cut to its first.
         first_line = " ".join(line.strip() for line in str(error).strip().splitlines()) or type(error).__name__
         if Path(args.model_dir).is_dir():  # a folder that exists but does not load: what went wrong, in one line

@@ -197,6 +197,30 @@ def test_a_blank_text_is_not_translated(translator, monkeypatch):
     assert several[0]["translations"] == ["", ""] and len(several[1]["translations"]) == 2
 
 
+def test_options_a_classifier_cannot_use_and_bad_arguments_are_refused_not_ignored(classifier, tmp_path):
+    from pathlib import PurePosixPath
+
+    from hf_transformer.inference import read_lines
+
+    folder, _ = classifier
+    with pytest.raises(TypeError, match="takes no option batch_sise"):
+        Predictor.from_pretrained(folder, batch_sise=1)  # misspelt: batch_size stayed 32
+    predictor = Predictor.from_pretrained(PurePosixPath(folder), batch_size=2)  # any os.PathLike
+    with pytest.raises(TypeError, match="takes no option num_beams"):
+        predictor(["a dog ."], num_beams=4)
+    for wrong in (1.5, "8", True, 0):
+        with pytest.raises(ValueError, match="batch_size must be an integer of at least 1"):
+            Predictor.from_pretrained(folder, batch_size=wrong)
+    with pytest.raises(TypeError, match="model_dir is a folder .* got NoneType"):
+        Predictor.from_pretrained(None)
+    # A file saved as "UTF-8 with BOM" reads its first line as the text, not as an unknown token before it.
+    (tmp_path / "bom.txt").write_bytes("\ufeffa dog .\nthe cat\n".encode())
+    with open(tmp_path / "bom.txt", encoding="utf-8") as stream:
+        assert read_lines(stream) == ["a dog .", "the cat"]
+    predictor.predict_file(tmp_path / "bom.txt", tmp_path / "out.txt", progress=False)
+    assert (tmp_path / "out.txt").read_text().splitlines()[0].endswith("\ta dog .")
+
+
 def test_classifier_folder(classifier, tokenizer):
     folder, model = classifier
     predictor = Predictor.from_pretrained(folder, batch_size=3)
