@@ -334,7 +334,9 @@ class Predictor:
         given, options = self._call_options(generate_options)
         # A length given with this call wins over the predictor's, whichever of the two names each uses.
         lengths = given if {"max_new_tokens", "max_length"} & set(given) else self.generate_options
-        length = self.generation_length(lengths.get("max_new_tokens"), lengths.get("max_length"))
+        length = generation_length(
+            self.config, self.generation_config, lengths.get("max_new_tokens"), lengths.get("max_length"), warn=True
+        )
         options.pop("max_new_tokens", None), options.pop("max_length", None)
         batch = self._encode(texts)
         if self.engine == "ctranslate2":

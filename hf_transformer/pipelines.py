@@ -10,6 +10,8 @@ the saving of a folder's extra files, `checkpoint`).
 
 from __future__ import annotations
 
+import warnings
+
 from transformers import AutoModelForSeq2SeqLM, Pipeline
 
 from .folders import SEQ2SEQ, check_task
@@ -26,9 +28,12 @@ def input_length_limit(config, tokenizer) -> int:
     return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
 
 
-def generation_length(config, generation_config, max_new_tokens: int | None, max_length: int | None = None) -> int:
+def generation_length(
+    config, generation_config, max_new_tokens: int | None, max_length: int | None = None, *, warn: bool = False
+) -> int:
     """`max_new_tokens`, else `max_length` (which counts the start token), else the folder's generation config,
-    else the decoder's position table; never more than the table holds."""
+    else the decoder's position table; never more than the table holds. With ``warn``, a `max_new_tokens` or
+    `max_length` given past the table is lowered with a warning, as `model.generate` lowers it."""
     table = config.decoder_max_position_embeddings or config.max_position_embeddings
     saved = generation_config.to_diff_dict()
     for name, given, least in (("max_new_tokens", max_new_tokens, 1), ("max_length", max_length, 2)):
@@ -44,6 +49,16 @@ def generation_length(config, generation_config, max_new_tokens: int | None, max
         wanted = saved["max_length"] - 1  # an encoder-decoder's max_length counts the start token
     else:
         wanted = table
+    if warn and wanted > table and (max_new_tokens is not None or max_length is not None):
+        setting, asked = (
+            ("max_new_tokens", max_new_tokens) if max_new_tokens is not None else ("max_length", max_length)
+        )
+        warnings.warn(
+            f"`{setting}`={asked} goes past the decoder's position table of {table} positions "
+            f"(decoder_max_position_embeddings): generating {table} new tokens at most, the most it holds.",
+            UserWarning,
+            stacklevel=3,
+        )
     return max(1, min(wanted, table))
 
 
@@ -99,6 +114,7 @@ class TranslationPipeline(Pipeline):
             self.model.generation_config,
             generate_kwargs.pop("max_new_tokens", None),
             generate_kwargs.pop("max_length", None),
+            warn=True,
         )
         # As Predictor: the limit goes in the field the saved generation config uses (the training scripts save
         # max_length); setting the other one as well makes generate() warn at every call that both are set.

@@ -165,6 +165,20 @@ def test_inputs_are_truncated_at_the_smaller_of_tokenizer_and_position_table(tra
     assert predictor.translate([long_text]) == one_by_one(model, tokenizer, [long_text])
 
 
+def test_a_length_past_the_decoder_positions_is_lowered_with_generate_s_warning(translator, recwarn):
+    folder, model = translator  # 12 decoder positions
+    texts = SENTENCES[:2]
+    translate = pipeline(PIPELINE_TASK, model=str(folder))
+    predictor = Predictor.from_pretrained(folder)
+    recwarn.clear()
+    within = predictor.translate(texts, max_new_tokens=12), translate(texts, max_new_tokens=12)
+    assert not [w for w in recwarn if "position table" in str(w.message)]
+    with pytest.warns(UserWarning, match=r"`max_new_tokens`=100 goes past the decoder's position table of 12"):
+        assert predictor.translate(texts, max_new_tokens=100) == within[0]
+    with pytest.warns(UserWarning, match=r"`max_length`=101 goes past the decoder's position table of 12"):
+        assert translate(texts, max_length=101) == within[1]
+
+
 def test_predict_file_writes_one_line_per_input_in_order(translator, tokenizer, tmp_path, capsys):
     folder, model = translator
     source = tmp_path / "in.txt"
