@@ -548,8 +548,25 @@ class TransformerConfig(PretrainedConfig):
 
     @classmethod
     def from_dict(cls, config_dict: dict, **kwargs):
+        """A saved config, read leniently (a saved config always loads), with the settings given as keywords
+        (`TransformerConfig.from_pretrained(folder, dropout=0.3)`) set over it and checked as a person's settings
+        are: a keyword that looks like a misspelt setting is refused (transformers would drop it silently unless
+        `return_unused_kwargs`), and the settings are checked together again (a `vocab_size` beside a saved
+        `decoder_vocab_size` of one shared table)."""
+        return_unused_kwargs = kwargs.pop("return_unused_kwargs", False)
         with _reading_saved_config():
-            return super().from_dict(_lenient(config_dict), **kwargs)
+            config, unused = super().from_dict(_lenient(config_dict), return_unused_kwargs=True, **kwargs)
+        known = sorted(set(cls.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
+        misspelt = {key: difflib.get_close_matches(key, known, n=1, cutoff=0.8) for key in unused if key not in known}
+        misspelt = {key: close[0] for key, close in misspelt.items() if close}
+        if misspelt:
+            named = ", ".join(f"`{key}` (did you mean `{close}`?)" for key, close in misspelt.items())
+            raise ValueError(f"TransformerConfig has no setting {named}.")
+        if set(kwargs) - set(unused) - {"_from_auto", "_from_pipeline", "name_or_path", "dtype", "torch_dtype"}:
+            config.validate_ngram_orders()
+            config.validate_vocabularies()
+            config.validate_token_ids()
+        return (config, unused) if return_unused_kwargs else config
 
     @classmethod
     def from_json_file(cls, json_file):

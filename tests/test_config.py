@@ -190,6 +190,23 @@ def test_assigning_none_to_a_derived_setting_derives_it_again():
     assert "_deriving_defaults" not in config.to_dict()
 
 
+def test_settings_given_to_from_pretrained_are_checked_as_a_person_s(tmp_path):
+    from transformers import AutoConfig, AutoModel
+
+    TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4, n_layer=1).save_pretrained(tmp_path)
+    assert TransformerConfig.from_pretrained(tmp_path, dropout=0.3).dropout == 0.3
+    for load in (TransformerConfig.from_pretrained, AutoConfig.from_pretrained, AutoModel.from_pretrained):
+        with pytest.raises(ValueError, match=r"no setting `dropuot` \(did you mean `dropout`\?\)"):
+            load(tmp_path, dropuot=0.3)  # transformers would drop it without a word
+    with pytest.raises(ValueError, match="needs one vocabulary"):  # beside the saved decoder_vocab_size of 40
+        TransformerConfig.from_pretrained(tmp_path, vocab_size=50)
+    with pytest.raises(ValueError, match="equals `pad_token_id`"):
+        TransformerConfig.from_pretrained(tmp_path, pad_token_id=TransformerConfig().decoder_start_token_id)
+    # What is no setting of a config (a loading option) is left to the caller, as transformers leaves it.
+    config, unused = AutoConfig.from_pretrained(tmp_path, return_unused_kwargs=True, low_cpu_mem_usage=True)
+    assert unused == {"low_cpu_mem_usage": True} and config.d_model == 32
+
+
 def test_a_regression_typo_does_not_train_with_another_loss():
     # problem_type decides the classifier's loss; a misspelt one used to fall through to binary cross-entropy.
     with pytest.raises(ValueError, match="problem_type"):
