@@ -35,7 +35,7 @@ def check_token_inputs(input_ids, inputs_embeds, name: str, embeds_name: str) ->
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"Give exactly one of `{name}` and `{embeds_name}`.")
     given, argument, rank, what = (
-        (input_ids, name, 2, "(batch, length) integer token ids")
+        (input_ids, name, 2, "(batch, length) token ids of int64 or int32")
         if input_ids is not None
         else (inputs_embeds, embeds_name, 3, "(batch, length, d_model) floating-point embeddings")
     )
@@ -47,8 +47,9 @@ def check_token_inputs(input_ids, inputs_embeds, name: str, embeds_name: str) ->
     if given.dim() != rank:
         hint = f"; for one sequence use `{argument}[None]`" if given.dim() == rank - 1 else ""
         raise ValueError(f"`{argument}` must be {rank}-D {what}, got shape {tuple(given.shape)}{hint}.")
-    wanted_dtype = not given.is_floating_point() and not given.is_complex() if rank == 2 else given.is_floating_point()
-    if not wanted_dtype or given.dtype == torch.bool:
+    # Ids of the two integer types an embedding looks up (uint8 or int16 ids would fail inside it).
+    wanted_dtype = given.dtype in (torch.int32, torch.int64) if rank == 2 else given.is_floating_point()
+    if not wanted_dtype:
         raise ValueError(f"`{argument}` must hold {what}, got dtype {given.dtype}.")
     if given.shape[0] == 0 or given.shape[1] == 0:
         raise ValueError(

@@ -171,6 +171,11 @@ class TransformerEmbeddings(nn.Module):
         if inputs_embeds is None:
             check_ids_in_vocabulary(input_ids, self.embed_tokens.num_embeddings)
             inputs_embeds = self.embed_tokens(input_ids)
+        elif inputs_embeds.shape[-1] != self.embed_tokens.embedding_dim:
+            raise ValueError(
+                f"the embeddings given have {inputs_embeds.shape[-1]} features; this model's tokens have "
+                f"{self.embed_tokens.embedding_dim} (d_model)"
+            )
         batch_size, length = inputs_embeds.shape[:2]
         check_sequence_fits(past_length + length, self.max_positions)
         if self.numbers_real_tokens and token_is_real is not None:

@@ -368,7 +368,8 @@ def test_a_model_traced_on_unpadded_inputs_keeps_the_padding_masks():
         (torch.zeros(1, 0, dtype=torch.long), r"`input_ids` has shape \(1, 0\): an empty batch or an empty sequence"),
         (torch.tensor([5, 6, 7]), r"`input_ids` must be 2-D .* shape \(3,\); for one sequence use `input_ids\[None\]`"),
         ([[5, 6, 7]], r"`input_ids` must be a torch.Tensor .* got a list"),
-        (torch.tensor([[5.0, 6.0]]), r"`input_ids` must hold \(batch, length\) integer .*, got dtype torch.float"),
+        (torch.tensor([[5.0, 6.0]]), r"`input_ids` must hold \(batch, length\) token ids .*, got dtype torch.float"),
+        (torch.tensor([[5, 6]], dtype=torch.uint8), r"`input_ids` must hold .* int32, got dtype torch.uint8"),
     ],
 )  # fmt: skip
 def test_malformed_ids_are_named(ids, message):
@@ -395,6 +396,10 @@ def test_malformed_embeddings_are_named():
         model(inputs_embeds=torch.zeros(3, 32), decoder_input_ids=torch.tensor([[2]]))
     with pytest.raises(ValueError, match=r"`inputs_embeds` must hold .* got dtype torch.int64"):
         model(inputs_embeds=torch.zeros(1, 3, 32, dtype=torch.long), decoder_input_ids=torch.tensor([[2]]))
+    with pytest.raises(ValueError, match="the embeddings given have 16 features; this model's tokens have 32"):
+        model(inputs_embeds=torch.zeros(1, 3, 16), decoder_input_ids=torch.tensor([[2]]))
+    with pytest.raises(ValueError, match="the embeddings given have 16 features"):
+        model(input_ids=torch.tensor([[5, 6]]), decoder_inputs_embeds=torch.zeros(1, 2, 16))
 
 
 def test_skipped_cross_attention_reordering_gives_transformers_results(monkeypatch):
