@@ -60,10 +60,12 @@ def has_text(*columns: str) -> Callable[[dict[str, list]], list[bool]]:
 
 
 def read_sentence_lines(path: str | os.PathLike) -> list[str]:
-    """A file of one sentence per line (a corpus side, a system's output), split at "\n" only, as the sentence files
-    are read: a U+2028 or other separator `str.splitlines` splits at stays inside its sentence."""
-    text = Path(path).read_text(encoding="utf-8")
-    return text.removesuffix("\n").split("\n") if text else []
+    """A file of one sentence per line (a corpus side, a system's output), split at "\n" only (a "\r\n" ending is
+    one line end): a U+2028, a lone "\r" or another separator `str.splitlines` or universal newlines split at stays
+    inside its sentence, so that the two sides of a parallel corpus stay aligned line for line."""
+    with open(path, encoding="utf-8", newline="") as stream:  # newline="": no "\r" read as a line end
+        text = stream.read()
+    return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
 
 
 def load_parallel_text(
@@ -71,10 +73,9 @@ def load_parallel_text(
     target_files: Mapping[str, str | os.PathLike],
     source_lang: str,
     target_lang: str,
-    *,
-    cache_dir: str | os.PathLike | None = None,
 ) -> DatasetDict:
-    """Line-aligned text files (one sentence per line) as a `DatasetDict` with a `translation` column.
+    """Line-aligned text files (one sentence per line, read by `read_sentence_lines`) as a `DatasetDict` with a
+    `translation` column.
 
     `source_files` and `target_files` map a split name to a file; both must name the same splits.
     """
@@ -88,21 +89,21 @@ def load_parallel_text(
         {k: str(v) for k, v in target_files.items()},
         source_lang,
         target_lang,
-        cache_dir=cache_dir,
     )
 
 
 def _pair_line_files(
-    source_paths: dict[str, str],
-    target_paths: dict[str, str],
-    source_lang: str,
-    target_lang: str,
-    *,
-    cache_dir: str | os.PathLike | None,
+    source_paths: dict[str, str], target_paths: dict[str, str], source_lang: str, target_lang: str
 ) -> DatasetDict:
-    # The text loader splits on "\n" only, so a literal tab inside a sentence (train.de line 7366) stays text.
-    sources = datasets.load_dataset("text", data_files=source_paths, cache_dir=cache_dir)
-    targets = datasets.load_dataset("text", data_files=target_paths, cache_dir=cache_dir)
+    # Each side's lines as `read_sentence_lines` reads them: split at "\n" only, so a literal tab inside a sentence
+    # (train.de line 7366) stays text, and a lone "\r" inside one does not shift every later pair (datasets' text
+    # loader reads with universal newlines).
+    def sides(paths: dict[str, str]) -> DatasetDict:
+        return DatasetDict(
+            {split: Dataset.from_dict({"text": read_sentence_lines(path)}) for split, path in paths.items()}
+        )
+
+    sources, targets = sides(source_paths), sides(target_paths)
     features = Features({"translation": Translation(languages=[source_lang, target_lang])})
 
     def to_translation(batch: dict[str, list]) -> dict[str, list]:

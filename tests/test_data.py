@@ -60,7 +60,7 @@ def load_pairs(tmp_path: Path):
         for lang, lines in (("en", english), ("de", german)):
             files.setdefault(lang, {})[split] = tmp_path / f"{split}.{lang}"
             files[lang][split].write_text("\n".join(lines) + "\n", "utf-8")
-    return load_parallel_text(files["en"], files["de"], "en", "de", cache_dir=tmp_path / "cache")
+    return load_parallel_text(files["en"], files["de"], "en", "de")
 
 
 @pytest.fixture(scope="module")
@@ -78,10 +78,18 @@ def tokenizer():
 def test_parallel_text_files(tmp_path):
     (tmp_path / "a.ko").write_text("겨울은 추워요.\n감기 조심하세요.\n", "utf-8")
     (tmp_path / "a.en").write_text("Winter is cold.\nMind the cold.\n", "utf-8")
-    pairs = load_parallel_text(
-        {"train": tmp_path / "a.ko"}, {"train": tmp_path / "a.en"}, "ko", "en", cache_dir=tmp_path / "cache"
-    )
+    pairs = load_parallel_text({"train": tmp_path / "a.ko"}, {"train": tmp_path / "a.en"}, "ko", "en")
     assert pairs["train"][1]["translation"] == {"ko": "감기 조심하세요.", "en": "Mind the cold."}
+    # A lone "\r" inside a sentence on each side (so the line counts still agree) must not shift the pairs between
+    # them; "\r\n" ends a line. Universal newlines would pair "fish" with "zwei" and "two" with "fisch".
+    (tmp_path / "b.en").write_bytes(b"one\rfish\ntwo\r\nthree\n")
+    (tmp_path / "b.de").write_bytes(b"eins\nzwei\rfisch\ndrei\n")
+    pairs = load_parallel_text({"train": tmp_path / "b.en"}, {"train": tmp_path / "b.de"}, "en", "de")
+    assert pairs["train"]["translation"][:] == [
+        {"en": "one\rfish", "de": "eins"},
+        {"en": "two", "de": "zwei\rfisch"},
+        {"en": "three", "de": "drei"},
+    ]
     with pytest.raises(ValueError, match="splits"):
         load_parallel_text({"train": tmp_path / "a.ko"}, {"test": tmp_path / "a.en"}, "ko", "en")
 

@@ -71,7 +71,6 @@ def load_multi30k(
     source_lang: str = "en",
     target_lang: str = "de",
     download: bool | None = None,
-    cache_dir: str | os.PathLike | None = None,
 ) -> DatasetDict:
     """Multi30k task 1 (raw text) as `train` / `validation` / `test` (test_2016_flickr) splits.
 
@@ -88,7 +87,7 @@ def load_multi30k(
         }
         for lang in (source_lang, target_lang)
     }
-    return load_parallel_text(paths[source_lang], paths[target_lang], source_lang, target_lang, cache_dir=cache_dir)
+    return load_parallel_text(paths[source_lang], paths[target_lang], source_lang, target_lang)
 
 
 def load_multi30k_tok_references(

@@ -31,11 +31,11 @@ def write_multi30k(root: Path) -> Path:
 
 def test_multi30k_pairs_lines_and_keeps_a_tab_inside_a_sentence(tmp_path):
     root = write_multi30k(tmp_path / "data")
-    multi30k = load_multi30k(root, cache_dir=tmp_path / "cache")
+    multi30k = load_multi30k(root)
     assert {split: len(rows) for split, rows in multi30k.items()} == {"train": 4, "validation": 1, "test": 2}
     assert multi30k["train"][1]["translation"] == {"en": "A man runs.", "de": "Ein Mann \tläuft."}
     assert multi30k["test"][1]["translation"] == {"en": "Two women talk.", "de": "Zwei Frauen reden."}
-    reverse = load_multi30k(root, source_lang="de", target_lang="en", cache_dir=tmp_path / "cache")
+    reverse = load_multi30k(root, source_lang="de", target_lang="en")
     assert reverse["validation"][0]["translation"] == {"de": "Eine Katze schläft.", "en": "A cat sleeps."}
 
 
@@ -44,7 +44,7 @@ def test_multi30k_sides_of_different_length_are_an_error(tmp_path):
     with (root / "multi30k" / "val.de").open("a", encoding="utf-8") as extra:
         extra.write("Noch ein Satz.\n")
     with pytest.raises(ValueError) as caught:
-        load_multi30k(root, cache_dir=tmp_path / "cache")
+        load_multi30k(root)
     message = str(caught.value)
     assert "val.en has 1 lines" in message and "val.de has 2" in message
 
@@ -54,8 +54,8 @@ def test_multi30k_sides_of_different_length_are_an_error(tmp_path):
     not (REAL_DATA_DIR / "multi30k" / "train.en").is_file(),
     reason=f"no real corpora in {REAL_DATA_DIR} (set {DATA_DIR_ENV} to a folder with multi30k/)",
 )
-def test_real_multi30k(tmp_path):
-    multi30k = load_multi30k(REAL_DATA_DIR, download=False, cache_dir=tmp_path)
+def test_real_multi30k():
+    multi30k = load_multi30k(REAL_DATA_DIR, download=False)
     assert {split: len(rows) for split, rows in multi30k.items()} == {
         "train": 29_000,
         "validation": 1_014,
