@@ -4,8 +4,10 @@ command-line arguments and configuration, and where their texts are (local CSV /
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .configuration_transformer import TransformerConfig
+from .folders import looks_like_a_path
 from .training import SplitLimits
 
 __all__ = ["EncoderArguments", "TextFileArguments", "cap_model_max_length", "encoder_config", "train_encoder_tokenizer"]
@@ -52,6 +54,33 @@ class EncoderArguments:
         default=False, metadata={"help": "keep the token table fixed (e.g. as pretrained with --init_from)"}
     )
 
+    def __post_init__(self):
+        # Refused before any text is read or a tokenizer trained.
+        if self.init_from is not None and not Path(self.init_from).is_dir():
+            raise FileNotFoundError(f"--init_from {self.init_from}: no such folder (a pretraining run's output folder)")
+        if self.tokenizer is not None and looks_like_a_path(self.tokenizer) and not Path(self.tokenizer).is_dir():
+            raise FileNotFoundError(f"--tokenizer {self.tokenizer}: no such folder")
+        # The sizes and layouts as the config will check them (`d_model` a multiple of the heads, a layout's name),
+        # over a stand-in vocabulary with the config's own special-token ids.
+        TransformerConfig(vocab_size=1000, **self.model_settings())
+
+    def model_settings(self) -> dict:
+        """The encoder's sizes and layout as `TransformerConfig` settings (its vocabulary comes from the tokenizer)."""
+        return dict(
+            d_model=self.d_model,
+            n_layer=self.num_layers,
+            num_attention_heads=self.num_heads,
+            intermediate_size=self.intermediate_size,
+            max_position_embeddings=self.max_length,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            layer_norm_position=self.layer_norm_position,
+            position_embedding_type=self.position_embedding_type,
+            embedding_layer_norm=self.layer_norm_position == "pre",
+            classifier_pooling=self.classifier_pooling,
+            layer_norm_epsilon=1e-6,
+        )
+
 
 def train_encoder_tokenizer(model_args: EncoderArguments, texts):
     """A new tokenizer for the encoder, trained on ``texts`` with the arguments' vocabulary, model and segmenter."""
@@ -88,18 +117,7 @@ def encoder_config(model_args: EncoderArguments, tokenizer, label_names: list[st
         )
     return TransformerConfig(
         vocab_size=len(tokenizer),
-        d_model=model_args.d_model,
-        n_layer=model_args.num_layers,
-        num_attention_heads=model_args.num_heads,
-        intermediate_size=model_args.intermediate_size,
-        max_position_embeddings=model_args.max_length,
-        dropout=model_args.dropout,
-        attention_dropout=model_args.attention_dropout,
-        layer_norm_position=model_args.layer_norm_position,
-        position_embedding_type=model_args.position_embedding_type,
-        embedding_layer_norm=model_args.layer_norm_position == "pre",
-        classifier_pooling=model_args.classifier_pooling,
-        layer_norm_epsilon=1e-6,
+        **model_args.model_settings(),
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,

@@ -304,6 +304,26 @@ def test_impossible_ngram_settings_are_refused_before_any_data_is_read(tmp_path,
         )
 
 
+@pytest.mark.parametrize(
+    ("extra", "error", "message"),
+    [
+        (["--num_heads", "3"], ValueError, r"`d_model` \(32\) must be divisible by `num_attention_heads` \(3\)"),
+        (["--layer_norm_position", "Pre"], ValueError, "layer_norm_position"),
+        (["--classifier_pooling", "avg"], ValueError, "classifier_pooling"),
+        (["--init_from", "runs/no-such-pretraining"], FileNotFoundError, "--init_from runs/no-such-pretraining: no"),
+        (["--tokenizer", "./no/such/tokenizer"], FileNotFoundError, "--tokenizer ./no/such/tokenizer: no such folder"),
+    ],
+)
+def test_impossible_encoder_settings_and_missing_folders_are_refused_before_any_data_is_read(
+    tmp_path, extra, error, message
+):
+    # The training file does not exist: a refusal after reading it would be a FileNotFoundError naming it.
+    with pytest.raises(error, match=message):
+        load_script("train_classifier").main(
+            ["--output_dir", str(tmp_path), "--train_file", str(tmp_path / "absent.jsonl"), *TINY_CLASSIFIER, *extra]
+        )
+
+
 @pytest.mark.slow
 def test_a_run_trained_in_bfloat16_records_the_figures_of_its_float32_folder(tmp_path):
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
