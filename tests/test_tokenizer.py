@@ -272,6 +272,21 @@ def test_bad_input_is_named(arguments, error, message):
         train_tokenizer(show_progress=False, **arguments)
 
 
+def test_what_the_trainer_cannot_do_is_named_with_what_to_change(tmp_path, caplog):
+    # The `tokenizers` trainer raises bare Exceptions: "not large enough to contain all chars", "did not contain
+    # valid UTF-8" (naming no file).
+    with pytest.raises(ValueError, match="vocab_size 20 cannot hold every distinct character"):
+        train_tokenizer(KOREAN, vocab_size=20, model_type="unigram", show_progress=False)
+    good, korean_ansi = tmp_path / "good.txt", tmp_path / "cp949.txt"
+    good.write_text("겨울은 추워요.\n", encoding="utf-8")
+    korean_ansi.write_bytes("겨울은 추워요.\n".encode("cp949"))
+    with pytest.raises(ValueError, match=r"cp949.txt is not UTF-8 text"):
+        train_tokenizer([str(good), str(korean_ansi)], vocab_size=100, show_progress=False)
+    with caplog.at_level(logging.WARNING, logger="hf_transformer.tokenization.train"):
+        larger = train_tokenizer(KOREAN, vocab_size=20, model_type="bpe", show_progress=False)
+    assert len(larger) > 20 and "more (every character of the text is a piece) than the 20 asked for" in caplog.text
+
+
 def test_missing_file_in_a_list_of_files_is_named(tmp_path):
     present = tmp_path / "present.txt"
     present.write_text("겨울은 추워요.\n", encoding="utf-8")
@@ -385,6 +400,15 @@ def test_cli_reports_missing_input(tmp_path, capsys):
         cli_main(["-q", "train", str(table), "--output", str(tmp_path / "out")])
     assert cli_main(["-q", "encode", str(tmp_path / "no-tokenizer"), "a text"]) == 1
     assert capsys.readouterr().err.strip() == f"error: no tokenizer folder at {tmp_path / 'no-tokenizer'}"
+    # One line, not a traceback: a column of numbers, and a vocabulary too small for the text's characters.
+    numbers = tmp_path / "n.jsonl"
+    numbers.write_text('{"text": 3}\n{"text": 4}\n', encoding="utf-8")
+    assert cli_main(["-q", "train", str(numbers), "--text-column", "text", "-o", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.splitlines()[-1].startswith("error: training item 0 is a int")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(KOREAN) + "\n", encoding="utf-8")
+    assert cli_main(["-q", "train", str(corpus), "--vocab-size", "20", "-o", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.splitlines()[-1].startswith("error: vocab_size 20 cannot hold every distinct")
 
 
 # --------------------------------------------------------------------------------------------------

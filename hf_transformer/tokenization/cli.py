@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     )
     try:
         args.run(args)
-    except (FileNotFoundError, ValueError, KeyError) as error:
+    except (FileNotFoundError, ValueError, KeyError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -97,6 +97,25 @@ def eos_post_processor(token_to_id) -> processors.TemplateProcessing:
     )
 
 
+def _named_training_error(error: Exception, files: list[str] | None, vocab_size: int) -> Exception:
+    """The `tokenizers` trainer's error, as a ValueError that says what to change."""
+    message = str(error)
+    if "not large enough to contain all chars" in message:
+        return ValueError(
+            f"vocab_size {vocab_size} cannot hold every distinct character of the training text (a Unigram "
+            "vocabulary keeps them all); ask for a larger vocabulary"
+        )
+    if "valid UTF-8" in message and files:
+        for path in files:
+            try:
+                with open(path, encoding="utf-8") as stream:
+                    for _ in stream:
+                        pass
+            except UnicodeDecodeError as decoding:
+                return ValueError(f"{path} is not UTF-8 text ({decoding.reason}); convert it to UTF-8")
+    return error
+
+
 def check_model_max_length(model_max_length) -> None:
     """`model_max_length` is where `truncation=True` cuts: an integer that leaves room for a token and [EOS] (0 would
     cut nothing, a negative length fails at every call)."""
@@ -310,21 +329,26 @@ def train_tokenizer(
         segmenter=segmenter,
     )
     files = _as_files(texts_or_files)
-    if files is not None:
-        logger.info("training a %s vocabulary of %d from %d file(s)", model_type, vocab_size, len(files))
-        backend.train(files, trainer)
-    else:
-        length = len(texts_or_files) if hasattr(texts_or_files, "__len__") else None
-        logger.info("training a %s vocabulary of %d from %s texts", model_type, vocab_size, length or "streamed")
-        backend.train_from_iterator(_text_batches(texts_or_files, text_column), trainer, length=length)
+    try:
+        if files is not None:
+            logger.info("training a %s vocabulary of %d from %d file(s)", model_type, vocab_size, len(files))
+            backend.train(files, trainer)
+        else:
+            length = len(texts_or_files) if hasattr(texts_or_files, "__len__") else None
+            logger.info("training a %s vocabulary of %d from %s texts", model_type, vocab_size, length or "streamed")
+            backend.train_from_iterator(_text_batches(texts_or_files, text_column), trainer, length=length)
+    except Exception as error:  # the Rust trainer raises bare Exceptions, named here
+        raise _named_training_error(error, files, vocab_size) from error
 
     # Training on no text leaves only the special tokens: a tokenizer that maps everything to [UNK].
     if backend.get_vocab_size() <= len(SPECIAL_TOKENS):
         raise ValueError("the training text is empty: the vocabulary holds only the special tokens")
-    if backend.get_vocab_size() < vocab_size:
+    if backend.get_vocab_size() != vocab_size:
+        # Fewer: the text holds no more pieces. More (BPE): its alphabet alone, every character kept, is larger.
         logger.warning(
-            "the training text gave %d pieces, fewer than the %d asked for",
+            "the training text gave %d pieces, %s than the %d asked for",
             backend.get_vocab_size(),
+            "fewer" if backend.get_vocab_size() < vocab_size else "more (every character of the text is a piece)",
             vocab_size,
         )
     backend.post_processor = eos_post_processor(backend.token_to_id)
