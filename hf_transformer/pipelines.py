@@ -87,6 +87,8 @@ class TranslationPipeline(Pipeline):
         return {"truncation": truncation}, generate_kwargs, postprocess_params
 
     def __call__(self, texts, *args, **kwargs):
+        if isinstance(texts, list) and not texts:
+            return []  # transformers' Pipeline fails on an empty list with an IndexError
         results = super().__call__(texts, *args, **kwargs)
         if (
             isinstance(texts, list)

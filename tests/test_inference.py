@@ -297,6 +297,7 @@ def test_transformers_pipeline_translates_and_classifies(translator, classifier,
     )
     candidates = translate(texts[:2], num_beams=3, num_return_sequences=2)
     assert [len(row) for row in candidates] == [2, 2] and candidates[0][0] == translate(texts[0], num_beams=3)[0]
+    assert translate([]) == []
     # Batched, each text keeps its own candidates: Predictor's, text by text, for any batch size.
     expected = [
         row["translations"] for row in Predictor.from_pretrained(folder)(texts, num_beams=3, num_return_sequences=2)
