@@ -147,6 +147,7 @@ class TextFileArguments(SplitLimits):
     language: list[str] = field(default_factory=list, metadata={"help": "the texts' language codes, for the card"})
 
     def __post_init__(self):
+        super().__post_init__()
         if not self.train_file:
             raise ValueError("--train_file is required: the training rows (CSV, TSV, JSON or JSONL)")
 

@@ -28,6 +28,13 @@ class SplitLimits:
     max_eval_samples: int | None = field(default=None, metadata={"help": "use only this many validation rows"})
     max_test_samples: int | None = field(default=None, metadata={"help": "use only this many test rows"})
 
+    def __post_init__(self):
+        # 0 would leave a split without rows, which fails later naming a column instead of the setting.
+        for name in ("max_train_samples", "max_eval_samples", "max_test_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name} is a number of rows, at least 1; got {value}")
+
     def split_limits(self) -> dict[str, int | None]:
         """The limits by split name, as `hf_transformer.data.first_rows` takes them."""
         return {"train": self.max_train_samples, "validation": self.max_eval_samples, "test": self.max_test_samples}

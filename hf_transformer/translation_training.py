@@ -204,6 +204,7 @@ class TranslationFileArguments(SplitLimits):
     )
 
     def __post_init__(self):
+        super().__post_init__()
         if not self.train_file:
             raise ValueError("--train_file is required: the training pairs (a table file, or two text files)")
         kinds = {len(files) for files in (self.train_file, self.validation_file, self.test_file) if files}

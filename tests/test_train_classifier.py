@@ -312,6 +312,7 @@ def test_impossible_ngram_settings_are_refused_before_any_data_is_read(tmp_path,
         (["--classifier_pooling", "avg"], ValueError, "classifier_pooling"),
         (["--init_from", "runs/no-such-pretraining"], FileNotFoundError, "--init_from runs/no-such-pretraining: no"),
         (["--tokenizer", "./no/such/tokenizer"], FileNotFoundError, "--tokenizer ./no/such/tokenizer: no such folder"),
+        (["--max_eval_samples", "0"], ValueError, "--max_eval_samples is a number of rows, at least 1; got 0"),
     ],
 )
 def test_impossible_encoder_settings_and_missing_folders_are_refused_before_any_data_is_read(
