@@ -338,7 +338,10 @@ def train_tokenizer(
             logger.info("training a %s vocabulary of %d from %s texts", model_type, vocab_size, length or "streamed")
             backend.train_from_iterator(_text_batches(texts_or_files, text_column), trainer, length=length)
     except Exception as error:  # the Rust trainer raises bare Exceptions, named here
-        raise _named_training_error(error, files, vocab_size) from error
+        named = _named_training_error(error, files, vocab_size)
+        if named is error:
+            raise
+        raise named from error
 
     # Training on no text leaves only the special tokens: a tokenizer that maps everything to [UNK].
     if backend.get_vocab_size() <= len(SPECIAL_TOKENS):
