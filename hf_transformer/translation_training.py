@@ -77,6 +77,11 @@ class TranslationModelArguments:
         },
     )
 
+    def __post_init__(self):
+        # Refused before training: the final scoring, after it, would fail on it.
+        if self.num_beams < 1:
+            raise ValueError(f"--num_beams must be at least 1, got {self.num_beams}")
+
     def new_tokenizer(self, pairs: Sequence[Mapping[str, str]], source: str, target: str, **options):
         """A tokenizer trained on both sides of the training ``pairs`` (every source, then every target), of
         ``--vocab_size`` and ``--tokenizer_type``; ``options`` go to ``train_tokenizer`` (``lowercase=True``)."""
@@ -169,6 +174,8 @@ def check_translation_arguments(training_args: TranslationTrainingArguments) -> 
         )
     if not training_args.predict_with_generate:
         raise ValueError("BLEU needs generated text: keep --predict_with_generate on")
+    if training_args.generation_num_beams is not None and training_args.generation_num_beams < 1:
+        raise ValueError(f"--generation_num_beams must be at least 1, got {training_args.generation_num_beams}")
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
 
 

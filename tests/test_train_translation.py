@@ -113,3 +113,12 @@ def test_splits_given_in_different_forms_are_refused(tmp_path):
         )
     with pytest.raises(ValueError, match="--train_file is required"):
         load_script("train_translation").main(["--output_dir", str(tmp_path), "--validation_file", "v.jsonl"])
+
+
+@pytest.mark.parametrize("beams", [["--num_beams", "0"], ["--generation_num_beams", "0"]])
+def test_a_beam_count_below_one_is_refused_before_training(tmp_path, beams):
+    # The files do not exist: a refusal after reading them would be a FileNotFoundError.
+    with pytest.raises(ValueError, match=f"{beams[0]} must be at least 1, got 0"):
+        load_script("train_translation").main(
+            ["--output_dir", str(tmp_path), "--train_file", "a.en", "a.de", *TINY_MODEL, *beams]
+        )

@@ -56,9 +56,16 @@ COMPUTE_SETTINGS = (
 TRAIN_RUNTIME = re.compile(r"'train_runtime': '?(\d+(?:\.\d+)?)'?")  # Trainer.train's last log line: a number or text
 
 
-def absolute_arguments(arguments: list[str]) -> list[str]:
-    """The job's arguments, those that name an existing file or folder made absolute."""
-    return [str(Path(argument).resolve()) if Path(argument).exists() else argument for argument in arguments]
+def absolute_arguments(arguments: list[str], repo: Path) -> list[str]:
+    """The job's arguments, those that name an existing file or folder outside ``repo`` made absolute (the data
+    beside it); a path inside ``repo`` (an output folder such as runs/nsmc, present from an earlier run) stays
+    relative, so that the clone writes its own and not the checkout's."""
+    repo = repo.resolve()
+
+    def outside(path: Path) -> bool:
+        return path.exists() and not path.resolve().is_relative_to(repo)
+
+    return [str(Path(argument).resolve()) if outside(Path(argument)) else argument for argument in arguments]
 
 
 def head_commit(repo: Path) -> tuple[str, bool]:
@@ -174,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.log_dir = args.log_dir or args.output.with_suffix("")
     args.log_dir.mkdir(parents=True, exist_ok=True)
-    job_arguments = absolute_arguments(args.job_arguments)
+    job_arguments = absolute_arguments(args.job_arguments, args.repo)
     report = {
         "job": " ".join([args.job, *args.job_arguments]),
         "commit": commit,

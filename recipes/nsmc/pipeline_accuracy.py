@@ -34,7 +34,8 @@ def pipeline_accuracy(folder: Path, test_file: Path, batch_size: int = 256) -> d
     started = time.time()
     scored = classify([row["text"] for row in rows], batch_size=batch_size, top_k=None)  # every label, likeliest first
     seconds = time.time() - started
-    correct = sum(labels[0]["label"] == row["label"] for labels, row in zip(scored, rows))
+    # A folder trained on integer labels names its classes "0", "1", ... (`id2label`).
+    correct = sum(labels[0]["label"] == str(row["label"]) for labels, row in zip(scored, rows))
     ties = sum(labels[0]["score"] - labels[1]["score"] < TIE for labels in scored)
     return {
         "reviews": len(rows),
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch_size", type=int, default=256)
     args = parser.parse_args(argv)
     recorded = json.loads((args.folder / "results.json").read_text())
+    if "test_accuracy" not in recorded:  # before classifying every review
+        parser.error(f"{args.folder}/results.json holds no test_accuracy: the run was trained without --test_file")
     result = pipeline_accuracy(args.folder, args.test_file, args.batch_size)
     result["recorded_accuracy"] = recorded["test_accuracy"]
     result["reviews_apart"] = round(abs(result["accuracy"] - result["recorded_accuracy"]) * result["reviews"])

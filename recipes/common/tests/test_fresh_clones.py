@@ -122,3 +122,12 @@ def test_the_settings_that_change_the_arithmetic_are_named(repo, tmp_path, monke
     settings = ["HF_TRANSFORMER_PRECISION=float32", "ATEN_CPU_CAPABILITY=avx2"]
     assert json.loads((tmp_path / "out" / "r.json").read_text())["settings"] == settings
     assert " (HF_TRANSFORMER_PRECISION=float32 ATEN_CPU_CAPABILITY=avx2)." in (tmp_path / "out" / "r.md").read_text()
+
+
+def test_only_paths_outside_the_repository_are_made_absolute(repo, tmp_path, monkeypatch):
+    # An output folder inside the checkout (runs/nsmc, left by an earlier run there) stays relative: the clone writes
+    # its own, not the checkout's. The data beside the repository is named absolutely, for the clone elsewhere.
+    (repo / "runs" / "nsmc").mkdir(parents=True)
+    monkeypatch.chdir(repo)
+    arguments = fresh_clones.absolute_arguments(["../count.txt", "runs/nsmc", "runs/absent", "--flag"], repo)
+    assert arguments == [str(tmp_path / "count.txt"), "runs/nsmc", "runs/absent", "--flag"]

@@ -3,6 +3,7 @@ beside the one its run recorded."""
 
 import json
 
+import pytest
 import torch
 
 from hf_transformer import Predictor, TransformerConfig, TransformerForSequenceClassification
@@ -19,7 +20,7 @@ REVIEWS = [
 ]
 
 
-def make_folder(tmp_path, blind=False):
+def make_folder(tmp_path, blind=False, names=("negative", "positive")):
     # BPE, whose training is repeatable (Unigram's piece ids move between processes), so the model is the same in every
     # run; and a classifier with weights of unit scale, so that no review's two labels come near a tie (TIE).
     tokenizer = train_tokenizer(
@@ -30,7 +31,7 @@ def make_folder(tmp_path, blind=False):
     config = TransformerConfig(
         vocab_size=len(tokenizer), d_model=16, n_layer=1, num_attention_heads=2, intermediate_size=32,
         max_position_embeddings=16, pad_token_id=tokenizer.pad_token_id, num_labels=2,
-        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+        id2label=dict(enumerate(names)), label2id={name: i for i, name in enumerate(names)},
     )  # fmt: skip
     folder = tmp_path / "classifier"
     model = TransformerForSequenceClassification(config).eval()
@@ -42,9 +43,11 @@ def make_folder(tmp_path, blind=False):
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     test_file = tmp_path / "test.jsonl"
-    test_file.write_text("".join(json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in REVIEWS))
+    # The labels as the test file holds them: the class names, or (names "0" and "1") the class ids as integers.
+    rows = [(t, y if names[0] == "negative" else int(y == "positive")) for t, y in REVIEWS]
+    test_file.write_text("".join(json.dumps({"text": t, "label": y}, ensure_ascii=False) + "\n" for t, y in rows))
     predicted = [result["label"] for result in Predictor.from_pretrained(folder).classify([t for t, _ in REVIEWS])]
-    accuracy = sum(p == y for p, (_, y) in zip(predicted, REVIEWS)) / len(REVIEWS)
+    accuracy = sum(p == str(y) for p, (_, y) in zip(predicted, rows)) / len(REVIEWS)
     return folder, test_file, accuracy
 
 
@@ -69,3 +72,15 @@ def test_reviews_apart_on_ties_are_rounding_not_a_disagreement(tmp_path, capsys)
     written = json.loads((folder / "pipeline_accuracy.json").read_text())
     assert written["reviews_apart"] == 2 and written["ties"] == len(REVIEWS)
     assert "2 review(s) apart, 6 tie(s)" in capsys.readouterr().out
+
+
+def test_integer_labels_are_read_as_the_folder_names_them_and_a_run_without_test_rows_is_refused(tmp_path, capsys):
+    folder, test_file, accuracy = make_folder(tmp_path, names=("0", "1"))  # a run trained on labels 0 and 1
+    assert accuracy > 0
+    (folder / "results.json").write_text(json.dumps({"test_accuracy": accuracy}))
+    assert pipeline_accuracy.main([str(folder), str(test_file)]) == 0
+    assert json.loads((folder / "pipeline_accuracy.json").read_text())["accuracy"] == accuracy
+    (folder / "results.json").write_text(json.dumps({"eval_accuracy": accuracy}))
+    with pytest.raises(SystemExit):
+        pipeline_accuracy.main([str(folder), str(test_file)])
+    assert "holds no test_accuracy: the run was trained without --test_file" in capsys.readouterr().err
