@@ -263,28 +263,53 @@ def check_checkpoint_averaging(training_args, count: int) -> None:
         )
 
 
-def average_last_checkpoints(model: torch.nn.Module, output_dir: str | Path, count: int) -> list[str]:
+def average_last_checkpoints(
+    model: torch.nn.Module, output_dir: str | Path, count: int, *, written_since: float | None = None
+) -> list[str]:
     """After training with ``--average_checkpoints count``: load into ``model`` the mean of the weights of the last
-    ``count`` checkpoints in ``output_dir``; returns their folder names (none for a count of 1: the model is kept)."""
+    ``count`` checkpoints in ``output_dir``; returns their folder names (none for a count of 1: the model is kept).
+    ``written_since`` (the run's start, as ``time.time()``; None for a resumed run, whose earlier checkpoints are its
+    own): only checkpoints saved since then are this run's, not an earlier run's left in the same folder."""
     if count <= 1:
         return []
-    folders = last_checkpoints(output_dir, count)
+    folders = last_checkpoints(output_dir, count, written_since=written_since)
     average_checkpoints(model, folders)
     names = [folder.name for folder in folders]
     logger.info("evaluating the mean of the weights of %s", ", ".join(names))
     return names
 
 
-def last_checkpoints(output_dir: str | Path, count: int) -> list[Path]:
-    """The ``count`` latest ``checkpoint-<step>`` folders the Trainer saved in ``output_dir``, oldest first."""
+def average_this_runs_checkpoints(model: torch.nn.Module, training_args, started: float) -> list[str]:
+    """`average_last_checkpoints` with ``--average_checkpoints``, over the checkpoints this run saved: since it
+    ``started`` (``time.time()``), or any for a resumed run, whose earlier checkpoints are its own."""
+    since = None if training_args.resume_from_checkpoint else started
+    return average_last_checkpoints(
+        model, training_args.output_dir, training_args.average_checkpoints, written_since=since
+    )
+
+
+def last_checkpoints(output_dir: str | Path, count: int, *, written_since: float | None = None) -> list[Path]:
+    """The ``count`` latest ``checkpoint-<step>`` folders the Trainer saved in ``output_dir``, oldest first; with
+    ``written_since``, only those whose state the Trainer wrote since then."""
     folders = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    earlier = []
+    if written_since is not None:
+        earlier = [p for p in folders if not _written_since(p, written_since)]
+        folders = [p for p in folders if p not in earlier]
     folders.sort(key=lambda p: int(p.name.split("-")[-1]))
     if len(folders) < count:
+        left = f" ({', '.join(sorted(p.name for p in earlier))} of an earlier run left there)" if earlier else ""
         raise ValueError(
-            f"averaging {count} checkpoints needs {count} checkpoint folders in {output_dir}, found {len(folders)}: "
-            "save at least that many (--save_strategy epoch or steps, --save_total_limit >= the count)"
+            f"averaging {count} checkpoints needs {count} checkpoint folders of this run in {output_dir}, found "
+            f"{len(folders)}{left}: save at least that many (--save_strategy epoch or steps, --save_total_limit >= "
+            "the count), into an --output_dir of its own"
         )
     return folders[-count:]
+
+
+def _written_since(folder: Path, since: float) -> bool:
+    state = folder / "trainer_state.json"
+    return state.is_file() and state.stat().st_mtime >= since
 
 
 def average_checkpoints(model: torch.nn.Module, folders: list[str | Path]) -> None:

@@ -44,7 +44,7 @@ from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.trainer import LengthGroupedTrainer
 from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
-    average_last_checkpoints,
+    average_this_runs_checkpoints,
     check_checkpoint_averaging,
     end_process_group,
     one_tokenizer,
@@ -301,14 +301,14 @@ def refit_ngram_score(model, tokenized, training_args, ngram_logit_scale: float)
     return {"ngram_refit_samples": len(rows), "ngram_refit_seconds": round(time.time() - started, 1)}
 
 
-def score(trainer, model, tokenizer, tokenized, training_args) -> dict:
+def score(trainer, model, tokenizer, tokenized, training_args, started: float) -> dict:
     """The weights kept (the mean of the last checkpoints where asked), with the n-gram score fitted where asked,
     scored on validation, then (the n-gram score refitted with the validation rows where asked) once on test, there
     also the encoder's accuracy without the n-gram score. The test rows are evaluated sorted by length, as the
     Trainer's validation rows are (`sorted_by_length`)."""
     results = {}
     test = sorted_by_length(tokenized["test"]) if "test" in tokenized else None
-    averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
+    averaged = average_this_runs_checkpoints(model, training_args, started)
     if averaged:
         results["averaged_checkpoints"] = averaged
     if model.ngram_classifier is not None:
@@ -357,7 +357,7 @@ def main(argv: list[str] | None = None) -> dict:
         "init_from": model_args.init_from,
     }
     results |= {"train_samples": len(tokenized["train"])} | train_metrics(train_output)
-    results |= score(trainer, model, tokenizer, tokenized, training_args)
+    results |= score(trainer, model, tokenizer, tokenized, training_args, started)
     results.update(
         world_size=training_args.world_size,
         parameters=model.num_parameters(),

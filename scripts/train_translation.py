@@ -36,7 +36,7 @@ from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.metrics import require_scorers, select_and_score, translation_metrics
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
-    average_last_checkpoints,
+    average_this_runs_checkpoints,
     end_process_group,
     one_tokenizer,
     process_report,
@@ -91,14 +91,14 @@ def build_trainer(model, tokenizer, tokenized, compute_metrics, training_args) -
     )
 
 
-def train(trainer, model, tokenizer, training_args) -> dict:
+def train(trainer, model, tokenizer, training_args, started: float) -> dict:
     """Trains (or resumes), then averages the last checkpoints where asked: the results so far. What is decoded after
     it is decoded in float32, as the saved folder decodes, whatever precision the training ran in."""
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
     score_in_float32(trainer)
     results = train_metrics(train_output)
-    averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
+    averaged = average_this_runs_checkpoints(model, training_args, started)
     if averaged:
         results["averaged_checkpoints"] = averaged
     return results
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainer = build_trainer(model, tokenizer, tokenized, metric("validation"), training_args)
     results = {"task": "translation_{}_to_{}".format(*languages(data_args)), "dataset": data_args.dataset_name}
     results |= {"source_lang": data_args.source_lang, "target_lang": data_args.target_lang}
-    results |= {"train_samples": len(tokenized["train"])} | train(trainer, model, tokenizer, training_args)
+    results |= {"train_samples": len(tokenized["train"])} | train(trainer, model, tokenizer, training_args, started)
     # Beam search settings are chosen on the validation set only; the test set is decoded once with the choice.
     beams, penalties = model_args.num_beams, model_args.length_penalty
     scores, test_hypotheses = select_and_score(

@@ -63,3 +63,22 @@ def test_checkpoints_of_another_model_are_refused(tmp_path):
         average_checkpoints(TransformerForSequenceClassification(tiny_config(num_labels=3)), folders)
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         average_checkpoints(TransformerForConditionalGeneration(config), [tmp_path / "missing"])
+
+
+def test_only_this_runs_checkpoints_are_averaged_not_an_earlier_runs_left_in_the_folder(tmp_path):
+    import os
+    import time
+
+    started = time.time()
+    for step, age in ((6, 3600), (8, 3600), (2, 0), (4, 0)):  # an earlier run's 6 and 8, an hour old; this run's 2, 4
+        state = tmp_path / f"checkpoint-{step}" / "trainer_state.json"
+        state.parent.mkdir()
+        state.write_text("{}")
+        os.utime(state, (started - age, started - age))
+    assert [p.name for p in last_checkpoints(tmp_path, 2)] == ["checkpoint-6", "checkpoint-8"]  # by step alone
+    assert [p.name for p in last_checkpoints(tmp_path, 2, written_since=started - 60)] == [
+        "checkpoint-2",
+        "checkpoint-4",
+    ]
+    with pytest.raises(ValueError, match=r"found 2 \(checkpoint-6, checkpoint-8 of an earlier run left there\)"):
+        last_checkpoints(tmp_path, 3, written_since=started - 60)

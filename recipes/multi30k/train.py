@@ -45,7 +45,7 @@ from hf_transformer.metrics import require_scorers
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.training import (
     BidirectionalEpochs,
-    average_last_checkpoints,
+    average_this_runs_checkpoints,
     end_process_group,
     one_tokenizer,
     process_report,
@@ -230,14 +230,14 @@ def build_trainer(model, tokenizer, train_dataset, callbacks, tokenized, compute
     )
 
 
-def train(trainer, model, tokenizer, data_args: DataArguments, training_args) -> dict:
+def train(trainer, model, tokenizer, data_args: DataArguments, training_args, started: float) -> dict:
     """Trains (or resumes), then averages the last checkpoints where asked: the results so far."""
     train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
     results = task_fields(data_args) | train_metrics(train_output)
     if getattr(data_args, "distilled_targets", None):
         results |= {"distilled_targets": data_args.distilled_targets, "distillation_mix": data_args.distillation_mix}
-    averaged = average_last_checkpoints(model, training_args.output_dir, training_args.average_checkpoints)
+    averaged = average_this_runs_checkpoints(model, training_args, started)
     if averaged:
         results["averaged_checkpoints"] = averaged
     return results
@@ -309,7 +309,9 @@ def main(argv: list[str] | None = None) -> dict:
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
     train_dataset, callbacks = training_set(splits, tokenized, tokenizer, model_args, data_args, training_args)
     trainer = build_trainer(model, tokenizer, train_dataset, callbacks, tokenized, metric("validation"), training_args)
-    results = train(trainer, model, tokenizer, data_args, training_args) | {"train_samples": len(tokenized["train"])}
+    results = train(trainer, model, tokenizer, data_args, training_args, started) | {
+        "train_samples": len(tokenized["train"])
+    }
     # Beam search settings are chosen on the validation set only; test2016 is decoded once with the choice.
     beams = dict(num_beams=model_args.num_beams, length_penalties=model_args.length_penalty)
     lowercase = dict(lowercase=lowercases(tokenizer), has_lc_tok_validation=has_lc_tok_validation)
