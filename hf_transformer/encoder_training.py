@@ -55,14 +55,17 @@ class EncoderArguments:
     )
 
     def __post_init__(self):
-        # Refused before any text is read or a tokenizer trained.
+        # The sizes and layouts as the config will check them (`d_model` a multiple of the heads, a layout's name),
+        # over a stand-in vocabulary with the config's own special-token ids: refused as the command is parsed.
+        TransformerConfig(vocab_size=1000, **self.model_settings())
+
+    def check_folders(self) -> None:
+        """The folders named exist: called by the scripts before any text is read or a tokenizer trained (a
+        mistyped --init_from would otherwise be looked up on the Hub after that work)."""
         if self.init_from is not None and not Path(self.init_from).is_dir():
             raise FileNotFoundError(f"--init_from {self.init_from}: no such folder (a pretraining run's output folder)")
         if self.tokenizer is not None and looks_like_a_path(self.tokenizer) and not Path(self.tokenizer).is_dir():
             raise FileNotFoundError(f"--tokenizer {self.tokenizer}: no such folder")
-        # The sizes and layouts as the config will check them (`d_model` a multiple of the heads, a layout's name),
-        # over a stand-in vocabulary with the config's own special-token ids.
-        TransformerConfig(vocab_size=1000, **self.model_settings())
 
     def model_settings(self) -> dict:
         """The encoder's sizes and layout as `TransformerConfig` settings (its vocabulary comes from the tokenizer)."""

@@ -183,6 +183,7 @@ def evaluate(trainer, model, tokenized, tokenizer, pretrain_args, seed: int) -> 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args.check_folders()
     set_up_training_process(training_args)
     training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather
     started = time.time()

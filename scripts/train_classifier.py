@@ -332,6 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     # The config refuses impossible n-gram settings by name (e.g. a token order beside a unit without tokens);
     # checked here so that the refusal comes before the tokenizer is trained and the rows tokenized.
     TransformerConfig(**ngram_settings(training_args))
+    model_args.check_folders()
     set_up_training_process(training_args)
     started = time.time()
     set_seed(training_args.seed)
