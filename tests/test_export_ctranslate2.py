@@ -204,6 +204,27 @@ def test_inputs_longer_than_the_position_table_are_refused_as_the_model_refuses_
     assert len(generator.generate([[5] * 48], max_new_tokens=2)) == 1
 
 
+def test_what_generate_refuses_is_refused_and_a_folder_without_lengths_generates_generate_s_20(converted):
+    model, output_dir = converted("post_ln_sinusoidal_gelu")
+    generator = CTranslate2Generator(output_dir)
+    # More sequences than beams: CTranslate2 would give some inputs more hypotheses than others, and a flat list
+    # would hand a text its neighbour's.
+    with pytest.raises(ValueError, match=r"`num_return_sequences` \(6\) must be at least 1 and at most `num_beams`"):
+        generator.generate([[5, 6, 2]], num_beams=4, num_return_sequences=6)
+    for bad in (-1, model.config.vocab_size):  # a list index would read -1 as the last token
+        with pytest.raises(ValueError, match=f"Token id {bad} is outside the vocabulary"):
+            generator.generate([[5, bad, 2]], max_new_tokens=2)
+        with pytest.raises(ValueError, match=f"Token id {bad} is outside the vocabulary"):
+            generator.score([[5, 6, 2]], None, [[7, bad]])
+    # The saved generation config names no length: generate gives 20 new tokens (21 with the start token).
+    assert "max_length" not in generator.generation_config and "max_new_tokens" not in generator.generation_config
+    ids = torch.tensor([[5, 6, 7, 2]])
+    with torch.no_grad():
+        expected = model.generate(ids, num_beams=1, eos_token_id=None, min_new_tokens=20)  # runs to its limit
+    assert expected.shape[1] == 21
+    assert len(generator.generate(ids, num_beams=1, min_new_tokens=20)[0]) == 20
+
+
 def test_vocabularies_map_token_strings_to_model_ids(converted, tokenizer):
     _, shared = converted("post_ln_sinusoidal_gelu")
     vocabulary = json.loads((shared / "shared_vocabulary.json").read_text())

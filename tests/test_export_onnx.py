@@ -192,6 +192,23 @@ def test_generation_defaults_come_from_the_generation_config(translator, batch):
     )
 
 
+def test_bad_ids_and_settings_are_refused_and_a_folder_without_lengths_generates_generate_s_20(translator, tmp_path):
+    model, folder = translator
+    generator = OnnxSeq2SeqGenerator(folder)
+    for bad in (-1, model.config.vocab_size):  # a Gather would read -1 as the last token
+        with pytest.raises(ValueError, match=f"Token id {bad} is outside the vocabulary"):
+            generator.generate(np.array([[5, bad, 2]]), max_new_tokens=2)
+    for options, named in (({"num_beams": 0}, "num_beams"), ({"max_new_tokens": 0}, "max_new_tokens")):
+        with pytest.raises(ValueError, match=f"`{named}` must be an integer of at least 1, got 0"):
+            generator.generate(np.array([[5, 6, 2]]), **options)
+    with pytest.raises(ValueError, match="early_stopping must be"):
+        generator.generate(np.array([[5, 6, 2]]), early_stopping="sometimes")
+    with pytest.raises(ValueError, match=r"input_ids must be \(batch, length\)"):
+        generator.generate(np.zeros((0, 3), dtype=np.int64))
+    # The exported generation config names no length: generate gives 20 new tokens.
+    assert generator.max_new_tokens == 20
+
+
 def test_classifier_matches_torch_on_padded_rows(classifier_dir, classifier, batch):
     assert {"classifier.onnx", "config.json", "tokenizer.json"} <= {file.name for file in classifier.iterdir()}
     model = TransformerForSequenceClassification.from_pretrained(classifier_dir).eval()
@@ -269,6 +286,18 @@ def test_command_line(classifier_dir, tmp_path):
     assert _op_count(output / "classifier.onnx", "MatMulInteger") > 0
     logits = OnnxClassifier(output)(np.array([[5, 6, 7, 8]]))
     assert logits.shape == (1, 3) and np.isfinite(logits).all()
+
+
+def test_the_command_refuses_a_folder_without_weights_in_one_line(classifier_dir, tmp_path, capsys):
+    from hf_transformer.export.__main__ import main as export_main
+
+    folder = tmp_path / "config-only"  # an export's folder, say: a config.json and no weights
+    folder.mkdir()
+    (folder / "config.json").write_text((classifier_dir / "config.json").read_text())
+    with pytest.raises(SystemExit) as stopped:
+        export_main(["onnx", str(folder), str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert stopped.value.code == 2 and "model.safetensors" in error.splitlines()[-1] and "Traceback" not in error
 
 
 def test_inputs_longer_than_the_position_table_are_refused_as_the_model_refuses_them(translator, classifier):

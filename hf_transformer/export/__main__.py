@@ -28,8 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     export = to_onnx if args.engine == "onnx" else to_ctranslate2
     try:
         output = export(args.model_dir, args.output_dir, quantization=args.quantization, force=args.force)
-    except (FileNotFoundError, FileExistsError, ValueError) as error:
-        # What the user can mend (a folder, an existing output, a setting), said in one line.
+    except (OSError, ValueError) as error:
+        # What the user can mend (a folder, one without weights, an existing output, a setting), said in one line.
         parser.error(str(error).strip().splitlines()[0])
     print(output)
     return 0

@@ -430,6 +430,14 @@ def _device_and_index(device: str) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
+def check_ids_in_list(rows: Sequence[Sequence[int]], vocab_size: int) -> None:
+    """Ids in [0, vocab_size), as the model checks them: a list index would read -1 as the last token."""
+    values = [i for row in rows for i in row]
+    if values and (min(values) < 0 or max(values) >= vocab_size):
+        bad = min(values) if min(values) < 0 else max(values)
+        raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
+
+
 class CTranslate2Generator:
     """A ``ctranslate2.Translator`` over a folder written by :func:`to_ctranslate2`, speaking token ids.
 
@@ -531,7 +539,8 @@ class CTranslate2Generator:
         if max_new_tokens is None:
             max_new_tokens = gen.get("max_new_tokens")
             if max_new_tokens is None:
-                max_new_tokens = gen.get("max_length", 20) - 1  # HF's max_length counts the start token
+                # HF's max_length counts the start token; without one, generate gives 20 new tokens
+                max_new_tokens = gen["max_length"] - 1 if gen.get("max_length") is not None else 20
         if min_new_tokens is None:
             min_new_tokens = gen.get("min_new_tokens")
             if min_new_tokens is None:
@@ -547,6 +556,7 @@ class CTranslate2Generator:
             attention_mask = attention_mask.tolist()
         if attention_mask is None:  # as generate does: padding from the pad id
             attention_mask = [[int(i != self.pad_token_id) for i in row] for row in input_ids]
+        check_ids_in_list(input_ids, len(self.source_tokens))
         return [
             [self.source_tokens[i] for i, real in zip(row, mask) if real]
             for row, mask in zip(input_ids, attention_mask)
@@ -588,6 +598,12 @@ class CTranslate2Generator:
         num_beams, max_new_tokens, min_new_tokens, length_penalty = self._defaults(
             num_beams, max_new_tokens, min_new_tokens, length_penalty
         )
+        if not 1 <= num_return_sequences <= num_beams:  # as generate refuses it; CTranslate2 would return a
+            # varying number of hypotheses per input, which a flat list of sequences cannot tell apart
+            raise ValueError(
+                f"`num_return_sequences` ({num_return_sequences}) must be at least 1 and at most `num_beams` "
+                f"({num_beams})"
+            )
         max_new_tokens = new_tokens_within_position_table(max_new_tokens, self.position_table)  # as generate caps it
         min_new_tokens = min(min_new_tokens, max_new_tokens)  # generate stops at the maximum; CTranslate2 would raise
         source = self._source_tokens(input_ids, attention_mask)
@@ -629,6 +645,8 @@ class CTranslate2Generator:
         source = self._source_tokens(input_ids, attention_mask)
         if len(source) != len(labels):
             raise ValueError(f"{len(source)} inputs but {len(labels)} label sequences")
+        labels = [list(row.tolist() if torch.is_tensor(row) else row) for row in labels]
+        check_ids_in_list(labels, len(self.target_tokens))
         targets = []
         for row in labels:
             row = list(row)

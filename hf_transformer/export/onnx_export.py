@@ -241,8 +241,8 @@ def to_onnx(
     (``onnxruntime.quantization.quantize_dynamic``, 7-bit weights in int8 per output channel, so that CPUs without
     VNNI do not saturate, activations quantized at run time) rewrites the layers' projections as ``MatMulInteger``
     and stores the token and position tables in 8 bits, dequantized where read (an output projection tied to the
-    token table multiplies in float32). ``force`` writes into an ``output_dir`` that already holds files (never the
-    model folder). Returns ``output_dir``."""
+    token table is exported as a transposed copy of it and multiplies in int8 too). ``force`` writes into an
+    ``output_dir`` that already holds files (never the model folder). Returns ``output_dir``."""
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"to_onnx: quantization={quantization!r} is not one of {list(QUANTIZATIONS)}")
     folder = read_folder(model_dir, hub=False)
@@ -443,7 +443,10 @@ class OnnxSeq2SeqGenerator:
         self.num_beams = settings.get("num_beams", 1)
         self.length_penalty = settings.get("length_penalty", 1.0)
         self.early_stopping = settings.get("early_stopping", False)
-        self.max_new_tokens = settings.get("max_new_tokens") or settings.get("max_length", 20) - 1
+        # HF's max_length counts the start token; without either, generate gives 20 new tokens.
+        max_length = settings.get("max_length")
+        self.max_new_tokens = settings.get("max_new_tokens") or (max_length - 1 if max_length is not None else 20)
+        self.vocab_size = settings.get("vocab_size")
         self.min_new_tokens = settings.get("min_new_tokens") or 0
         self.source_positions = settings.get("max_position_embeddings")
         self.position_table = settings.get("decoder_max_position_embeddings") or self.source_positions
@@ -473,10 +476,20 @@ class OnnxSeq2SeqGenerator:
         ``min_new_tokens``: the end tokens get a score of -inf before that many tokens are generated, as transformers'
         ``MinNewTokensLengthLogitsProcessor`` does (in beam search after the log-softmax, as there)."""
         input_ids = np.asarray(input_ids, dtype=np.int64)
+        if input_ids.ndim != 2 or 0 in input_ids.shape:
+            raise ValueError(f"input_ids must be (batch, length) with at least one token, got shape {input_ids.shape}")
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if self.vocab_size is not None and (low < 0 or high >= self.vocab_size):  # a Gather would wrap -1 around
+            raise ValueError(f"Token id {low if low < 0 else high} is outside the vocabulary [0, {self.vocab_size}).")
         attention_mask = (input_ids != self.pad if attention_mask is None else np.asarray(attention_mask)).astype(
             np.int64
         )
-        num_beams = num_beams or self.num_beams
+        num_beams = self.num_beams if num_beams is None else num_beams
+        for name, value in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)):
+            if value is not None and not (isinstance(value, (int, np.integer)) and value >= 1):
+                raise ValueError(f"`{name}` must be an integer of at least 1, got {value!r}")
+        if early_stopping not in (None, True, False, "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
         from ..generation import new_tokens_within_position_table
         from ..input_checks import check_sequence_fits
 
