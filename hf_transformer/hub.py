@@ -140,20 +140,37 @@ def _head(described: SavedFolder) -> str:
     return described.head or SEQ2SEQ_HEAD
 
 
-def _stored_sizes(path: Path) -> list[int]:
-    """The number of elements of each tensor of a safetensors file, from its header (8 bytes of length, then JSON)."""
+def _stored_sizes(path: Path) -> dict[str, int]:
+    """The number of elements of each tensor of a safetensors file by name, from its header (8 bytes of length, then
+    JSON)."""
     with path.open("rb") as file:
         (length,) = struct.unpack("<Q", file.read(8))
         header = json.loads(file.read(length))
-    return [math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__"]
+    return {name: math.prod(entry["shape"]) for name, entry in header.items() if name != "__metadata__"}
 
 
-def count_parameters(folder: str | os.PathLike) -> int | None:
+def _buffer_names(folder: str | os.PathLike, arch: str | None) -> set[str]:
+    """The names of the buffers the folder's model class stores beside its parameters (the n-gram score's tables),
+    from the class built on the meta device: no memory, no weights read."""
+    import torch
+
+    model_class = getattr(modeling_transformer, arch or "", None)
+    if model_class is None:
+        return set()
+    with torch.device("meta"):
+        model = model_class(TransformerConfig.from_pretrained(folder))
+    return {name for name, _ in model.named_buffers()}
+
+
+def count_parameters(folder: str | os.PathLike, arch: str | None = None) -> int | None:
     """The number of parameters stored in the folder's safetensors weights (``model.safetensors``, or the shards of
-    its index), read from the files' headers. Tied copies are not stored, so this is ``model.num_parameters()``.
-    None for a folder without safetensors weights."""
+    its index), read from the files' headers, less the buffers the model class ``arch`` stores beside them. Tied
+    copies are not stored, so this is ``model.num_parameters()``. None for a folder without safetensors weights."""
     files = [Path(folder) / name for name in weight_files(folder) if name.endswith(".safetensors")]
-    return sum(sum(_stored_sizes(path)) for path in files) if files else None
+    if not files:
+        return None
+    buffers = _buffer_names(folder, arch)
+    return sum(size for path in files for name, size in _stored_sizes(path).items() if name not in buffers)
 
 
 def saved_generation(folder: str | os.PathLike) -> dict[str, Any]:
@@ -243,7 +260,7 @@ def read_model_folder(folder: str | os.PathLike) -> SavedModel:
     return SavedModel(
         config=config,
         arch=arch,
-        num_parameters=count_parameters(folder),
+        num_parameters=count_parameters(folder, arch),
         has_tokenizer=described.tokenizer is not None,
         generation=saved_generation(folder) if arch == SEQ2SEQ_HEAD else {},
         settings=tokenizer_settings(folder) | config_settings(arch, config),
