@@ -20,6 +20,7 @@ What a folder holds (its head, tokenizer and weights) is read by :func:`hf_trans
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -98,6 +99,39 @@ class CardText:
     settings: Mapping[str, Any] | None = None
     license: str = "apache-2.0"
     base_model: str | None = None
+
+
+# The file beside a training run's model card that keeps its ``CardText``, so that the card uploaded to the Hub
+# (``prepare_folder``) says what the run's own card says.
+CARD_TEXT_FILE = "card_text.json"
+
+
+def write_card_text(folder: str | os.PathLike, text: CardText | None) -> None:
+    """Keep ``text`` beside the folder's card (``CARD_TEXT_FILE``); nothing for a card without one."""
+    if text is not None:
+        saved = json.dumps(dataclasses.asdict(text), indent=2, ensure_ascii=False, default=list)
+        (Path(folder) / CARD_TEXT_FILE).write_text(saved + "\n", encoding="utf-8")
+
+
+def saved_card_text(folder: str | os.PathLike, given: CardText | None = None) -> CardText | None:
+    """The ``CardText`` a training run kept in ``folder`` with the fields of ``given`` that differ from a blank
+    ``CardText`` over it (what an upload's command line says wins); ``given`` alone where the folder keeps none."""
+    path = Path(folder) / CARD_TEXT_FILE
+    if not path.is_file():
+        return given
+    saved = CardText(**json.loads(path.read_text(encoding="utf-8")))
+    if saved.base_model is not None and (Path(saved.base_model).is_dir() or looks_like_a_path(saved.base_model)):
+        saved = dataclasses.replace(saved, base_model=None)  # a folder here is no Hub id (`local_base_model`)
+    if given is None:
+        return saved
+    blank = CardText()
+    changes = {f.name: getattr(given, f.name) for f in dataclasses.fields(CardText)}
+    given_anew = {k: v for k, v in changes.items() if not _unset(v) and v != getattr(blank, k)}
+    return dataclasses.replace(saved, **given_anew)
+
+
+def _unset(value) -> bool:
+    return value is None or (isinstance(value, (list, tuple, dict)) and not value)
 
 
 # -- reading the model folder --------------------------------------------------------------------------
@@ -660,6 +694,7 @@ def prepare_folder(
         AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(out_dir)
         _drop_loading_options(out_dir / "tokenizer_config.json")
 
+    text = saved_card_text(model_dir, text)  # the run's own title, training and settings, unless given anew
     card = model_card(out_dir, read_eval_results(model_dir, results_files), text, repo_id=repo_id)
     (out_dir / "README.md").write_text(card)
     return out_dir

@@ -366,13 +366,14 @@ def score_in_float32(trainer) -> None:
 def save_run(trainer, results, card=None, files=None) -> Path:
     """A training script's folder (``--output_dir``): the model (safetensors, config, generation config, tokenizer),
     ``results.json``, ``log_history.json``, ``README.md`` (``hf_transformer.hub.model_card`` with the ``CardText``
-    ``card``) and ``files`` (name -> text, e.g. a test set's predictions).
+    ``card``, kept beside it in ``card_text.json`` for an upload's card) and ``files`` (name -> text, e.g. a test
+    set's predictions).
 
     Every process must call it: under FSDP ``save_model`` first gathers the shards, a collective call that would
     wait forever for processes that had already finished; the files are written by process 0 alone."""
     import json
 
-    from .hub import model_card
+    from .hub import model_card, write_card_text
 
     output_dir = Path(trainer.args.output_dir)
     trainer.save_model(str(output_dir))
@@ -383,4 +384,5 @@ def save_run(trainer, results, card=None, files=None) -> Path:
         for name, content in (files or {}).items():
             (output_dir / name).write_text(content, encoding="utf-8")
         (output_dir / "README.md").write_text(model_card(output_dir, results, card), encoding="utf-8")
+        write_card_text(output_dir, card)  # what an upload's card says too (hub.prepare_folder)
     return output_dir

@@ -219,6 +219,28 @@ def test_push_names_the_base_model_given_and_notes_a_local_one(saved, tmp_path, 
     check_card_describes_folder(tmp_path / "named", base_model="someone/pretrained", repo_id=REPO_ID)
 
 
+def test_the_uploaded_card_says_what_the_run_s_own_card_says_and_what_the_command_adds(saved, tmp_path):
+    # A training run's card (save_run keeps its CardText beside it): its title, training paragraph, settings and
+    # evaluation reach the upload; the command's own fields win; a local base model is no Hub id.
+    folder = tmp_path / "run"
+    (tmp_path / "pretrained").mkdir()
+    save_model(folder, tokenizer=True)
+    text = hub.CardText(
+        title="Transformer En -> De (toy)", training="Trained from scratch on 1,000 pairs.", evaluation="sacreBLEU.",
+        settings={"learning_rate": 0.0007}, datasets=["toy"], language=["en", "de"],
+        base_model=str(tmp_path / "pretrained"),
+    )  # fmt: skip
+    (folder / "README.md").write_text(hub.model_card(folder, {}, text))
+    hub.write_card_text(folder, text)
+    push_to_hub.main([str(folder), "--repo_id", REPO_ID, "--dry-run", str(tmp_path / "up"), "--dataset", "other"])
+    card = (tmp_path / "up" / "README.md").read_text()
+    for said in ("Transformer En -> De (toy)", "Trained from scratch on 1,000 pairs.", "sacreBLEU.", "learning_rate"):
+        assert said in card, said
+    data = ModelCard.load(tmp_path / "up" / "README.md").data
+    assert data.datasets == ["other"] and data.language == ["en", "de"] and data.base_model is None
+    assert not (tmp_path / "up" / hub.CARD_TEXT_FILE).exists()  # kept in the run's folder, not uploaded
+
+
 def test_saved_weights_take_the_umask_as_every_other_file_of_the_folder(tmp_path):
     # safetensors 0.8 writes its files 0600 whatever the umask (huggingface/safetensors#782): a folder saved by one
     # user (or a container) could not be read by the user who serves it.
