@@ -41,6 +41,7 @@ from . import modeling_transformer
 from .configuration_transformer import TransformerConfig
 from .folders import CLASSIFICATION, SEQ2SEQ, looks_like_a_path, refuse_replacing
 from .saved_folder import HEADS, MODEL, FolderError, SavedFolder, read_folder, tokenizer_place, weight_files
+from .tokenization.morphemes import MorphemeTokenizerFast
 
 # What Trainer writes (all_results.json, eval_results.json) and what the training scripts write (results.json).
 RESULT_FILES = ("all_results.json", "eval_results.json", "test_results.json", "results.json")
@@ -234,7 +235,16 @@ def tokenizer_settings(folder: str | os.PathLike) -> dict[str, Any]:
     }
     if tokenizer.normalizer is not None and tokenizer.normalizer.normalize_str("AÄ") == "aä":
         settings["lowercase"] = True
+    if cuts_morphemes(folder):
+        settings["segmenter"] = "mecab-ko"
     return settings
+
+
+def cuts_morphemes(folder: str | os.PathLike) -> bool:
+    """Whether the folder's tokenizer cuts text into Korean morphemes first (``MorphemeTokenizerFast``), which needs
+    python-mecab-ko wherever it loads: the package's ``morphemes`` extra."""
+    path = Path(folder) / "tokenizer_config.json"
+    return path.is_file() and json.loads(path.read_text()).get("tokenizer_class") == MorphemeTokenizerFast.__name__
 
 
 # The configuration fields a card's settings table shows: the encoder's, the decoder's where the head uses it, and
@@ -606,10 +616,19 @@ def _usage_section(repo_id: str, model: SavedModel, example: str, placeholder: b
     snippet = usage_snippet(
         repo_id, model.arch, model.config, model.has_tokenizer, example, model.generation, placeholder=placeholder
     )
+    loads_with = (
+        "The configuration and modeling code are saved beside the weights, so the model loads with `transformers` "
+        "and\n`trust_remote_code=True` alone:"
+    )
+    if model.settings.get("segmenter") == "mecab-ko":
+        loads_with = (
+            "The configuration, modeling and tokenizer code are saved beside the weights, so the model loads with "
+            "`transformers`,\n`trust_remote_code=True` and `python-mecab-ko` (`pip install python-mecab-ko`: the "
+            "tokenizer cuts Korean text into\nmorphemes with MeCab-ko first):"
+        )
     return [
         "## Usage",
-        "The configuration and modeling code are saved beside the weights, so the model loads with `transformers` "
-        "and\n`trust_remote_code=True` alone:",
+        loads_with,
         f"```python\n{snippet}\n```",
         "Where the `hf_transformer` package is installed, `import hf_transformer` registers the classes with the "
         "Auto\nclasses and `trust_remote_code` is not needed.",
@@ -732,12 +751,18 @@ The hf_transformer demo app for {what}: `python app.py` runs it here too (`pip i
 """
 
 
-def space_requirements() -> list[str]:
-    """The package's requirements (it is copied beside the app, not installed) and gradio's, from its metadata."""
+def space_requirements(extras: Sequence[str] = ("demo",)) -> list[str]:
+    """The package's requirements (it is copied beside the app, not installed) and those of its ``extras`` (gradio's:
+    ``demo``), from its metadata."""
     required = metadata.requires("hf_transformer") or []
     plain = [req for req in required if "extra ==" not in req]
-    demo = [req.split(";")[0].strip() for req in required if re.search(r"extra\s*==\s*['\"]demo['\"]", req)]
-    return plain + demo
+    extra = [
+        req.split(";")[0].strip()
+        for name in extras
+        for req in required
+        if re.search(rf"extra\s*==\s*['\"]{re.escape(name)}['\"]", req)
+    ]
+    return plain + extra
 
 
 def _gradio_version(requirements: list[str]) -> str:
@@ -764,7 +789,8 @@ def write_space(folder, output_dir) -> Path:
         refuse_replacing(folder, output_dir, "model folder")
     elif looks_like_a_path(str(folder)):
         raise FileNotFoundError(f"No folder at {folder}.")
-    requirements = space_requirements()
+    # A folder whose tokenizer cuts Korean morphemes needs MeCab-ko in the Space too (a Hub id is not read here).
+    requirements = space_requirements(("demo", "morphemes") if local and cuts_morphemes(folder) else ("demo",))
     output_dir.mkdir(parents=True, exist_ok=True)
     package = output_dir / "hf_transformer"
     if package.exists():

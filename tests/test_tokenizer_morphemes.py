@@ -271,3 +271,14 @@ def test_every_entry_point_takes_raw_text_and_gives_the_same_predictions(classif
     assert script.returncode == 0, script.stderr[-2000:]
     printed = [json.loads(line) for line in script.stdout.splitlines() if line.startswith("{")]
     assert [line["label"] for line in printed] == labels
+
+
+def test_the_card_and_the_space_of_a_morpheme_folder_name_mecab_ko(classifier_folder, tmp_path):
+    from hf_transformer import hub
+
+    card = hub.model_card(classifier_folder)
+    assert "`python-mecab-ko`" in card and "alone:" not in card and "| segmenter | mecab-ko |" in card
+    space = hub.write_space(classifier_folder, tmp_path / "space")
+    requirements = (space / "requirements.txt").read_text().splitlines()
+    assert any(line.startswith("python-mecab-ko") for line in requirements) and any("gradio" in r for r in requirements)
+    assert not any(line.startswith("python-mecab-ko") for line in hub.space_requirements())  # a folder without it
