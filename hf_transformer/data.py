@@ -676,18 +676,31 @@ def shuffled_length_groups(
 
 class ShuffledLengthGroupedSampler(torch_data.Sampler):
     """Training rows in length groups whose batches come in random order (`shuffled_length_groups`); a new order at
-    every pass. ``lengths``: each row's length in tokens (`sequence_lengths`)."""
+    every pass. ``lengths``: each row's length in tokens (`sequence_lengths`).
+
+    ``order`` is the last pass's order. ``resume_order``, where set, is the next pass's instead of a new one: a run
+    resumed in the middle of a pass goes on in the order that pass began with (`LengthGroupedTrainer` keeps it in
+    its checkpoints), where a new order, drawn from the random state before the Trainer restores it, would train
+    some rows twice and others not at all."""
 
     def __init__(self, batch_size: int, lengths: Sequence[int], generator: torch.Generator | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
         self.batch_size, self.lengths, self.generator = batch_size, list(lengths), generator
+        self.order: list[int] | None = None
+        self.resume_order: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
 
     def __iter__(self):
-        return iter(shuffled_length_groups(self.lengths, self.batch_size, self.generator))
+        if self.resume_order is not None:
+            if sorted(self.resume_order) != list(range(len(self.lengths))):
+                raise ValueError("the resumed pass's order does not hold each training row once: other rows?")
+            self.order, self.resume_order = self.resume_order, None
+        else:
+            self.order = shuffled_length_groups(self.lengths, self.batch_size, self.generator)
+        return iter(self.order)
 
 
 def length_grouped_dataloader(

@@ -345,3 +345,35 @@ def test_a_run_trained_in_bfloat16_records_the_figures_of_its_float32_folder(tmp
     # batches are padded, far inside the tolerance; bfloat16's rounding of this model's logits moves the loss well
     # beyond it.
     assert results["test_loss"] == pytest.approx(loss.item(), rel=2e-6)
+
+
+@pytest.mark.slow
+def test_a_run_resumed_in_the_middle_of_a_pass_of_length_grouped_batches_trains_as_the_uninterrupted_one(tmp_path):
+    # 180 rows in batches of 16: 12 steps a pass, so checkpoint-15 falls in the second pass. Resumed from it, the
+    # run must go on in the order that pass began with (kept in the checkpoint), not a new one.
+    import shutil
+
+    from hf_transformer.trainer import PASS_ORDER_FILE
+
+    data_dir = tmp_path / "data"
+    write_reviews(data_dir, 200, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 20, seed=2, name="test.jsonl")
+    arguments = [*review_files(data_dir), *TINY_CLASSIFIER, "--per_device_train_batch_size", "16", "--max_steps", "30"]
+    arguments += ["--validation_size", "0.1", "--train_sampling_strategy", "group_by_length", "--eval_strategy", "no"]
+    arguments += ["--save_strategy", "steps", "--save_steps", "15", "--save_total_limit", "5", "--logging_steps", "1"]
+    train_classifier = load_script("train_classifier")
+    train_classifier.main(["--output_dir", str(tmp_path / "whole"), *arguments])
+    assert (tmp_path / "whole" / "checkpoint-15" / PASS_ORDER_FILE).is_file()
+    shutil.copytree(tmp_path / "whole" / "checkpoint-15", tmp_path / "resumed" / "checkpoint-15")
+    train_classifier.main(
+        ["--output_dir", str(tmp_path / "resumed"), *arguments]
+        + ["--resume_from_checkpoint", str(tmp_path / "resumed" / "checkpoint-15")]
+    )
+    whole, resumed = (load_file(str(tmp_path / run / "model.safetensors")) for run in ("whole", "resumed"))
+    for name, tensor in whole.items():
+        assert torch.equal(tensor, resumed[name]), name
+    losses = [
+        [row["loss"] for row in json.loads((tmp_path / run / "log_history.json").read_text()) if "loss" in row]
+        for run in ("whole", "resumed")
+    ]
+    assert losses[0] == losses[1]  # the checkpoint's first 15, then the 15 steps trained again
