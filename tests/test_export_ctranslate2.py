@@ -225,6 +225,25 @@ def test_what_generate_refuses_is_refused_and_a_folder_without_lengths_generates
     assert len(generator.generate(ids, num_beams=1, min_new_tokens=20)[0]) == 20
 
 
+def test_every_end_token_of_the_generation_config_ends_a_translation(converted, tokenizer, tmp_path):
+    import shutil
+
+    model, folder = converted("post_ln_sinusoidal_gelu")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        plain = model.generate(**batch, num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
+    eos = model.config.eos_token_id
+    second_end = next(t for t in plain[:, 2].tolist() if t != eos)  # a token some translation goes through
+    copy = shutil.copytree(folder, tmp_path / "two-ends")
+    settings = json.loads((copy / "generation_config.json").read_text())
+    (copy / "generation_config.json").write_text(json.dumps(settings | {"eos_token_id": [eos, second_end]}))
+    expected, _ = hf_tokens(model, batch, num_beams=1, eos_token_id=[eos, second_end])
+    expected = [row[: row.index(second_end) + 1] if second_end in row else row for row in expected]
+    produced = CTranslate2Generator(copy).generate(batch["input_ids"], batch["attention_mask"], num_beams=1,
+                                                   max_new_tokens=MAX_NEW_TOKENS)  # fmt: skip
+    assert produced == expected and any(row[-1] == second_end for row in produced)
+
+
 def test_vocabularies_map_token_strings_to_model_ids(converted, tokenizer):
     _, shared = converted("post_ln_sinusoidal_gelu")
     vocabulary = json.loads((shared / "shared_vocabulary.json").read_text())
@@ -500,8 +519,12 @@ def test_generation_settings_the_engine_does_not_apply_are_warned_about(converte
     copy = shutil.copytree(folder, tmp_path / "with-settings")
     settings = json.loads((copy / "generation_config.json").read_text())
     settings.update(no_repeat_ngram_size=2, repetition_penalty=1.3, bad_words_ids=[[5], [6, 7]], num_beams=2)
+    settings.update(exponential_decay_length_penalty=[3, 1.5])  # changes generate's scores too
     (copy / "generation_config.json").write_text(json.dumps(settings))
-    told = r"ignores the generation settings \['bad_words_ids', 'no_repeat_ngram_size', 'repetition_penalty'\]"
+    told = (
+        r"ignores the generation settings \['bad_words_ids', 'exponential_decay_length_penalty', "
+        r"'no_repeat_ngram_size', 'repetition_penalty'\]"
+    )
     with pytest.warns(UserWarning, match=told):
         generator = CTranslate2Generator(copy)
     assert generator.generate(texts=INPUTS[:2], max_new_tokens=3)  # it still decodes, with the settings it applies

@@ -110,6 +110,9 @@ IGNORED_GENERATION_SETTINGS = {
     "suppress_tokens": None,
     "begin_suppress_tokens": None,
     "num_return_sequences": 1,
+    "encoder_no_repeat_ngram_size": 0,
+    "sequence_bias": None,
+    "exponential_decay_length_penalty": None,
 }
 
 
@@ -491,6 +494,12 @@ class CTranslate2Generator:
         self.eos_token_id = self.target_ids[self.eos_token]
         generation = self.model_dir / "generation_config.json"
         self.generation_config = _read_json(generation) if generation.is_file() else {}
+        # Every end token the generation config names (generate stops at any of them), the model's own first.
+        ends = self.generation_config.get("eos_token_id")
+        ends = [ends] if isinstance(ends, int) else list(ends or [])
+        self.end_tokens = [self.eos_token] + [
+            self.target_tokens[i] for i in ends if 0 <= i < len(self.target_tokens) and i != self.eos_token_id
+        ]
         ignored = sorted(
             name
             for name, default in IGNORED_GENERATION_SETTINGS.items()
@@ -618,6 +627,7 @@ class CTranslate2Generator:
             max_decoding_length=max_new_tokens,
             min_decoding_length=min_new_tokens,
             max_input_length=0,
+            end_token=self.end_tokens,
             return_end_token=True,
             return_scores=return_scores,
             max_batch_size=max_batch_size,

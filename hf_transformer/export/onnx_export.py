@@ -373,6 +373,10 @@ _UNSUPPORTED = {
     "suppress_tokens": None,
     "begin_suppress_tokens": None,
     "num_return_sequences": 1,
+    "encoder_repetition_penalty": 1.0,
+    "encoder_no_repeat_ngram_size": 0,
+    "sequence_bias": None,
+    "exponential_decay_length_penalty": None,
 }
 
 
