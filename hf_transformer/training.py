@@ -261,6 +261,24 @@ def check_checkpoint_averaging(training_args, count: int) -> None:
         raise ValueError(
             f"--average_checkpoints {count} replaces the weights --load_best_model_at_end would load: use one of them"
         )
+    saves = _checkpoints_saved(training_args, strategy)
+    if saves is not None and saves < count:
+        raise ValueError(
+            f"--average_checkpoints {count} needs that many checkpoints, and this run saves {saves} (--save_strategy "
+            f"{strategy}, --num_train_epochs {training_args.num_train_epochs}, --max_steps {training_args.max_steps}, "
+            f"--save_steps {training_args.save_steps}): train longer or save more often"
+        )
+
+
+def _checkpoints_saved(training_args, strategy: str) -> int | None:
+    """How many checkpoints a run saves, where its arguments alone tell (the Trainer also saves at the last step);
+    None where it depends on the data (epochs counted in steps, steps in epochs)."""
+    max_steps, save_steps = training_args.max_steps, training_args.save_steps
+    if strategy == "epoch" and max_steps <= 0:
+        return math.ceil(training_args.num_train_epochs)
+    if strategy == "steps" and max_steps > 0 and save_steps >= 1:
+        return math.ceil(max_steps / save_steps)
+    return None
 
 
 def average_last_checkpoints(

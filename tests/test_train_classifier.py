@@ -132,6 +132,11 @@ def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
             ["--load_best_model_at_end", "--eval_strategy", "epoch", "--metric_for_best_model", "accuracy"],
             "replaces the weights --load_best_model_at_end would load",
         ),
+        (["--num_train_epochs", "1"], r"--average_checkpoints 2 needs that many checkpoints, and this run saves 1"),
+        (
+            ["--save_strategy", "steps", "--save_steps", "10", "--max_steps", "8"],
+            r"needs that many checkpoints, and this run saves 1 \(--save_strategy steps",
+        ),
     ],
 )
 def test_averaging_that_cannot_work_is_refused_before_training(tmp_path, extra, message):
