@@ -17,7 +17,12 @@ pytest.importorskip("onnxscript")
 pytest.importorskip("onnxruntime")
 
 from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification  # noqa: E402
-from hf_transformer.export.onnx_export import OnnxClassifier, OnnxSeq2SeqGenerator, to_onnx  # noqa: E402
+from hf_transformer.export.onnx_export import (  # noqa: E402
+    OnnxClassifier,
+    OnnxSeq2SeqGenerator,
+    quantize_onnx,
+    to_onnx,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -286,6 +291,18 @@ def test_command_line(classifier_dir, tmp_path):
     assert _op_count(output / "classifier.onnx", "MatMulInteger") > 0
     logits = OnnxClassifier(output)(np.array([[5, 6, 7, 8]]))
     assert logits.shape == (1, 3) and np.isfinite(logits).all()
+
+
+def test_an_export_over_an_earlier_one_leaves_none_of_its_graphs(translator, classifier_dir, tmp_path):
+    import shutil
+
+    _, translator_export = translator
+    folder = shutil.copytree(translator_export, tmp_path / "export")
+    to_onnx(classifier_dir, folder, force=True)  # a classifier over a translator's graphs
+    names = {path.name for path in folder.iterdir()}
+    assert "classifier.onnx" in names and not names & {"encoder.onnx", "decoder.onnx", "generation_config.json"}
+    with pytest.raises(FileExistsError, match="already holds files"):
+        quantize_onnx(translator_export, folder)  # never mixed into another export
 
 
 def test_the_command_refuses_a_folder_without_weights_in_one_line(classifier_dir, tmp_path, capsys):

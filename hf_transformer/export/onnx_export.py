@@ -270,6 +270,7 @@ def to_onnx(
             "MiB, whose graphs keep their weights in external data files"
         )
     output_dir.mkdir(parents=True, exist_ok=True)
+    _remove_earlier_export(output_dir)  # a translator's graphs beside a classifier's config would still decode
     Encoder, Decoder, Classifier = _wrappers()
 
     generator = torch.Generator().manual_seed(0)
@@ -330,6 +331,15 @@ def to_onnx(
     return output_dir
 
 
+def _remove_earlier_export(output_dir: Path) -> None:
+    """The graphs (and their external data) and generation settings an earlier export left in ``output_dir``, which
+    this one may not write again (a classifier writes no decoder); the folder's other files are left alone."""
+    for name in (ENCODER_FILE, DECODER_FILE, CLASSIFIER_FILE, "generation_config.json"):
+        for path in (output_dir / name, *output_dir.glob(f"{name}.data"), *output_dir.glob(f"{name}_data")):
+            if path.is_file():
+                path.unlink()
+
+
 def quantize_onnx(onnx_dir, output_dir, quantization: str = "int8") -> Path:
     """The quantized form of a folder written by :func:`to_onnx` (``to_onnx(..., quantization=...)`` without
     exporting again): its graphs quantized as that function says, written to ``output_dir`` with the folder's other
@@ -348,6 +358,8 @@ def quantize_onnx(onnx_dir, output_dir, quantization: str = "int8") -> Path:
             f"data files ({onnx_dir} holds a model of over {EXTERNAL_DATA_BYTES >> 20} MiB)"
         )
     if output_dir.resolve() != onnx_dir.resolve():
+        if output_dir.is_dir() and any(output_dir.iterdir()):  # as to_onnx without force: never mixed with others
+            raise FileExistsError(f"quantize_onnx: {output_dir} already holds files; give a new or empty folder")
         output_dir.mkdir(parents=True, exist_ok=True)
         for file in onnx_dir.iterdir():
             if file.is_file():
