@@ -740,7 +740,7 @@ if __name__ == "__main__":
 '''
 
 SPACE_README = """---
-title: {title}
+title: {title_json}
 sdk: gradio
 sdk_version: {gradio_version}
 app_file: app.py
@@ -809,7 +809,9 @@ def write_space(folder, output_dir) -> Path:
     (output_dir / "requirements.txt").write_text("\n".join(requirements) + "\n", encoding="utf-8")
     title = (Path(folder).resolve().name if local else str(folder).rpartition("/")[2]) or "hf_transformer demo"
     (output_dir / "README.md").write_text(
-        SPACE_README.format(title=title, gradio_version=_gradio_version(requirements), what=what), encoding="utf-8"
+        # JSON strings are YAML: a title with ": " or "#" in it stays one string.
+        SPACE_README.format(title_json=json.dumps(title), gradio_version=_gradio_version(requirements), what=what),
+        encoding="utf-8",
     )
     return output_dir
 

@@ -163,6 +163,10 @@ def card_text(model_args: EncoderArguments, data_args: TextFileArguments, result
     validation += " (its validation file)" if data_args.validation_file else " held out from its training file"
     test = f" and {results['test_samples']:,} test rows" if "test_samples" in results else ""
     frozen = " (its token table kept fixed)" if model_args.freeze_embeddings else ""
+    folders = results.get("averaged_checkpoints")
+    averaged = (
+        f" Its weights are the mean of the last {len(folders)} checkpoints ({', '.join(folders)})." if folders else ""
+    )
     refit = ""
     if "ngram_refit_samples" in results:
         refit = (
@@ -172,7 +176,7 @@ def card_text(model_args: EncoderArguments, data_args: TextFileArguments, result
     return CardText(
         title=f"Transformer text classifier ({data})" if data_args.dataset_name else "Transformer text classifier",
         training=f"Trained {start} on {results['train_samples']:,} training rows of {data} with {tokenizer}{frozen}; "
-        f"scored on {validation}{test}.{refit}",
+        f"scored on {validation}{test}.{averaged}{refit}",
         language=data_args.language,
         tags=["text-classification", *([data_args.dataset_name] if data_args.dataset_name else [])],
         datasets=[data_args.dataset_name] if data_args.dataset_name else [],

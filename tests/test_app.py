@@ -306,6 +306,13 @@ def test_write_space_writes_an_app_that_builds(tmp_path, folders):
 def test_write_space_for_a_hub_id_and_refusals(tmp_path, folders):
     space = hub.write_space("someone/model", tmp_path / "space")
     assert "MODEL = 'someone/model'" in (space / "app.py").read_text() and not (space / "model").exists()
+    # A title YAML would read otherwise (": " a mapping, "#" a comment) stays the folder's name.
+    import yaml
+
+    for name in ("en-de: v2", "run #3", "[draft] model"):
+        space = hub.write_space(f"someone/{name}", tmp_path / name)
+        metadata = (space / "README.md").read_text().split("---")[1]
+        assert yaml.safe_load(metadata)["title"] == name
     with pytest.raises(ValueError, match="would replace the model folder"):
         hub.write_space(folders["seq2seq"], folders["seq2seq"])
     with pytest.raises(FileNotFoundError):

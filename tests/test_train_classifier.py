@@ -108,6 +108,8 @@ def test_the_mean_of_the_last_checkpoints_is_scored_and_saved(tmp_path):
     assert max((last_two[0][name] - last_two[1][name]).abs().max() for name in final) > 1e-4  # steps 4 and 5 differ
     for name, tensor in final.items():
         torch.testing.assert_close(tensor, (last_two[0][name] + last_two[1][name]) / 2, rtol=0, atol=1e-6)
+    card = (output_dir / "README.md").read_text()
+    assert "Its weights are the mean of the last 2 checkpoints (checkpoint-4, checkpoint-5)." in card
 
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
