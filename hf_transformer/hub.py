@@ -53,7 +53,7 @@ DEFAULT_RESULT_ROWS = {"eval": "validation", "test": "test"}
 PLACEHOLDER_REPO_ID = "your-name/{name}"
 PLACEHOLDER_NOTE = "placeholder: the id given to scripts/push_to_hub.py --repo_id, or this folder's path"
 # The generation defaults a card reports (and its usage snippet uses), where the folder saved them.
-GENERATION_SETTINGS = ("num_beams", "length_penalty")
+GENERATION_SETTINGS = ("num_beams", "length_penalty", "max_new_tokens", "max_length")
 
 SEQ2SEQ_HEAD = "TransformerForConditionalGeneration"
 # Hub pipeline tag of each head (a seq2seq model tagged "translation" gets "translation"); the head's Auto class is
@@ -412,14 +412,14 @@ def _snippet_inputs(
 
 
 def _snippet_generate(config: TransformerConfig, has_tokenizer: bool, generation: Mapping[str, Any]) -> list[str]:
-    # the start token and the new tokens must fit in the decoder's position table
-    max_new_tokens = min(50, config.decoder_max_position_embeddings - 1)
-    settings = f"num_beams={generation.get('num_beams', 4)}, "
+    settings = [f"num_beams={generation.get('num_beams', 4)}"]
     if "length_penalty" in generation:
-        settings += f"length_penalty={generation['length_penalty']}, "
+        settings.append(f"length_penalty={generation['length_penalty']}")
+    if "max_new_tokens" not in generation and "max_length" not in generation:
+        # generate's default would be 20 new tokens; a translation may take what the decoder's table holds
+        settings.append(f"max_new_tokens={config.decoder_max_position_embeddings}")
     return [
-        "output_ids = model.generate(input_ids, attention_mask=attention_mask, "
-        f"{settings}max_new_tokens={max_new_tokens})",
+        f"output_ids = model.generate(input_ids, attention_mask=attention_mask, {', '.join(settings)})",
         "print(tokenizer.batch_decode(output_ids, skip_special_tokens=True))"
         if has_tokenizer
         else "print(output_ids.tolist())",

@@ -606,3 +606,15 @@ def test_upload_passes_repo_options(saved, fake_hub):
     assert branch["branch"] == "v1"
     assert upload["repo_id"] == REPO_ID and upload["revision"] == "v1" and upload["commit_message"] == "First model"
     assert upload["files"] == sorted(p.name for p in saved["upload_dir"].iterdir())
+
+
+def test_the_usage_snippet_generates_with_the_folder_s_length_or_the_whole_table(tmp_path):
+    # A saved length is generate's own (passing another beside it makes transformers warn at every call); without
+    # one, generate would stop at 20 new tokens where the decoder holds more.
+    model = TransformerForConditionalGeneration(tiny_config(max_position_embeddings=64))
+    model.save_pretrained(tmp_path / "plain")
+    model.generation_config.max_length = 65
+    model.save_pretrained(tmp_path / "with-length")
+    plain, with_length = (hub.model_card(tmp_path / name) for name in ("plain", "with-length"))
+    assert "num_beams=4, max_new_tokens=64)" in plain
+    assert "max_new_tokens" not in with_length and "Decoding: max_length 65" in with_length
