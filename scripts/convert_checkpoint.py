@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import pickle
 import sys
 from pathlib import Path
 
@@ -27,7 +28,14 @@ CONVERTERS = {"seed": from_seed, "book": from_book}
 
 def load_state_dict(path: str | Path, prefix: str = "") -> tuple[dict[str, torch.Tensor], list[str]]:
     """The state dict in ``path`` restricted to ``prefix`` (stripped), and the keys left out."""
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:  # never unpickled as code: a file from elsewhere may run anything
+        first = str(error).strip().splitlines()[0]
+        raise ValueError(
+            f"{path}: holds objects beside its tensors that are not read without running their code ({first}). "
+            "Where the file is your own, save its state_dict alone: torch.save(checkpoint['state_dict'], path)."
+        ) from None
     if isinstance(checkpoint, dict) and isinstance(checkpoint.get("state_dict"), dict):
         checkpoint = checkpoint["state_dict"]
     if not isinstance(checkpoint, dict):
@@ -49,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out_dir", help="folder to write the converted model to")
     args = parser.parse_args(argv)
 
-    state_dict, left_out = load_state_dict(args.checkpoint, args.prefix)
+    try:
+        state_dict, left_out = load_state_dict(args.checkpoint, args.prefix)
+    except (OSError, ValueError) as error:  # a missing file, or one that is no state dict: one line
+        parser.error(str(error))
     if left_out:
         print(f"Not converted (outside --prefix {args.prefix!r}): {', '.join(left_out)}", file=sys.stderr)
     with open(args.config, encoding="utf-8") as handle:

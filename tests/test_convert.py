@@ -505,6 +505,24 @@ def test_script_converts_a_seed_checkpoint_that_automodel_loads(tmp_path, capsys
     assert max_difference(ours.last_hidden_state, output, target.ne(0)) < TOLERANCE
 
 
+def test_script_refuses_a_checkpoint_of_other_objects_and_a_missing_one_in_one_line(tmp_path, capsys):
+    import numpy as np
+
+    (tmp_path / "config.json").write_text(json.dumps(SEED_CONFIGS[0]))
+    # A loss saved as a numpy number: not read without running pickled code, which a file may carry from anywhere.
+    torch.save({"epoch": 3, "loss": np.float32(0.5), "state_dict": {}}, tmp_path / "model.pth")
+    for checkpoint, said in (
+        (tmp_path / "model.pth", "holds objects beside its tensors"),
+        (tmp_path / "no.pth", "no.pth"),
+    ):
+        with pytest.raises(SystemExit):
+            load_script("convert_checkpoint").main(
+                ["--from", "seed", str(checkpoint), str(tmp_path / "config.json"), str(tmp_path / "out")]
+            )
+        error = capsys.readouterr().err
+        assert said in error and "Traceback" not in error
+
+
 @pytest.mark.slow
 def test_script_converts_a_book_checkpoint_that_automodel_loads(tmp_path):
     reference, _ = book_pair()
