@@ -125,7 +125,7 @@ class Demo:
         length, limit = len(predictor.tokenizer(text)["input_ids"]), predictor.input_length_limit()
         if length > limit:
             raise InputError(
-                f"{what} is {length} tokens long; this model reads at most {limit} tokens (its position table). "
+                f"{what} is {length} tokens long; this model reads at most {limit} tokens. "
                 "Shorten it or split it into sentences."
             )
         return text

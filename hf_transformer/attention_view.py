@@ -36,7 +36,7 @@ from transformers.modeling_outputs import MaskedLMOutput
 from .configuration_transformer import TransformerConfig
 from .folders import CLASSIFICATION, MASKED_LM, SEQ2SEQ, task_of
 from .inference import classification_scores
-from .pipelines import generation_length
+from .pipelines import generation_length, input_length_limit
 from .saved_folder import MODEL, read_folder
 
 KINDS = ("encoder", "decoder", "cross")
@@ -116,18 +116,19 @@ def run_model(
     position table; a translator's text or target longer than it, or ``pad_to`` past it, raises ``ValueError`` in one
     line."""
     config = model.config
-    limit = config.max_position_embeddings
+    # As the Predictor reads a text: at most the smaller of the position table and the tokenizer's `model_max_length`.
+    limit = input_length_limit(config, tokenizer)
     # A classifier reads a long text's first tokens, as it does everywhere else; a translator's text is refused.
     truncate = dict(truncation=True, max_length=limit) if task == CLASSIFICATION else {}
     source_ids = tokenizer(text, add_special_tokens=True, **truncate)["input_ids"]
     if len(source_ids) > limit:
-        raise ValueError(
-            f"the text is {len(source_ids)} tokens long; this model reads at most {limit} (its position table)"
-        )
+        raise ValueError(f"the text is {len(source_ids)} tokens long; this model reads at most {limit}")
     real = len(source_ids)
     if pad_to is not None:
-        if pad_to > limit:
-            raise ValueError(f"pad_to={pad_to} is longer than the position table ({limit} tokens)")
+        if pad_to > config.max_position_embeddings:
+            raise ValueError(
+                f"pad_to={pad_to} is longer than the position table ({config.max_position_embeddings} tokens)"
+            )
         source_ids = source_ids + [config.pad_token_id] * max(0, pad_to - real)
     device = next(model.parameters()).device
     input_ids = torch.tensor([source_ids], device=device)
