@@ -41,8 +41,8 @@ def main(argv: list[str] | None = None) -> Path:
             num_beams=args.num_beams,
             max_new_tokens=args.max_new_tokens,
         )
-    except (FileNotFoundError, ValueError) as error:
-        parser.error(str(error).splitlines()[0])
+    except (OSError, ValueError) as error:  # a folder, one without weights or with damaged ones, a setting
+        parser.error(str(error).strip().splitlines()[0])
     output = Path(args.output)
     if output.is_dir():
         parser.error(f"--output {output} is a folder; give the HTML file to write")

@@ -268,10 +268,15 @@ def test_the_command_writes_the_page(folders, tmp_path, capsys):
         (["{missing}", "a man"], "No folder at {missing}"),
         (["{folder}", ""], "the text is empty"),
         (["{folder}", "a", "--num_beams", "0"], "num_beams must be an integer of at least 1"),
+        (["{unweighted}", "a man"], "model.safetensors"),  # a config without weights: transformers' OSError
     ],
 )
 def test_the_command_refuses_bad_input_in_one_line(folders, tmp_path, args, message):
-    names = {"missing": str(tmp_path / "missing"), "folder": str(folders["seq2seq"])}
+    unweighted = tmp_path / "unweighted"
+    unweighted.mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        (unweighted / name).write_bytes((folders["seq2seq"] / name).read_bytes())
+    names = {"missing": str(tmp_path / "missing"), "folder": str(folders["seq2seq"]), "unweighted": str(unweighted)}
     argv = [arg.format(**names) for arg in args] + ["--output", str(tmp_path / "page.html")]
     completed = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True)
     assert completed.returncode == 2

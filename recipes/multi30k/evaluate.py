@@ -57,6 +57,15 @@ class EvaluationArguments:
     )
     use_cpu: bool = field(default=False, metadata={"help": "decode on the CPU even where a GPU is present"})
 
+    def __post_init__(self):
+        # The scores go beside the models, never over a training run's own results.json and predictions.
+        given = Path(self.output_dir).resolve()
+        if any(Path(folder).resolve() == given for folder in self.model_dirs):
+            raise ValueError(
+                f"--output_dir {self.output_dir} is one of the --model_dirs: its results.json and test predictions "
+                "are the training run's; give a folder of its own"
+            )
+
 
 def load_models(model_dirs: list[str]):
     """The model of one folder, exactly as trained, or the ensemble of several; and their shared tokenizer."""

@@ -59,3 +59,12 @@ def test_evaluate_refuses_folders_with_different_tokenizers(tmp_path):
             ["--model_dirs", str(tmp_path / "a"), str(tmp_path / "b"), "--output_dir", str(tmp_path / "ab"),
              "--data_dir", str(data_dir), "--source_lang", "en", "--target_lang", "de"]
         )  # fmt: skip
+
+
+def test_evaluate_refuses_to_write_over_a_model_folder_s_own_results(tmp_path):
+    # Refused as the arguments parse: nothing is read, and the training run's results.json stays its own.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text('{"bleu": 40.0}')
+    with pytest.raises(ValueError, match="--output_dir .* is one of the --model_dirs"):
+        evaluate_step.main(["--model_dirs", str(tmp_path / "run"), "--output_dir", str(tmp_path / "run" / ".")])
+    assert json.loads((tmp_path / "run" / "results.json").read_text()) == {"bleu": 40.0}
