@@ -142,10 +142,14 @@ def run_model(
     try:
         with torch.no_grad():
             if task == SEQ2SEQ:
-                ids = _decoder_ids(model, tokenizer, source, target, num_beams, max_new_tokens, device)
+                whole = _decoder_ids(model, tokenizer, source, target, num_beams, max_new_tokens)
+                # The decoder reads at most its table's positions; a last token past them is never read back (it
+                # is predicted at the position before), so the pass reads the sequence without it.
+                table = config.decoder_max_position_embeddings or config.max_position_embeddings
+                decoder_ids = whole[:table]
+                ids = torch.tensor([decoder_ids], device=device)
                 output = model(**source, decoder_input_ids=ids, output_attentions=True, use_cache=False)
-                decoder_ids = ids[0].tolist()
-                prediction["translation"] = tokenizer.decode(decoder_ids[1:], skip_special_tokens=True)
+                prediction["translation"] = tokenizer.decode(whole[1:], skip_special_tokens=True)
             else:
                 output = model(**source, output_attentions=True)
                 if task == CLASSIFICATION:
@@ -166,25 +170,23 @@ def run_model(
 
 def _new_token_limit(model, max_new_tokens: int | None) -> int:
     """The predictor's generation length (:func:`hf_transformer.pipelines.generation_length`: `max_new_tokens`, else
-    the folder's generation config, else the decoder's table), one token shorter where needed so that the start
-    token and the whole target fit the decoder's table for the attention pass."""
-    table = model.config.decoder_max_position_embeddings or model.config.max_position_embeddings
-    return max(1, min(generation_length(model.config, model.generation_config, max_new_tokens), table - 1))
+    the folder's generation config, else the decoder's table)."""
+    return generation_length(model.config, model.generation_config, max_new_tokens)
 
 
-def _decoder_ids(model, tokenizer, source, target, num_beams, max_new_tokens, device) -> torch.Tensor:
-    """(1, T): the start token, then the target's tokens (its end token included) or the model's own output."""
+def _decoder_ids(model, tokenizer, source, target, num_beams, max_new_tokens) -> list[int]:
+    """The start token, then the target's tokens (its end token included) or the model's own output, as the
+    Predictor generates it: at most one token more than the decoder's table holds (the last is never read back)."""
     config = model.config
     table = config.decoder_max_position_embeddings or config.max_position_embeddings
     start = config.decoder_start_token_id
     if target is not None:
         labels = tokenizer(text_target=target)["input_ids"]
-        if len(labels) + 1 > table:
+        if len(labels) > table:
             raise ValueError(
-                f"the target is {len(labels)} tokens long and the decoder reads at most {table - 1} after its start "
-                "token (its position table)"
+                f"the target is {len(labels)} tokens long and the decoder predicts at most {table} (its position table)"
             )
-        return torch.tensor([[start, *labels]], device=device)
+        return [start, *labels]
     # As the Predictor: the limit goes in the field the saved generation config uses (setting both warns).
     limit = _new_token_limit(model, max_new_tokens)
     if model.generation_config.to_diff_dict().get("max_new_tokens"):
@@ -196,7 +198,7 @@ def _decoder_ids(model, tokenizer, source, target, num_beams, max_new_tokens, de
     if config.pad_token_id is not None:
         while len(generated) > 1 and generated[-1] == config.pad_token_id:
             generated.pop()
-    return torch.tensor([generated], device=device)
+    return generated
 
 
 def _label(logits: torch.Tensor, config) -> dict:

@@ -127,6 +127,24 @@ def test_a_loaded_model_and_its_tokenizer_work_as_the_folder_does(folders):
         attention_data(model, SENTENCE)
 
 
+def test_an_output_that_fills_the_decoder_s_table_is_shown_whole_as_the_predictor_gives_it(folders):
+    from hf_transformer import Predictor
+
+    tokenizer = folders["tokenizer"]
+    torch.manual_seed(0)  # random weights of a wide spread: the output runs to the limit without an end token
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=12, num_attention_heads=2, init_std=0.3)
+    model = TransformerForConditionalGeneration(config).eval()
+    translation = Predictor(model, tokenizer, "seq2seq").translate([SENTENCE[:20]])[0]
+    data = attention_data(model, SENTENCE[:20], tokenizer=tokenizer)
+    assert data["prediction"]["translation"] == translation
+    generated = model.generate(**tokenizer([SENTENCE[:20]], return_tensors="pt"), max_new_tokens=12, num_beams=1)
+    assert generated.shape[1] == 13  # the start token and the 12 new tokens the table allows
+    assert len(data["target_tokens"]) == 12  # the last is never read back: the pass reads the first 12
+    twelve = " ".join(["a"] * 11)  # 11 tokens and the end token: as many as the decoder predicts
+    assert len(tokenizer(text_target=twelve)["input_ids"]) == 12
+    assert len(attention_data(model, SENTENCE[:20], tokenizer=tokenizer, target=twelve)["target_tokens"]) == 12
+
+
 def test_a_tokenizer_reading_fewer_tokens_than_the_table_limits_the_text_as_the_predictor_does(folders):
     import copy
 
@@ -204,7 +222,7 @@ def test_the_page_is_self_contained_and_escapes_text(folders):
         (lambda f: attention_data(f["seq2seq"], ""), ValueError, "text is empty"),
         (lambda f: attention_data(f["seq2seq"], "   "), ValueError, "text is empty"),
         (lambda f: attention_data(f["seq2seq"], "a man " * 40), ValueError, "at most 32"),
-        (lambda f: attention_data(f["seq2seq"], "a", target="a man " * 40), ValueError, "at most 31"),
+        (lambda f: attention_data(f["seq2seq"], "a", target="a man " * 40), ValueError, "predicts at most 32"),
         (lambda f: attention_data(f["seq2seq"], "a", target=""), ValueError, "target is empty"),
         (lambda f: attention_data(f["classifier"], "a", target="b"), ValueError, "seq2seq"),
         (lambda f: attention_data(f["seq2seq"], "a", num_beams=0), ValueError, "num_beams"),
