@@ -120,7 +120,8 @@ def saved_card_text(folder: str | os.PathLike, given: CardText | None = None) ->
     path = Path(folder) / CARD_TEXT_FILE
     if not path.is_file():
         return given
-    saved = CardText(**json.loads(path.read_text(encoding="utf-8")))
+    fields = {f.name for f in dataclasses.fields(CardText)}  # a field another version wrote is left out
+    saved = CardText(**{k: v for k, v in json.loads(path.read_text(encoding="utf-8")).items() if k in fields})
     if saved.base_model is not None and (Path(saved.base_model).is_dir() or looks_like_a_path(saved.base_model)):
         saved = dataclasses.replace(saved, base_model=None)  # a folder here is no Hub id (`local_base_model`)
     if given is None:
