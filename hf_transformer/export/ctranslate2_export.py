@@ -72,7 +72,7 @@ from ..configuration_transformer import TransformerConfig
 from ..cpu import cpu_fields
 from ..folders import SEQ2SEQ, refuse_replacing
 from ..generation import new_tokens_within_position_table
-from ..input_checks import check_sequence_fits
+from ..input_checks import check_ids_in_vocabulary, check_sequence_fits
 from ..saved_folder import ADAPTER, CTRANSLATE2, CTRANSLATE2_MODEL_CONFIG, FolderError, read_folder
 
 __all__ = ["to_ctranslate2", "CTranslate2Generator", "ctranslate2_generate", "check_convertible"]
@@ -433,12 +433,10 @@ def _device_and_index(device: str) -> tuple[str, int]:
     return kind, int(index or 0)
 
 
-def check_ids_in_list(rows: Sequence[Sequence[int]], vocab_size: int) -> None:
-    """Ids in [0, vocab_size), as the model checks them: a list index would read -1 as the last token."""
-    values = [i for row in rows for i in row]
-    if values and (min(values) < 0 or max(values) >= vocab_size):
-        bad = min(values) if min(values) < 0 else max(values)
-        raise ValueError(f"Token id {bad} is outside the vocabulary [0, {vocab_size}).")
+def check_ids_in_rows(rows: Sequence[Sequence[int]], vocab_size: int) -> None:
+    """Rows of ids of any lengths, checked as the model checks its ids (a list index would read -1 as the last
+    token)."""
+    check_ids_in_vocabulary(torch.tensor([i for row in rows for i in row], dtype=torch.long), vocab_size)
 
 
 class CTranslate2Generator:
@@ -565,7 +563,7 @@ class CTranslate2Generator:
             attention_mask = attention_mask.tolist()
         if attention_mask is None:  # as generate does: padding from the pad id
             attention_mask = [[int(i != self.pad_token_id) for i in row] for row in input_ids]
-        check_ids_in_list(input_ids, len(self.source_tokens))
+        check_ids_in_rows(input_ids, len(self.source_tokens))
         return [
             [self.source_tokens[i] for i, real in zip(row, mask) if real]
             for row, mask in zip(input_ids, attention_mask)
@@ -656,7 +654,7 @@ class CTranslate2Generator:
         if len(source) != len(labels):
             raise ValueError(f"{len(source)} inputs but {len(labels)} label sequences")
         labels = [list(row.tolist() if torch.is_tensor(row) else row) for row in labels]
-        check_ids_in_list(labels, len(self.target_tokens))
+        check_ids_in_rows(labels, len(self.target_tokens))
         targets = []
         for row in labels:
             row = list(row)

@@ -494,9 +494,13 @@ class OnnxSeq2SeqGenerator:
         input_ids = np.asarray(input_ids, dtype=np.int64)
         if input_ids.ndim != 2 or 0 in input_ids.shape:
             raise ValueError(f"input_ids must be (batch, length) with at least one token, got shape {input_ids.shape}")
-        low, high = int(input_ids.min()), int(input_ids.max())
-        if self.vocab_size is not None and (low < 0 or high >= self.vocab_size):  # a Gather would wrap -1 around
-            raise ValueError(f"Token id {low if low < 0 else high} is outside the vocabulary [0, {self.vocab_size}).")
+        import torch
+
+        from ..generation import new_tokens_within_position_table
+        from ..input_checks import check_ids_in_vocabulary, check_sequence_fits
+
+        if self.vocab_size is not None:  # as the model checks them: a Gather would wrap -1 around
+            check_ids_in_vocabulary(torch.from_numpy(input_ids), self.vocab_size)
         attention_mask = (input_ids != self.pad if attention_mask is None else np.asarray(attention_mask)).astype(
             np.int64
         )
@@ -506,9 +510,6 @@ class OnnxSeq2SeqGenerator:
                 raise ValueError(f"`{name}` must be an integer of at least 1, got {value!r}")
         if early_stopping not in (None, True, False, "never"):
             raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
-        from ..generation import new_tokens_within_position_table
-        from ..input_checks import check_sequence_fits
-
         check_sequence_fits(input_ids.shape[1], self.source_positions)  # as the model says it
         max_new_tokens = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         settings = (

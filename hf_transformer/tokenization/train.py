@@ -129,7 +129,6 @@ def wrap_tokenizer(
     tokenizer_class: type = PreTrainedTokenizerFast,
 ) -> PreTrainedTokenizerFast:
     """Give a `tokenizers.Tokenizer` that holds the special tokens the transformers interface (`tokenizer_class`)."""
-    check_model_max_length(model_max_length)
     missing = [token for token in SPECIAL_TOKENS if backend.token_to_id(token) is None]
     if missing:
         raise ValueError(f"the vocabulary has no {', '.join(missing)}; every one of {SPECIAL_TOKENS} is needed")
@@ -312,7 +311,7 @@ def train_tokenizer(
         raise ValueError(f"model_type must be one of {MODEL_TYPES}, not {model_type!r}")
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be above the {len(SPECIAL_TOKENS)} special tokens, not {vocab_size}")
-    check_model_max_length(model_max_length)  # before the training, not after it
+    check_model_max_length(model_max_length)  # before the training, not after it (wrap_tokenizer's)
     if not 0.0 < shrinking_factor < 1.0:
         raise ValueError(f"shrinking_factor must be between 0 and 1, not {shrinking_factor}")
     if segmenter is not None and segmenter not in SEGMENTERS:
