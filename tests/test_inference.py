@@ -298,13 +298,20 @@ def test_transformers_pipeline_translates_and_classifies(translator, classifier,
     candidates = translate(texts[:2], num_beams=3, num_return_sequences=2)
     assert [len(row) for row in candidates] == [2, 2] and candidates[0][0] == translate(texts[0], num_beams=3)[0]
     assert translate([]) == []
-    # Batched, each text keeps its own candidates: Predictor's, text by text, for any batch size.
-    expected = [
-        row["translations"] for row in Predictor.from_pretrained(folder)(texts, num_beams=3, num_return_sequences=2)
-    ]
+    # Batched, each text keeps its own candidates: generate's on the very batches the pipeline decodes (the texts in
+    # order, padded), its rows grouped here by text. The same computation, so the same tokens on any CPU.
+    several = SENTENCES[::-1][:6]
     for batch_size in (2, 3):
-        batched = translate(texts, num_beams=3, num_return_sequences=2, batch_size=batch_size)
+        expected = []
+        for start in range(0, len(several), batch_size):
+            batch = tokenizer(several[start : start + batch_size], return_tensors="pt", padding=True)
+            with torch.no_grad():
+                rows = model.generate(**batch, num_beams=3, num_return_sequences=2, max_new_tokens=7)
+            decoded = [text.strip() for text in tokenizer.batch_decode(rows, skip_special_tokens=True)]
+            expected += [decoded[row : row + 2] for row in range(0, len(decoded), 2)]
+        batched = translate(several, num_beams=3, num_return_sequences=2, batch_size=batch_size)
         assert [[candidate["translation_text"] for candidate in row] for row in batched] == expected
+        assert len({tuple(row) for row in expected}) > 3  # the texts are told apart: a text given another's shows
     batched_ids = translate(texts, num_return_sequences=2, batch_size=2, return_tensors=True)
     assert [len(row) for row in batched_ids] == [2, 2, 2]
     ids = translate(texts[0], return_tensors=True)[0]["translation_token_ids"]
