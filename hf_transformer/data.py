@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import numpy as np
 import torch
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Translation, Value
 from tokenizers import models as tokenizer_models
@@ -437,28 +438,42 @@ class SubwordSampledTranslation(torch_data.Dataset):
 class BidirectionalTranslation(torch_data.Dataset):
     """The pairs of one corpus in both directions, for bidirectional training (BiT, Ding et al., 2021).
 
-    While `mixing` is on, each draw of row i is that pair source -> target or, with probability 1/2, target ->
-    source (the second dataset holds the same rows with the sides swapped); switched off, every draw is source ->
-    target. One model then first learns both directions of a shared vocabulary, which aligns the two languages'
-    pieces, and is tuned on its own direction after: `hf_transformer.training.BidirectionalEpochs` switches it off
-    after the first epochs. An epoch stays one draw per pair, so the training costs the steps it did. The direction
-    is drawn from torch's random source (seeded by the Trainer; each DataLoader worker has its own stream).
+    While `mixing` is on, each epoch draws every row i as that pair source -> target or, with probability 1/2,
+    target -> source (the second dataset holds the same rows with the sides swapped); switched off, every draw is
+    source -> target. One model then first learns both directions of a shared vocabulary, which aligns the two
+    languages' pieces, and is tuned on its own direction after: `hf_transformer.training.BidirectionalEpochs`
+    switches it off after the first epochs and tells it the `epoch`. An epoch stays one draw per pair, so the
+    training costs the steps it did. Which rows an epoch reverses follows from `seed` and the epoch alone, not from
+    a random state that reading advances: a run resumed from a checkpoint in the middle of an epoch, a DataLoader
+    worker, and a sampler that reads the rows' lengths first all see the directions the uninterrupted run trained.
     """
 
-    def __init__(self, forward: torch_data.Dataset, backward: torch_data.Dataset):
+    def __init__(self, forward: torch_data.Dataset, backward: torch_data.Dataset, *, seed: int = 0):
         if len(forward) != len(backward):
             raise ValueError(
                 f"the two directions must hold the same pairs: {len(forward)} rows forward, {len(backward)} backward"
             )
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be an integer of 0 or more, got {seed!r}")
         self.forward = forward
         self.backward = backward
+        self.seed = seed
         self.mixing = True
+        self.epoch = 0
+        self._reversed: tuple[int, np.ndarray] | None = None  # (epoch, the rows that epoch draws target -> source)
 
     def __len__(self) -> int:
         return len(self.forward)
 
+    def reversed_rows(self) -> np.ndarray:
+        """Booleans, one per row: which rows the current `epoch` draws target -> source while mixing."""
+        if self._reversed is None or self._reversed[0] != self.epoch:
+            draws = np.random.default_rng([self.seed, self.epoch]).random(len(self))
+            self._reversed = (self.epoch, draws < 0.5)
+        return self._reversed[1]
+
     def __getitem__(self, index: int) -> dict[str, list[int]]:
-        if self.mixing and torch.rand(()).item() < 0.5:
+        if self.mixing and self.reversed_rows()[index]:
             return dict(self.backward[index])
         return dict(self.forward[index])
 

@@ -1,5 +1,7 @@
-"""The `Trainer` the package's training scripts use: transformers' own, with length-grouped training batches in random
-order. Kept apart from ``training`` so that importing those helpers does not import transformers' Trainer."""
+"""The `Trainer`s the package's training scripts use: transformers' own, with length-grouped training batches in random
+order (`LengthGroupedTrainer`), and whose checkpoints saved in the middle of a pass over length-grouped batches resume
+in that pass's order (both, and `OrderKeepingSeq2SeqTrainer`). Kept apart from ``training`` so that importing those
+helpers does not import transformers' Trainer."""
 
 from __future__ import annotations
 
@@ -7,28 +9,54 @@ from pathlib import Path
 
 import datasets
 import torch
-from transformers import Trainer, TrainerCallback
+from torch.utils import data as torch_data
+from transformers import Seq2SeqTrainer, Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .data import ShuffledLengthGroupedSampler, sequence_lengths
 
-__all__ = ["LengthGroupedTrainer", "PASS_ORDER_FILE"]
+__all__ = ["LengthGroupedTrainer", "OrderKeepingSeq2SeqTrainer", "PASS_ORDER_FILE", "PassOrderSampler"]
 
 # The order of the training rows in the pass a checkpoint was saved in, kept in the checkpoint: a run resumed from it
 # goes on in that order.
 PASS_ORDER_FILE = "length_grouped_order.pt"
 
 
+class PassOrderSampler(torch_data.Sampler):
+    """Another sampler's rows, with the order of the last pass readable (``order``) and the next pass's settable
+    (``resume_order``), as `ShuffledLengthGroupedSampler` has them. Wraps transformers' `LengthGroupedSampler`, which
+    draws each pass's order from the global random state as the pass starts: a run resumed in the middle of a pass
+    draws it before the Trainer restores that state, and would train some rows twice and others not at all. An
+    uninterrupted run draws exactly what the wrapped sampler draws."""
+
+    def __init__(self, sampler: torch_data.Sampler):
+        self.sampler = sampler
+        self.order: list[int] | None = None
+        self.resume_order: list[int] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __iter__(self):
+        if self.resume_order is not None:
+            if sorted(self.resume_order) != list(range(len(self))):
+                raise ValueError("the resumed pass's order does not hold each training row once: other rows?")
+            self.order, self.resume_order = self.resume_order, None
+        else:
+            self.order = [int(index) for index in self.sampler]
+        return iter(self.order)
+
+
 class _KeepPassOrder(TrainerCallback):
     """Saves the sampler's order of the current pass into each checkpoint saved in the middle of a pass (at a pass's
     end the resumed run begins a new one, drawn as the uninterrupted run draws it)."""
 
-    def __init__(self, trainer: LengthGroupedTrainer):
+    def __init__(self, trainer: _PassOrderMixin):
         self.trainer = trainer
 
     def on_save(self, args, state, control, **kwargs):
-        sampler = self.trainer._length_grouped_sampler
+        sampler = self.trainer._pass_order_sampler
         if sampler is None or sampler.order is None or not state.is_world_process_zero:
             return
         if state.epoch is None or float(state.epoch).is_integer():
@@ -38,21 +66,14 @@ class _KeepPassOrder(TrainerCallback):
             torch.save(torch.tensor(sampler.order, dtype=torch.int64), folder / PASS_ORDER_FILE)
 
 
-class LengthGroupedTrainer(Trainer):
-    """transformers' `Trainer`, except for the order of its training batches under
-    ``train_sampling_strategy="group_by_length"``: rows of similar length, batched as transformers groups them, with
-    the batches in random order (`hf_transformer.data.ShuffledLengthGroupedSampler`) where transformers yields
-    each mega-batch's 50 batches from the longest rows to the shortest. The batches hold as little padding as before.
-    The rows' lengths are read from Arrow (a ``length_column_name`` column where the dataset has one), not row by
-    row, for the training rows and for the evaluation rows alike (transformers batches these by length too, in its own
-    order, kept here). Other strategies, and datasets that are not a `datasets.Dataset`, are transformers' own.
-
-    A checkpoint saved in the middle of a pass keeps that pass's order (``PASS_ORDER_FILE``), and a run resumed from
-    it goes on in it: the run trains as it would have without the interruption."""
+class _PassOrderMixin:
+    """For a `Trainer` subclass: a checkpoint saved in the middle of a pass over length-grouped batches keeps that
+    pass's order (``PASS_ORDER_FILE``), and a run resumed from it goes on in it, so that it trains as it would have
+    without the interruption. Other samplers (transformers' random one is seeded per epoch) resume as they do."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._length_grouped_sampler: ShuffledLengthGroupedSampler | None = None
+        self._pass_order_sampler: ShuffledLengthGroupedSampler | PassOrderSampler | None = None
         self._resumed_order: list[int] | None = None
         self.add_callback(_KeepPassOrder(self))
 
@@ -63,6 +84,38 @@ class LengthGroupedTrainer(Trainer):
         saved = Path(folder) / PASS_ORDER_FILE if isinstance(folder, str) and folder else None
         self._resumed_order = torch.load(saved).tolist() if saved is not None and saved.is_file() else None
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _keeping_pass_order(self, sampler):
+        """``sampler``, able to resume a pass where it is length-grouped; the resumed order handed to it."""
+        if isinstance(sampler, LengthGroupedSampler):
+            sampler = PassOrderSampler(sampler)
+        if isinstance(sampler, (ShuffledLengthGroupedSampler, PassOrderSampler)):
+            sampler.resume_order, self._resumed_order = self._resumed_order, None
+            self._pass_order_sampler = sampler
+        return sampler
+
+    def _get_train_sampler(self, train_dataset=None):
+        return self._keeping_pass_order(super()._get_train_sampler(train_dataset))
+
+
+class OrderKeepingSeq2SeqTrainer(_PassOrderMixin, Seq2SeqTrainer):
+    """transformers' `Seq2SeqTrainer`, its batches as transformers draws them, except that a checkpoint saved in the
+    middle of a pass over length-grouped batches (``train_sampling_strategy="group_by_length"``) keeps that pass's
+    order, and a run resumed from it trains as the uninterrupted run did (transformers draws the resumed pass anew,
+    before it restores the random state)."""
+
+
+class LengthGroupedTrainer(_PassOrderMixin, Trainer):
+    """transformers' `Trainer`, except for the order of its training batches under
+    ``train_sampling_strategy="group_by_length"``: rows of similar length, batched as transformers groups them, with
+    the batches in random order (`hf_transformer.data.ShuffledLengthGroupedSampler`) where transformers yields
+    each mega-batch's 50 batches from the longest rows to the shortest. The batches hold as little padding as before.
+    The rows' lengths are read from Arrow (a ``length_column_name`` column where the dataset has one), not row by
+    row, for the training rows and for the evaluation rows alike (transformers batches these by length too, in its own
+    order, kept here). Other strategies, and datasets that are not a `datasets.Dataset`, are transformers' own.
+
+    A checkpoint saved in the middle of a pass keeps that pass's order (``PASS_ORDER_FILE``), and a run resumed from
+    it goes on in it: the run trains as it would have without the interruption."""
 
     def _grouped_lengths(self, dataset) -> list[int] | None:
         """The rows' lengths to group ``dataset`` by, or None where transformers' own sampler is to be used."""
@@ -78,10 +131,7 @@ class LengthGroupedTrainer(Trainer):
         if lengths is None:
             return super()._get_train_sampler(train_dataset)
         batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps
-        sampler = ShuffledLengthGroupedSampler(batch_size, lengths)
-        sampler.resume_order, self._resumed_order = self._resumed_order, None
-        self._length_grouped_sampler = sampler
-        return sampler
+        return self._keeping_pass_order(ShuffledLengthGroupedSampler(batch_size, lengths))
 
     def _get_eval_sampler(self, eval_dataset):
         lengths = self._grouped_lengths(eval_dataset)

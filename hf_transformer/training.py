@@ -220,10 +220,10 @@ def train_metrics(train_output) -> dict:
 
 
 class BidirectionalEpochs(TrainerCallback):
-    """Bidirectional training for the first `epochs` epochs, then the model's own direction only: switches a
-    `hf_transformer.data.BidirectionalTranslation` training set's `mixing` at the start of each epoch (before its
-    DataLoader workers, if any, are started). A run resumed from a checkpoint gets the phase of the epoch it resumes
-    in."""
+    """Bidirectional training for the first `epochs` epochs, then the model's own direction only: sets a
+    `hf_transformer.data.BidirectionalTranslation` training set's `epoch` and `mixing` at the start of each epoch
+    (before its DataLoader workers, if any, are started). A run resumed from a checkpoint gets the epoch it resumes
+    in, and so the directions that epoch drew."""
 
     def __init__(self, dataset, epochs: int):
         if epochs < 0:
@@ -233,6 +233,7 @@ class BidirectionalEpochs(TrainerCallback):
 
     def on_epoch_begin(self, args, state, control, **kwargs):
         epoch = math.floor(state.epoch + 1e-6) if state.epoch else 0  # the epoch starting (state.epoch: its start)
+        self.dataset.epoch = epoch
         self.dataset.mixing = epoch < self.epochs
         if state.is_world_process_zero and epoch == self.epochs and self.epochs:
             logger.info("epoch %d: bidirectional training ends; training on the source -> target pairs only", epoch)

@@ -30,11 +30,12 @@ from __future__ import annotations
 import logging
 import time
 
-from transformers import HfArgumentParser, Seq2SeqTrainer, set_seed
+from transformers import HfArgumentParser, set_seed
 
 from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.metrics import require_scorers, select_and_score, translation_metrics
 from hf_transformer.openmp import restart_waiting_passively_when_busy
+from hf_transformer.trainer import OrderKeepingSeq2SeqTrainer
 from hf_transformer.training import (
     average_this_runs_checkpoints,
     end_process_group,
@@ -79,8 +80,8 @@ def load_tokenizer(model_args: TranslationModelArguments, data_args: Translation
     return one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
 
 
-def build_trainer(model, tokenizer, tokenized, compute_metrics, training_args) -> Seq2SeqTrainer:
-    return Seq2SeqTrainer(
+def build_trainer(model, tokenizer, tokenized, compute_metrics, training_args) -> OrderKeepingSeq2SeqTrainer:
+    return OrderKeepingSeq2SeqTrainer(
         model=model,
         args=training_args,
         train_dataset=tokenized["train"],

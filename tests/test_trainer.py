@@ -138,3 +138,32 @@ def test_the_encoder_scripts_train_with_it(script):
     module = load_script(script)
     assert module.LengthGroupedTrainer is LengthGroupedTrainer
     assert "Trainer" not in vars(module)  # no other trainer to construct by mistake
+
+
+def test_transformers_own_length_groups_are_drawn_as_transformers_draws_them_and_can_resume_a_pass():
+    from hf_transformer.trainer import PassOrderSampler
+
+    sampler = PassOrderSampler(LengthGroupedSampler(20, lengths=LENGTHS))
+    assert len(sampler) == len(LENGTHS) and sampler.order is None
+    set_seed(3)
+    drawn = list(sampler)
+    set_seed(3)
+    assert drawn == list(LengthGroupedSampler(20, lengths=LENGTHS)) == sampler.order  # an uninterrupted run's order
+    # A resumed pass takes the kept order whatever the random state, once; the pass after it draws anew.
+    sampler.resume_order = list(drawn)
+    set_seed(4)
+    assert list(sampler) == drawn and sampler.resume_order is None
+    assert list(sampler) != drawn
+    sampler.resume_order = drawn[:-1]
+    with pytest.raises(ValueError, match="does not hold each training row once"):
+        list(sampler)
+
+
+def test_the_translation_scripts_train_with_a_seq2seq_trainer_that_keeps_the_pass_order():
+    from hf_transformer.trainer import OrderKeepingSeq2SeqTrainer
+    from recipes.multi30k.rdrop import RDropSeq2SeqTrainer
+
+    module = load_script("train_translation")
+    assert module.OrderKeepingSeq2SeqTrainer is OrderKeepingSeq2SeqTrainer
+    assert "Seq2SeqTrainer" not in vars(module)  # no other trainer to construct by mistake
+    assert issubclass(RDropSeq2SeqTrainer, OrderKeepingSeq2SeqTrainer)

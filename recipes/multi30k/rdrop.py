@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from transformers import Seq2SeqTrainer
 
 from hf_transformer.data import IGNORE_INDEX
 from hf_transformer.input_checks import check_labels_in_range
+from hf_transformer.trainer import OrderKeepingSeq2SeqTrainer
 
 
 def rdrop_loss(
@@ -63,8 +63,9 @@ def rdrop_loss(
     return total / num_items_in_batch
 
 
-class RDropSeq2SeqTrainer(Seq2SeqTrainer):
-    """``Seq2SeqTrainer`` whose training loss is :func:`rdrop_loss` with weight ``rdrop_alpha``.
+class RDropSeq2SeqTrainer(OrderKeepingSeq2SeqTrainer):
+    """``Seq2SeqTrainer`` (the package's `OrderKeepingSeq2SeqTrainer`: a length-grouped pass resumes in its order)
+    whose training loss is :func:`rdrop_loss` with weight ``rdrop_alpha``.
 
     Evaluation, prediction and generation are the parent's: only a training step runs the batch twice. With
     ``rdrop_alpha=0`` the trainer is the parent.

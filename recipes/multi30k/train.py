@@ -210,7 +210,7 @@ def training_set(splits, tokenized, tokenizer, model_args: ModelArguments, data_
     if model_args.subword_dropout:
         logger.info("training pairs re-tokenized at each draw with BPE-dropout %s", model_args.subword_dropout)
     if training_args.bidirectional_epochs:
-        dataset = BidirectionalTranslation(dataset, pairs(target, source))
+        dataset = BidirectionalTranslation(dataset, pairs(target, source), seed=training_args.seed)
         callbacks.append(BidirectionalEpochs(dataset, training_args.bidirectional_epochs))
         logger.info("the first %d epochs train both directions", training_args.bidirectional_epochs)
     return dataset, callbacks

@@ -341,6 +341,62 @@ def test_bidirectional_epochs_draw_both_directions_then_the_model_s_own(tmp_path
     assert draws[-64:] == [(False, True)] * 64  # the last epoch trains the model's own direction only
 
 
+@pytest.mark.slow
+def test_a_bidirectional_run_resumed_in_the_middle_of_a_mixed_epoch_trains_as_the_uninterrupted_one(tmp_path):
+    # 64 pairs in batches of 16: 4 steps an epoch, so checkpoint-6 falls in the second epoch, which still draws
+    # both directions. Resumed from it, the run must draw the directions that epoch drew in the uninterrupted run.
+    import shutil
+
+    from safetensors.torch import load_file
+
+    write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
+    arguments = ["--data_dir", str(tmp_path / "data"), *TINY_MODEL, "--dropout", "0.1"]
+    arguments += ["--bidirectional_epochs", "2", "--num_train_epochs", "3", "--per_device_train_batch_size", "16"]
+    arguments += ["--eval_strategy", "no", "--num_beams", "1", "--train_sampling_strategy", "group_by_length"]
+    arguments += ["--save_strategy", "steps", "--save_steps", "6", "--logging_steps", "1"]
+    script.main(["--output_dir", str(tmp_path / "whole"), *arguments])
+    shutil.copytree(tmp_path / "whole" / "checkpoint-6", tmp_path / "resumed" / "checkpoint-6")
+    script.main(
+        ["--output_dir", str(tmp_path / "resumed"), *arguments]
+        + ["--resume_from_checkpoint", str(tmp_path / "resumed" / "checkpoint-6")]
+    )
+    whole, resumed = (load_file(str(tmp_path / run / "model.safetensors")) for run in ("whole", "resumed"))
+    for name, tensor in whole.items():
+        assert torch.equal(tensor, resumed[name]), name
+    losses = [
+        [row["loss"] for row in json.loads((tmp_path / run / "log_history.json").read_text()) if "loss" in row]
+        for run in ("whole", "resumed")
+    ]
+    assert len(losses[0]) == 12 and losses[0] == losses[1]
+
+
+def test_bidirectional_pairs_draw_their_directions_from_the_seed_and_the_epoch_alone():
+    from hf_transformer.data import BidirectionalTranslation
+
+    forward = [{"input_ids": [index + 2, 1]} for index in range(400)]
+    backward = [{"input_ids": [1, index + 2]} for index in range(400)]
+
+    def directions(pairs, order):
+        return {index: pairs[index]["input_ids"][0] == 1 for index in order}
+
+    pairs = BidirectionalTranslation(forward, backward, seed=7)
+    first = directions(pairs, range(400))
+    assert 150 < sum(first.values()) < 250  # about half the rows reversed
+    torch.manual_seed(0)  # the global random state, and the order rows are read in, change nothing
+    assert directions(pairs, reversed(range(400))) == first
+    assert directions(BidirectionalTranslation(forward, backward, seed=7), range(400)) == first
+    pairs.epoch = 1
+    second = directions(pairs, range(400))
+    assert second != first and 150 < sum(second.values()) < 250
+    pairs.epoch = 0
+    assert directions(pairs, range(400)) == first
+    assert directions(BidirectionalTranslation(forward, backward, seed=8), range(400)) != first
+    pairs.mixing = False
+    assert not any(directions(pairs, range(400)).values())
+    with pytest.raises(ValueError, match="seed must be an integer of 0 or more, got -1"):
+        BidirectionalTranslation(forward, backward, seed=-1)
+
+
 def test_bidirectional_epochs_callback_follows_the_epoch_a_resumed_run_is_in():
     from types import SimpleNamespace
 
@@ -348,20 +404,20 @@ def test_bidirectional_epochs_callback_follows_the_epoch_a_resumed_run_is_in():
 
     dataset = SimpleNamespace(mixing=True)
     callback = BidirectionalEpochs(dataset, 3)
-    for epoch, mixing in [
-        (None, True),
-        (0.0, True),
-        (2.0, True),
-        (2.5, True),
-        (2.9999999, False),
-        (3.0, False),
-        (5.5, False),
+    for epoch, starting, mixing in [
+        (None, 0, True),
+        (0.0, 0, True),
+        (2.0, 2, True),
+        (2.5, 2, True),
+        (2.9999999, 3, False),
+        (3.0, 3, False),
+        (5.5, 5, False),
     ]:
         callback.on_epoch_begin(None, SimpleNamespace(epoch=epoch, is_world_process_zero=True), None)
-        assert dataset.mixing is mixing, epoch
-    # A run resumed in the middle of a mixed epoch mixes again.
+        assert (dataset.epoch, dataset.mixing) == (starting, mixing), epoch
+    # A run resumed in the middle of a mixed epoch mixes again, with that epoch's directions.
     callback.on_epoch_begin(None, SimpleNamespace(epoch=1.5, is_world_process_zero=True), None)
-    assert dataset.mixing is True
+    assert (dataset.epoch, dataset.mixing) == (1, True)
     with pytest.raises(ValueError, match="--bidirectional_epochs must be 0 or more"):
         BidirectionalEpochs(dataset, -1)
 
