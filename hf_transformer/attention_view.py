@@ -114,7 +114,10 @@ def run_model(
     """Runs ``model`` (of ``task``) once on ``text`` (a seq2seq model's decoder reading ``target``, else its own
     output), in eval mode, and returns what it gave (:class:`AttentionRun`). A classifier's text is cut to the
     position table; a translator's text or target longer than it, or ``pad_to`` past it, raises ``ValueError`` in one
-    line."""
+    line, as do an empty text or target, a target for a model without a decoder to read it, and counts below 1."""
+    _check_arguments(text, target, num_beams, max_new_tokens, pad_to)
+    if task != SEQ2SEQ and target is not None:
+        raise ValueError(f"target applies to a seq2seq model; this one is a {task} model")
     config = model.config
     # As the Predictor reads a text: at most the smaller of the position table and the tokenizer's `model_max_length`.
     limit = input_length_limit(config, tokenizer)
@@ -303,7 +306,7 @@ def attention_data(
     ``tokenizer``. Bad input (empty text, text or target longer than the position table, a folder that holds no
     model of this package) raises ``ValueError`` (``FileNotFoundError`` for a missing folder) in one line.
     """
-    _check_arguments(text, target, num_beams, max_new_tokens, pad_to)
+    _check_arguments(text, target, num_beams, max_new_tokens, pad_to)  # before a folder is loaded (run_model too)
     if isinstance(model_or_folder, (str, Path)):
         model, loaded_tokenizer, task = load_folder(model_or_folder)
         tokenizer = tokenizer or loaded_tokenizer
@@ -313,8 +316,6 @@ def attention_data(
         if tokenizer is None:
             raise ValueError("a loaded model needs its tokenizer: attention_data(model, text, tokenizer=...)")
         name = getattr(model.config, "_name_or_path", "") or type(model).__name__
-    if task != SEQ2SEQ and target is not None:
-        raise ValueError(f"target applies to a seq2seq model; this one is a {task} model")
     run = run_model(
         model, tokenizer, task, text, target=target, num_beams=num_beams, max_new_tokens=max_new_tokens, pad_to=pad_to
     )

@@ -7,8 +7,10 @@
 
 `attention` draws one panel per layer and head, tokens on both axes (queries down, keys across):
 encoder self-attention, and for a seq2seq model also decoder self-attention and cross-attention
-(`--kinds` picks). The decoder reads `--target`, or, without one, the model's own greedy translation
-(as long as the saved generation config allows).
+(`--kinds` picks). The decoder reads the start token and `--target` (its end token too), or, without one, the
+model's own greedy translation (as long as the saved generation config allows). The pass is the attention
+explorer's (`hf_transformer.attention_view`): a classifier reads a long text's first tokens, a translator's text
+longer than the model reads is refused in one line.
 `positions` draws the sinusoid table as the seed tutorial does (position on y, depth on x, RdBu).
 (A training run's learning curves: `python -m recipes.common.plotting RUN_DIR --output curves.png`.)
 
@@ -36,44 +38,31 @@ _KIND_TITLES = {"encoder": "encoder self-attention", "decoder": "decoder self-at
 
 
 def load_model(model_dir: str):
-    """Model (eval mode), tokenizer and whether it is a seq2seq model (else a classifier), as the folder says."""
-    from hf_transformer.folders import CLASSIFICATION, SEQ2SEQ
-    from hf_transformer.saved_folder import read_folder
+    """Model (eval mode), tokenizer and task (``seq2seq``, ``classification`` or ``masked-lm``), as the folder says
+    (`hf_transformer.attention_view.load_folder`)."""
+    from hf_transformer.attention_view import load_folder
 
-    folder = read_folder(model_dir)
-    model, tokenizer = folder.open("plot_attention.py", (SEQ2SEQ, CLASSIFICATION))
-    return model, tokenizer, folder.task == SEQ2SEQ
+    return load_folder(model_dir)
 
 
-def attention_maps(model, tokenizer, sentence: str, target: str | None = None, seq2seq: bool = True) -> dict:
+def attention_maps(model, tokenizer, sentence: str, target: str | None = None, *, task: str) -> dict:
     """Per-head attention probabilities of one sentence, as numpy arrays, with the tokens of both axes.
 
-    Returns `{"source_tokens", "target_tokens", "encoder", "decoder", "cross"}`; each map list holds one
-    `(heads, queries, keys)` array per layer (decoder and cross only for seq2seq models).
+    The pass is the attention explorer's (`hf_transformer.attention_view.run_model`): the text read as the Predictor
+    reads it (a classifier's cut to what the model reads; a translator's text or a target longer than that raises
+    ``ValueError``), the decoder reading the start token and then ``target`` with its end token, or the model's own
+    greedy output. Returns ``{"source_tokens", "target_tokens", "encoder", ...}``: one ``(heads, queries, keys)``
+    array per layer for each kind the model has (``decoder`` and ``cross`` with a decoder).
     """
-    import torch
+    from hf_transformer.attention_view import run_model
 
-    source = tokenizer(sentence, return_tensors="pt", truncation=True, max_length=model.config.max_position_embeddings)
-    source.pop("token_type_ids", None)
-    maps = {"source_tokens": tokenizer.convert_ids_to_tokens(source["input_ids"][0].tolist()), "target_tokens": []}
-    with torch.no_grad():
-        if not seq2seq:
-            output = model(**source, output_attentions=True)
-            maps["encoder"] = [a[0].numpy() for a in output.encoder_attentions]
-            return maps
-        limit = model.config.decoder_max_position_embeddings
-        if target is not None:
-            labels = tokenizer(text_target=target, truncation=True, max_length=limit)["input_ids"]
-            decoder_input_ids = model.prepare_decoder_input_ids_from_labels(torch.tensor([labels]))
-        else:
-            saved = model.generation_config.to_diff_dict()  # the folder's own length limit, if it sets one
-            length = min(limit, saved.get("max_length", limit))
-            decoder_input_ids = model.generate(**source, num_beams=1, max_length=length)[:, :limit]
-        output = model(**source, decoder_input_ids=decoder_input_ids, output_attentions=True)
-    maps["target_tokens"] = tokenizer.convert_ids_to_tokens(decoder_input_ids[0].tolist())
-    maps["encoder"] = [a[0].numpy() for a in output.encoder_attentions]
-    maps["decoder"] = [a[0].numpy() for a in output.decoder_attentions]
-    maps["cross"] = [a[0].numpy() for a in output.cross_attentions]
+    run = run_model(model, tokenizer, task, sentence, target=target)
+    maps = {
+        "source_tokens": tokenizer.convert_ids_to_tokens(run.source_ids),
+        "target_tokens": tokenizer.convert_ids_to_tokens(run.decoder_ids) if "decoder" in run.attentions else [],
+    }
+    for kind, layers in run.attentions.items():
+        maps[kind] = [layer[0].float().cpu().numpy() for layer in layers]
     return maps
 
 
@@ -153,9 +142,12 @@ def main(argv: list[str] | None = None) -> dict:
     font = use_cjk_font()
 
     if args.command == "attention":
-        model, tokenizer, seq2seq = load_model(args.model_dir)
-        maps = attention_maps(model, tokenizer, args.sentence, args.target, seq2seq=seq2seq)
-        figure, panels = plot_attention_maps(maps, args.kinds, title=args.sentence)
+        try:
+            model, tokenizer, task = load_model(args.model_dir)
+            maps = attention_maps(model, tokenizer, args.sentence, args.target, task=task)
+            figure, panels = plot_attention_maps(maps, args.kinds, title=args.sentence)
+        except (OSError, ValueError) as error:  # a folder, one without weights, a text too long, a setting
+            parser.error(str(error).strip().splitlines()[0])
     else:
         figure, panels = plot_positions(args.d_model, args.length)
     size = tuple(int(round(v * args.dpi)) for v in figure.get_size_inches())

@@ -69,15 +69,15 @@ def test_seq2seq_attention_panels_and_tokens(translator_dir, tmp_path):
     assert result["panels"] == 3 * 2 * 2  # (encoder, decoder, cross) x 2 layers x 2 heads
     assert_real_png(output, result["size"])
 
-    model, tokenizer, seq2seq = module.load_model(str(translator_dir))
-    assert seq2seq
-    maps = module.attention_maps(model, tokenizer, sentence, target)
+    model, tokenizer, task = module.load_model(str(translator_dir))
+    assert task == "seq2seq"
+    maps = module.attention_maps(model, tokenizer, sentence, target, task=task)
     source_ids = tokenizer(sentence)["input_ids"]
     labels = tokenizer(text_target=target)["input_ids"]
     assert maps["source_tokens"] == tokenizer.convert_ids_to_tokens(source_ids)
-    # The decoder reads the start token and the target without its final [EOS].
-    assert maps["target_tokens"] == ["[BOS]", *tokenizer.convert_ids_to_tokens(labels[:-1])]
-    source_len, target_len = len(source_ids), len(labels)
+    # The decoder reads the start token and the target with its [EOS], as the attention explorer shows it.
+    assert maps["target_tokens"] == ["[BOS]", *tokenizer.convert_ids_to_tokens(labels)]
+    source_len, target_len = len(source_ids), len(labels) + 1
     assert [m.shape for m in maps["encoder"]] == [(2, source_len, source_len)] * 2
     assert [m.shape for m in maps["decoder"]] == [(2, target_len, target_len)] * 2
     assert [m.shape for m in maps["cross"]] == [(2, target_len, source_len)] * 2
@@ -100,9 +100,39 @@ def test_seq2seq_attention_without_target_uses_the_generated_translation(transla
     )
     assert result["panels"] == 2 * 2
     assert_real_png(output, result["size"])
-    model, tokenizer, _ = module.load_model(str(translator_dir))
-    maps = module.attention_maps(model, tokenizer, "two dogs play .")
+    model, tokenizer, task = module.load_model(str(translator_dir))
+    maps = module.attention_maps(model, tokenizer, "two dogs play .", task=task)
     assert maps["target_tokens"][0] == "[BOS]" and len(maps["target_tokens"]) <= 8  # the saved max_length
+
+
+def test_a_text_longer_than_the_model_reads_is_cut_for_a_classifier_and_refused_for_a_translator(
+    translator_dir, korean_classifier_dir, tmp_path, capsys
+):
+    # Both folders' tokenizers read at most 32 tokens (model_max_length), as their position tables do.
+    module = load_script("plot_attention")
+    model, tokenizer, task = module.load_model(str(korean_classifier_dir))
+    long_review = " ".join(KOREAN * 6)
+    assert len(tokenizer(long_review)["input_ids"]) > 32
+    maps = module.attention_maps(model, tokenizer, long_review, task=task)
+    expected = tokenizer(long_review, truncation=True, max_length=32)["input_ids"]
+    assert maps["source_tokens"] == tokenizer.convert_ids_to_tokens(expected)
+    assert [m.shape for m in maps["encoder"]] == [(2, 32, 32)]
+
+    long_sentence = " ".join(ENGLISH * 2)
+    refused = [
+        (str(translator_dir), long_sentence, [], "this model reads at most 32"),
+        (str(korean_classifier_dir), "시간이 아깝다", ["--target", "x"], "target applies to a seq2seq model"),
+        (str(korean_classifier_dir), "시간이 아깝다", ["--kinds", "cross"], "none of the attention kinds"),
+        (str(tmp_path / "missing"), "a man .", [], "missing"),
+    ]
+    for folder, text, options, message in refused:
+        output = tmp_path / "refused.png"
+        with pytest.raises(SystemExit) as stopped:
+            module.main(["attention", folder, text, *options, "--output", str(output)])
+        assert stopped.value.code == 2
+        error = capsys.readouterr().err
+        assert message in error and "Traceback" not in error
+        assert not output.exists()
 
 
 def test_classifier_attention_with_hangul(korean_classifier_dir, tmp_path, caplog):
