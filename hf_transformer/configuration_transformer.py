@@ -137,6 +137,11 @@ def _served_here(custom_pipelines: dict) -> dict:
     return {task: entry for task, entry in custom_pipelines.items() if task not in served}
 
 
+# The fields a person's keyword arguments name, set while the constructor runs: an alias given beside its field
+# conflicts when the two differ, also where the field's value is its default.
+_GIVEN_FIELDS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("_GIVEN_FIELDS", default=frozenset())
+
+
 @contextlib.contextmanager
 def _reading_saved_config():
     token = _READING_SAVED_CONFIG.set(True)
@@ -216,6 +221,7 @@ def _raise_value_errors(config_class: type) -> type:
     def reraised(method, name: str):
         @functools.wraps(method)
         def checked(self, *args, **kwargs):
+            given = _GIVEN_FIELDS.set(frozenset(kwargs)) if name == "__init__" else None
             try:
                 return method(self, *args, **kwargs)
             except StrictDataclassError as error:
@@ -225,6 +231,9 @@ def _raise_value_errors(config_class: type) -> type:
                 if name == "__setattr__" and args[0] in type(self).attribute_map:
                     message += f" (assigned as `{args[0]}`)"
                 raise InvalidConfigError(message) from error
+            finally:
+                if given is not None:
+                    _GIVEN_FIELDS.reset(given)
 
         return checked
 
@@ -429,11 +438,10 @@ class TransformerConfig(PretrainedConfig):
             if alias not in kwargs:
                 continue
             value = kwargs.pop(alias)
-            fields = type(self).__dataclass_fields__
             conflicts = [
                 f"`{field}`={current!r}"
                 for field in ("encoder_layers", "decoder_layers")
-                if (current := object.__getattribute__(self, field)) != fields[field].default and current != value
+                if self._given(field) and (current := object.__getattribute__(self, field)) != value
             ]
             if conflicts and _READING_SAVED_CONFIG.get():
                 # A saved config's own stack depths are what its weights were saved with.
@@ -451,14 +459,21 @@ class TransformerConfig(PretrainedConfig):
                 continue
             value = kwargs.pop(alias)
             current = object.__getattribute__(self, field)
-            default = type(self).__dataclass_fields__[field].default
-            if current != default and current != value:
+            if self._given(field) and current != value:
                 raise ValueError(
                     f"TransformerConfig: `{alias}`={value!r} conflicts with `{field}`={current!r}; "
                     f"they name the same setting, give only one."
                 )
             setattr(self, field, value)
         return kwargs
+
+    def _given(self, field: str) -> bool:
+        """Whether ``field`` was given beside an alias of it: named among a person's keywords to the constructor, or
+        holding a value other than its default (a saved config is read as before: an alias over a field at its
+        default sets it)."""
+        if field in _GIVEN_FIELDS.get() and not _READING_SAVED_CONFIG.get():
+            return True
+        return object.__getattribute__(self, field) != type(self).__dataclass_fields__[field].default
 
     def _reject_unknown(self, kwargs: dict) -> None:
         generation_keys = set(GenerationConfig._get_default_generation_params())

@@ -129,6 +129,8 @@ def test_head_size_is_independent_of_model_size():
         (dict(pad_token_id=9000), "pad_token_id"),
         (dict(decoder_start_token_id=0), "decoder_start_token_id"),
         (dict(d_hidn=64, d_model=128), "d_hidn"),
+        (dict(d_hidn=64, d_model=256), "`d_hidn`=64 conflicts with `d_model`=256"),  # the field at its default
+        (dict(n_layer=2, decoder_layers=6), "n_layer.*`decoder_layers`=6"),
         (dict(n_layer=2, decoder_layers=3), "n_layer.*`decoder_layers`=3"),
         (dict(num_hidden_layers=2, n_layer=4), "num_hidden_layers.*conflicts"),
         (dict(problem_type="multi_label"), "problem_type"),
