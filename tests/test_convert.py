@@ -523,6 +523,35 @@ def test_script_refuses_a_checkpoint_of_other_objects_and_a_missing_one_in_one_l
         assert said in error and "Traceback" not in error
 
 
+def test_script_refuses_a_bad_config_and_an_output_folder_it_would_write_over_in_one_line(tmp_path, capsys):
+    torch.save(_seed_state(), tmp_path / "model.pth")
+    (tmp_path / "config.json").write_text(json.dumps(SEED_CONFIGS[0]))
+    (tmp_path / "broken.json").write_text("{'n_layer': 6")
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "a-file").write_text("keep")
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "config.json").write_text('{"mine": 1}')
+    for config, out, said in (
+        ("missing.json", "out", "missing.json"),
+        ("broken.json", "out", "broken.json: not a JSON file"),
+        ("list.json", "out", "list.json: expected a JSON object of settings, got a list"),
+        ("config.json", "a-file", "a-file is a file"),
+        ("config.json", "taken", "taken already holds files (config.json): give a new or empty folder, or --force"),
+    ):
+        with pytest.raises(SystemExit):
+            load_script("convert_checkpoint").main(
+                ["--from", "seed", str(tmp_path / "model.pth"), str(tmp_path / config), str(tmp_path / out)]
+            )
+        error = capsys.readouterr().err
+        assert said in error and "Traceback" not in error
+    assert (tmp_path / "a-file").read_text() == "keep" and not (tmp_path / "out").exists()
+    assert (taken / "config.json").read_text() == '{"mine": 1}'
+    argv = ["--from", "seed", str(tmp_path / "model.pth"), str(tmp_path / "config.json"), str(taken), "--force"]
+    assert load_script("convert_checkpoint").main(argv) == 0
+    assert isinstance(AutoModel.from_pretrained(taken), TransformerModel)
+
+
 @pytest.mark.slow
 def test_script_converts_a_book_checkpoint_that_automodel_loads(tmp_path):
     reference, _ = book_pair()
