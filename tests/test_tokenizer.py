@@ -409,6 +409,40 @@ def test_cli_reports_missing_input(tmp_path, capsys):
     corpus.write_text("\n".join(KOREAN) + "\n", encoding="utf-8")
     assert cli_main(["-q", "train", str(corpus), "--vocab-size", "20", "-o", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err.splitlines()[-1].startswith("error: vocab_size 20 cannot hold every distinct")
+    # A column named for a plain-text file is refused rather than ignored.
+    with pytest.raises(SystemExit, match="--text-column names a column of CSV/TSV/JSON files; .*c.txt is plain text"):
+        cli_main(["-q", "train", str(corpus), "--text-column", "review", "-o", str(tmp_path / "out")])
+
+
+def test_a_file_where_the_tokenizer_folder_would_go_is_refused_before_the_training(tmp_path, capsys, monkeypatch):
+    import hf_transformer.tokenization.train as training
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("the vocabulary was trained before the folder was checked")
+
+    monkeypatch.setattr(training, "build_trainer", no_training)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(CORPUS) + "\n", encoding="utf-8")
+    taken = tmp_path / "taken"
+    taken.write_text("keep", encoding="utf-8")
+    assert cli_main(["-q", "train", str(corpus), "--vocab-size", str(VOCAB_SIZE), "-o", str(taken)]) == 1
+    assert capsys.readouterr().err.strip() == f"error: {taken} is a file: give the folder to save the tokenizer to"
+    assert taken.read_text(encoding="utf-8") == "keep"
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, save_directory=taken)
+
+
+@pytest.mark.parametrize("length", ["0", "-5"])
+def test_sentencepiece_import_takes_the_lengths_training_takes(sentencepiece_model, tmp_path, capsys, length):
+    path, _ = sentencepiece_model
+    output = tmp_path / "imported"
+    assert cli_main(["-q", "import-sentencepiece", str(path), "-o", str(output), "--model-max-length", length]) == 1
+    assert capsys.readouterr().err.strip() == f"error: model_max_length must be an integer of at least 2, not {length}"
+    assert not output.exists()
+    taken = tmp_path / "taken"
+    taken.write_text("keep", encoding="utf-8")
+    assert cli_main(["-q", "import-sentencepiece", str(path), "-o", str(taken)]) == 1
+    assert "is a file" in capsys.readouterr().err and taken.read_text(encoding="utf-8") == "keep"
 
 
 # --------------------------------------------------------------------------------------------------

@@ -53,6 +53,8 @@ def _training_input(args: argparse.Namespace):
         if len(structured) != len(args.files):
             raise SystemExit("mix of plain text and CSV/TSV/JSON files: train on one kind at a time")
         return list(_structured_texts(args.files, args.text_column))
+    if args.text_column is not None:
+        raise SystemExit(f"--text-column names a column of CSV/TSV/JSON files; {args.files[0]} is plain text")
     return [Path(path) for path in args.files]  # plain text: one sentence per line, read by the Rust trainer
 
 
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int:
     )
     try:
         args.run(args)
-    except (FileNotFoundError, ValueError, KeyError, TypeError) as error:
+    except (FileNotFoundError, NotADirectoryError, ValueError, KeyError, TypeError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -16,6 +16,8 @@ from .train import (
     MASK_TOKEN,
     SEP_TOKEN,
     SPECIAL_TOKEN_IDS,
+    check_model_max_length,
+    check_save_directory,
 )
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ def import_sentencepiece(
     `[CLS]` and `[MASK]` are used when the file has them as pieces. Like a trained tokenizer, encoding
     appends the eos piece. Needs the optional `sentencepiece` and `protobuf` packages.
     """
+    check_model_max_length(model_max_length)
+    check_save_directory(save_directory)
     path = Path(model_file)
     if not path.is_file():
         raise FileNotFoundError(f"SentencePiece model file not found: {str(path)!r} (a `.model` file is expected)")

@@ -123,6 +123,13 @@ def check_model_max_length(model_max_length) -> None:
         raise ValueError(f"model_max_length must be an integer of at least 2, not {model_max_length!r}")
 
 
+def check_save_directory(save_directory) -> None:
+    """Before any work: ``save_directory`` must be a folder or a path where one can be made (`save_pretrained` only
+    logs an error for a file there, and the trained vocabulary would be lost)."""
+    if save_directory is not None and Path(save_directory).exists() and not Path(save_directory).is_dir():
+        raise NotADirectoryError(f"{save_directory} is a file: give the folder to save the tokenizer to")
+
+
 def wrap_tokenizer(
     backend: Tokenizer,
     model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
@@ -312,6 +319,7 @@ def train_tokenizer(
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be above the {len(SPECIAL_TOKENS)} special tokens, not {vocab_size}")
     check_model_max_length(model_max_length)  # before the training, not after it (wrap_tokenizer's)
+    check_save_directory(save_directory)
     if not 0.0 < shrinking_factor < 1.0:
         raise ValueError(f"shrinking_factor must be between 0 and 1, not {shrinking_factor}")
     if segmenter is not None and segmenter not in SEGMENTERS:
