@@ -20,6 +20,7 @@ An ensemble is not saved as one folder: it is its members' folders.
 from __future__ import annotations
 
 import copy
+import os
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,8 +139,10 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
                         "share one vocabulary and its special tokens"
                     )
         super().__init__(copy.deepcopy(members[0].config))
-        # generate caps its length at the decoder position table (TransformerGenerationMixin): the shortest member's.
+        # generate caps its length at the decoder position table (TransformerGenerationMixin), and the Predictor and
+        # the pipeline cut a text at the encoder's: the shortest member's of each.
         self.config.decoder_max_position_embeddings = min(m.config.decoder_max_position_embeddings for m in members)
+        self.config.max_position_embeddings = min(m.config.max_position_embeddings for m in members)
         self.members = nn.ModuleList(members)
         self.generation_config = copy.deepcopy(members[0].generation_config)
         self.d_models = [member.config.d_model for member in members]
@@ -148,6 +151,8 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
     def from_folders(cls, folders: Sequence[str | Path], **load_options) -> tuple[TransformerEnsemble, object]:
         """Load each saved seq2seq folder (``from_pretrained`` with ``load_options``; an adapter folder merged into
         its base model) and the first folder's tokenizer; every folder's tokenizer must have the same vocabulary."""
+        if isinstance(folders, (str, os.PathLike)):  # one folder's name would be read as folders of its characters
+            raise TypeError(f"from_folders takes a list of model folders, not one folder: [{str(folders)!r}]")
         folders = [read_folder(folder) for folder in folders]
         if not folders:
             raise ValueError("an ensemble needs at least one model folder")

@@ -163,3 +163,21 @@ def test_a_static_cache_is_refused_with_a_clear_error():
     ensemble = TransformerEnsemble([random_model(0), random_model(1)])
     with pytest.raises(ValueError, match="dynamic caches"):
         generate(ensemble, num_beams=1, cache_implementation="static")
+
+
+def test_an_ensemble_reads_texts_cut_at_its_shortest_members_encoder_table(tmp_path):
+    from hf_transformer import Predictor
+    from tests.helpers.models import save_random_translator, sentence_tokenizer
+
+    tokenizer = sentence_tokenizer()
+    long = save_random_translator(tmp_path / "long", tokenizer, max_position_embeddings=64, max_new_tokens=4)
+    short = save_random_translator(tmp_path / "short", tokenizer, max_position_embeddings=12, max_new_tokens=4)
+    text = "a man rides a red bike near the house and two dogs play in the snow"
+    assert len(tokenizer(text)["input_ids"]) > 12
+    ensemble = Predictor.from_pretrained([str(long), str(short)])
+    assert ensemble.model.config.max_position_embeddings == 12
+    # The text cut where the short member alone cuts it, not past that member's table.
+    cut = tokenizer.decode(tokenizer(text, truncation=True, max_length=12)["input_ids"], skip_special_tokens=True)
+    assert ensemble.translate([text]) == ensemble.translate([cut])
+    with pytest.raises(TypeError, match="a list of model folders, not one folder"):
+        TransformerEnsemble.from_folders(str(long))
