@@ -20,8 +20,8 @@ An ensemble is not saved as one folder: it is its members' folders.
 from __future__ import annotations
 
 import copy
-import os
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 

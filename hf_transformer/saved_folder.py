@@ -131,7 +131,14 @@ class SavedFolder:
             raise ImportError(f"{self.path} holds a LoRA adapter ({ADAPTER_CONFIG}): reading it needs peft") from error
         # The base model loaded by this package's Auto classes (peft's own Auto classes would import the module an
         # adapter without a task type names, which peft refuses for any library but transformers).
-        adapted = peft.PeftModel.from_pretrained(auto.from_pretrained(self.base_model, **load_options), self.path)
+        try:
+            base_model = auto.from_pretrained(self.base_model, **load_options)
+        except OSError as error:  # a base named like a Hub id that is neither a folder here nor on the Hub
+            if Path(self.base_model).exists():
+                raise
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise FolderError(f"{_missing_base(self.path, self.base_model)}; as a Hub id: {first}") from error
+        adapted = peft.PeftModel.from_pretrained(base_model, self.path)
         return adapted.merge_and_unload().eval()
 
     def load_tokenizer(self):
@@ -259,6 +266,8 @@ def _adapter(path: str, settings: dict) -> SavedFolder:
     base = settings.get("base_model_name_or_path")
     if not base:
         raise FolderError(f"{path}/{ADAPTER_CONFIG} names no base model (base_model_name_or_path is empty)")
+    if looks_like_a_path(str(base)) and not Path(base).exists():
+        raise FolderError(_missing_base(path, base))
     task_type = settings.get("task_type")
     if task_type in _ADAPTER_TASKS:
         task, architectures, model_type = _ADAPTER_TASKS[task_type], (), None
@@ -280,6 +289,13 @@ def _adapter(path: str, settings: dict) -> SavedFolder:
         base_model=str(base),
         weights=tuple(name for name in ADAPTER_WEIGHTS if Path(path, name).is_file()),
         saved=saved,
+    )
+
+
+def _missing_base(path: str, base: str) -> str:
+    return (
+        f"{path} is a LoRA adapter on {base}, which is not a folder here (a relative path is read from the working "
+        f"directory): run from where it was trained, or set base_model_name_or_path in {path}/{ADAPTER_CONFIG}"
     )
 
 

@@ -280,6 +280,17 @@ def test_an_adapter_folder_without_peft_or_without_its_base_says_so(folders, tmp
     (broken / "adapter_config.json").write_text(json.dumps(settings | {"base_model_name_or_path": None}))
     with pytest.raises(ValueError, match="names no base model"):
         read_folder(broken)
+    # A base that is not there, named as a path or (relative, one slash) as a Hub id would be: the adapter and the
+    # base named in one line, not an error of the Hub client.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)
+    for base, reading in (
+        (str(tmp_path / "gone"), read_folder),
+        ("runs_gone/base", lambda f: read_folder(f).load_model()),
+    ):
+        (broken / "adapter_config.json").write_text(json.dumps(settings | {"base_model_name_or_path": base}))
+        with pytest.raises(ValueError, match=f"no-base is a LoRA adapter on {base}, which is not a folder here"):
+            reading(broken)
     monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
     with pytest.raises(ImportError, match="holds a LoRA adapter .* needs peft"):
         read_folder(root / "seq2seq-adapter").load_model()
