@@ -1151,10 +1151,11 @@ class NgramClassifier(nn.Module):
 
     def ngram_features(self, kinds: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
         """For each kind of unit (B, N) buckets and (B, N) which exist -> all the buckets and their feature values,
-        each kind's of unit length in each row."""
+        each kind's of unit length in each row. The values are float32 whatever the model's dtype: a long row's sum of
+        squared idf values passes float16's largest number, which would make every feature 0."""
         hashes, values = [], []
         for kind_hashes, exists in kinds:
-            kind_values = self.idf[kind_hashes] * exists
+            kind_values = self.idf[kind_hashes].float() * exists
             hashes.append(kind_hashes)
             values.append(kind_values / kind_values.square().sum(1, keepdim=True).sqrt().clamp(min=1e-12))
         return torch.cat(hashes, 1), torch.cat(values, 1)
@@ -1177,8 +1178,10 @@ class NgramClassifier(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_is_real: torch.Tensor) -> torch.Tensor:
         hashes, values = self.features(input_ids, token_is_real)
-        # A sum of products rather than a matrix product: autocast leaves it in float32.
-        return (values.unsqueeze(-1) * self.weight[hashes]).sum(1) + self.bias  # (B, num_labels)
+        # A sum of products rather than a matrix product: autocast leaves it in float32; a float16 or bfloat16 model's
+        # score is summed in float32 too and given in the model's dtype.
+        score = (values.unsqueeze(-1) * self.weight[hashes].float()).sum(1) + self.bias.float()
+        return score.to(self.weight.dtype)  # (B, num_labels)
 
 
 @auto_docstring(

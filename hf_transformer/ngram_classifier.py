@@ -21,8 +21,10 @@ included), so what is fitted is what every entry point computes from raw text.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import math
 import warnings
 from collections.abc import Sequence
 
@@ -221,11 +223,47 @@ def accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
     return (logits.argmax(-1) == labels).float().mean().item()
 
 
+@contextlib.contextmanager
+def _on_cpu(head: NgramClassifier):
+    """The fit's arithmetic (its sparse features, the regression) runs on the CPU: a head on another device (a model
+    trained on a GPU) is moved there for it and back after."""
+    device = head.idf.device
+    if device.type == "cpu":
+        yield
+        return
+    head.to("cpu")
+    try:
+        yield
+    finally:
+        head.to(device)
+
+
+def _check_rows_and_labels(rows, labels: torch.Tensor, num_labels: int, what: str) -> None:
+    """One line naming ``what`` where the rows and their labels cannot be fitted: none, counts that differ, or
+    labels that are not class ids 0 .. num_labels - 1."""
+    if len(rows) == 0:
+        raise ValueError(f"the n-gram score needs {what} rows; none were given")
+    if labels.dim() != 1 or len(labels) != len(rows):
+        raise ValueError(f"{what}: {len(rows)} rows but {tuple(labels.shape)} labels; give one label per row")
+    outside = labels[(labels < 0) | (labels >= num_labels)]
+    if len(outside):
+        raise ValueError(
+            f"{what}: labels must be class ids 0 .. {num_labels - 1} of the model's {num_labels} labels; "
+            f"got {sorted(set(outside.tolist()))[:5]}"
+        )
+
+
+def _check_inverse_l2(inverse_l2) -> None:
+    if isinstance(inverse_l2, bool) or not isinstance(inverse_l2, (int, float)) or not 0 < inverse_l2 < math.inf:
+        raise ValueError(f"inverse_l2 (--ngram_inverse_l2) must be a positive number, got {inverse_l2!r}")
+
+
 @torch.no_grad()
 def ngram_logits(head: NgramClassifier, rows: Sequence[Sequence[int]], pad_token_id: int) -> torch.Tensor:
-    """(N, L): the n-gram score of each row of token ids."""
+    """(N, L): the n-gram score of each row of token ids (on the CPU, in float32)."""
     ids, real = padded(rows, pad_token_id)
-    return torch.cat([head(ids[i : i + 4096], real[i : i + 4096]) for i in range(0, len(rows), 4096)])
+    ids, real = ids.to(head.idf.device), real.to(head.idf.device)
+    return torch.cat([head(ids[i : i + 4096], real[i : i + 4096]) for i in range(0, len(rows), 4096)]).float().cpu()
 
 
 def fit_ngram_classifier(
@@ -247,18 +285,59 @@ def fit_ngram_classifier(
     head = model.ngram_classifier
     if head is None:
         raise ValueError("The model has no n-gram score: build it with `classifier_ngram_buckets` > 0.")
-    if model.config.problem_type not in (None, "single_label_classification"):
-        raise ValueError(f"The n-gram score is fitted for single-label classification, not {model.config.problem_type}")
+    if model.config.problem_type not in (None, "single_label_classification") or model.config.num_labels < 2:
+        problem = model.config.problem_type or f"{model.config.num_labels} label (regression)"
+        raise ValueError(f"The n-gram score is fitted for single-label classification, not {problem}")
+    _check_inverse_l2(inverse_l2)
     if head.buckets & (head.buckets - 1):
         logger.warning(
             "n-gram score: %d buckets is not a power of two; for some counts the rolling hash puts runs a few code "
             "points apart into one bucket (classifier_ngram_buckets)",
             head.buckets,
         )
-    pad = model.config.pad_token_id
     labels = torch.as_tensor(train_labels, dtype=torch.long)
     validation_labels = torch.as_tensor(validation_labels, dtype=torch.long)
-    encoder_validation_logits = torch.as_tensor(encoder_validation_logits, dtype=torch.float32)
+    encoder_validation_logits = torch.as_tensor(encoder_validation_logits, dtype=torch.float32).cpu()
+    num_labels = model.config.num_labels
+    _check_rows_and_labels(train_rows, labels, num_labels, "training")
+    _check_rows_and_labels(validation_rows, validation_labels, num_labels, "validation")
+    if encoder_validation_logits.shape != (len(validation_rows), num_labels):
+        raise ValueError(
+            f"encoder_validation_logits must be (validation rows, labels) = ({len(validation_rows)}, {num_labels}), "
+            f"got {tuple(encoder_validation_logits.shape)}"
+        )
+    with _on_cpu(head):
+        return _fit(
+            model,
+            head,
+            tokenizer,
+            train_rows,
+            labels,
+            validation_rows,
+            validation_labels,
+            encoder_validation_logits,
+            inverse_l2=inverse_l2,
+            min_count=min_count,
+            max_iter=max_iter,
+        )
+
+
+def _fit(
+    model,
+    head,
+    tokenizer,
+    train_rows,
+    labels,
+    validation_rows,
+    validation_labels,
+    encoder_validation_logits,
+    *,
+    inverse_l2: float,
+    min_count: int,
+    max_iter: int,
+) -> dict[str, float]:
+    """`fit_ngram_classifier` on checked inputs, the head on the CPU."""
+    pad = model.config.pad_token_id
     with torch.no_grad():
         head.weight.zero_()
         head.bias.zero_()
@@ -313,12 +392,15 @@ def refit_ngram_classifier(
         raise ValueError("Refitting needs a fitted n-gram score: run `fit_ngram_classifier` first.")
     if ngram_logit_scale <= 0:
         raise ValueError(f"ngram_logit_scale must be the fit's positive weight, not {ngram_logit_scale}")
+    _check_inverse_l2(inverse_l2)
     labels = torch.as_tensor(labels, dtype=torch.long)
-    with torch.no_grad():
-        features = feature_matrix(head, *padded(rows, model.config.pad_token_id))
-        start = (head.weight / ngram_logit_scale, head.bias / ngram_logit_scale)
-    weight, bias = logistic_regression(features, labels, head.weight.shape[1], inverse_l2, max_iter, start=start)
-    with torch.no_grad():
-        head.weight.copy_(weight * ngram_logit_scale)
-        head.bias.copy_(bias * ngram_logit_scale)
+    _check_rows_and_labels(rows, labels, model.config.num_labels, "refitting")
+    with _on_cpu(head):
+        with torch.no_grad():
+            features = feature_matrix(head, *padded(rows, model.config.pad_token_id))
+            start = (head.weight / ngram_logit_scale, head.bias / ngram_logit_scale)
+        weight, bias = logistic_regression(features, labels, head.weight.shape[1], inverse_l2, max_iter, start=start)
+        with torch.no_grad():
+            head.weight.copy_(weight * ngram_logit_scale)
+            head.bias.copy_(bias * ngram_logit_scale)
     logger.info("n-gram score refitted on %d rows", len(rows))

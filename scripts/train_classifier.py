@@ -333,6 +333,8 @@ def main(argv: list[str] | None = None) -> dict:
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     if training_args.ngram_refit_with_validation and not training_args.ngram_buckets:
         raise ValueError("--ngram_refit_with_validation refits the n-gram score: give --ngram_buckets too")
+    if training_args.ngram_buckets and not training_args.ngram_inverse_l2 > 0:
+        raise ValueError(f"--ngram_inverse_l2 must be positive, got {training_args.ngram_inverse_l2}")
     # The config refuses impossible n-gram settings by name (e.g. a token order beside a unit without tokens);
     # checked here so that the refusal comes before the tokenizer is trained and the rows tokenized.
     TransformerConfig(**ngram_settings(training_args))

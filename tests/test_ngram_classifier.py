@@ -470,6 +470,58 @@ def test_a_bucket_count_that_is_not_a_power_of_two_is_warned_of(caplog):
     assert "3000 buckets is not a power of two" in caplog.text
 
 
+def test_rows_labels_and_settings_a_fit_cannot_take_are_refused_by_name():
+    rows, labels = ordered_pairs(40, seed=1)
+    logits = torch.zeros(10, 2)
+    regression = TransformerForSequenceClassification(tiny_config(num_labels=1, classifier_ngram_buckets=BUCKETS))
+
+    def fit(model=None, train=(rows, labels), validation=(rows[:10], labels[:10]), encoder=logits, **options):
+        model = model or ngram_model()
+        return fit_ngram_classifier(model, Vocabulary([]), *train, *validation, encoder, **options)
+
+    refused = [
+        (
+            dict(train=(rows, [label * 2 for label in labels])),
+            "training: labels must be class ids 0 .. 1 .*got \\[2\\]",
+        ),
+        (dict(validation=(rows[:10], [-1] * 10)), "validation: labels must be class ids 0 .. 1"),
+        (dict(train=(rows, labels[:-1])), "training: 40 rows but \\(39,\\) labels"),
+        (dict(validation=([], []), encoder=torch.zeros(0, 2)), "needs validation rows; none were given"),
+        (dict(encoder=torch.zeros(9, 2)), "encoder_validation_logits must be .* \\(10, 2\\), got \\(9, 2\\)"),
+        (dict(inverse_l2=0), "inverse_l2 .* must be a positive number, got 0"),
+        (dict(inverse_l2=-1.0), "inverse_l2 .* must be a positive number, got -1.0"),
+        (dict(model=regression), "single-label classification, not 1 label \\(regression\\)"),
+    ]
+    for options, message in refused:
+        with pytest.raises(ValueError, match=message):
+            fit(**options)
+    model = ngram_model()
+    report = fit(model)
+    with pytest.raises(ValueError, match="refitting: labels must be class ids"):
+        refit_ngram_classifier(model, rows, [2] * len(rows), ngram_logit_scale=1.0)
+    with pytest.raises(ValueError, match="inverse_l2 .* must be a positive number"):
+        refit_ngram_classifier(model, rows, labels, ngram_logit_scale=1.0, inverse_l2=0.0)
+    assert report["ngram_buckets_kept"] > 0  # the rows and settings refused above, given right, fit
+
+
+def test_a_half_precision_model_scores_long_rows_as_the_float32_model_does():
+    # The features are each row's idf values over their norm: the sum of squares of a long row's idf values
+    # passes float16's largest number (65504), which made every feature, and the score, 0.
+    model = ngram_model(classifier_ngram_unit="character", classifier_ngram_order=3)
+    head = model.ngram_classifier
+    with torch.no_grad():
+        head.token_characters.copy_(token_character_table(CHARACTERS, head.token_characters.shape[0]))
+        head.idf.uniform_(6.0, 12.0, generator=torch.Generator().manual_seed(0))
+        head.weight.normal_(0.0, 1.0, generator=torch.Generator().manual_seed(1))
+    row = [2, *CHARACTERS.ids(["▁ab", "cd", "▁a", "b"] * 50), 3]
+    ids, real = padded([row], pad_token_id=0)
+    with torch.no_grad():
+        expected = head(ids, real)
+        half = head.to(torch.float16)(ids, real)
+    assert half.dtype == torch.float16 and expected.abs().max() > 0.5
+    torch.testing.assert_close(half.float(), expected, atol=2e-2, rtol=2e-2)
+
+
 def test_fitting_a_model_without_the_score_is_refused():
     model = TransformerForSequenceClassification(tiny_config(num_labels=2))
     assert model.ngram_classifier is None
@@ -516,3 +568,18 @@ def test_a_fitted_model_exports_to_onnx_with_its_ngram_score(tmp_path, unit):
         feeds = {"input_ids": ids.numpy(), "attention_mask": np.ones(ids.shape, dtype=np.int64)}
         np.testing.assert_allclose(session.run(None, feeds)[0], expected, rtol=1e-4, atol=1e-4)
     assert expected[:, 1].tolist()[0] < expected[:, 1].tolist()[1]  # the order of 10 and 11 is read
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a model on a GPU needs one")
+def test_a_model_on_a_gpu_fits_and_refits_its_score_as_on_the_cpu():
+    rows, labels = ordered_pairs(200, seed=1)
+    reports, weights = [], []
+    for device in ("cpu", "cuda"):
+        model = ngram_model().to(device)
+        report = fit_ngram_classifier(model, Vocabulary([]), rows, labels, rows[:50], labels[:50], torch.zeros(50, 2))
+        refit_ngram_classifier(model, rows, labels, ngram_logit_scale=report["ngram_logit_scale"])
+        assert model.ngram_classifier.weight.device.type == device  # moved back where the model is
+        reports.append(report)
+        weights.append(model.ngram_classifier.weight.detach().cpu())
+    assert reports[0]["ngram_buckets_kept"] == reports[1]["ngram_buckets_kept"]
+    torch.testing.assert_close(weights[1], weights[0])

@@ -300,6 +300,8 @@ def test_a_refit_without_an_ngram_score_is_refused_before_training(tmp_path):
         (["--ngram_unit", "character", "--ngram_token_order", "3"], "classifier_ngram_token_order"),
         (["--ngram_unit", "token+character", "--ngram_token_order", "0"], "classifier_ngram_token_order"),
         (["--ngram_order", "0"], "classifier_ngram_order"),
+        (["--ngram_inverse_l2", "0"], "--ngram_inverse_l2 must be positive, got 0.0"),
+        (["--ngram_inverse_l2", "-1"], "--ngram_inverse_l2 must be positive, got -1.0"),
     ],
 )
 def test_impossible_ngram_settings_are_refused_before_any_data_is_read(tmp_path, extra, message):
