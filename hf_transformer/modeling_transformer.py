@@ -82,6 +82,7 @@ from .input_checks import (
     check_ids_in_vocabulary,
     check_labels_in_range,
     check_no_misspelt_arguments,
+    check_one_token_table,
     check_padding_mask,
     check_seq2seq_inputs,
     check_sequence_fits,
@@ -168,13 +169,14 @@ class TransformerEmbeddings(nn.Module):
         token_is_real: torch.Tensor | None,
         past_length: int | torch.Tensor = 0,
     ) -> torch.Tensor:
+        vocabulary, width = self.embed_tokens.weight.shape  # (a LoRA layer on the table has no num_embeddings)
         if inputs_embeds is None:
-            check_ids_in_vocabulary(input_ids, self.embed_tokens.num_embeddings)
+            check_ids_in_vocabulary(input_ids, vocabulary)
             inputs_embeds = self.embed_tokens(input_ids)
-        elif inputs_embeds.shape[-1] != self.embed_tokens.embedding_dim:
+        elif inputs_embeds.shape[-1] != width:
             raise ValueError(
-                f"the embeddings given have {inputs_embeds.shape[-1]} features; this model's tokens have "
-                f"{self.embed_tokens.embedding_dim} (d_model)"
+                f"the embeddings given have {inputs_embeds.shape[-1]} features; this model's tokens have {width} "
+                "(d_model)"
             )
         batch_size, length = inputs_embeds.shape[:2]
         check_sequence_fits(past_length + length, self.max_positions)
@@ -806,6 +808,10 @@ class TransformerModel(TransformerPreTrainedModel):
             `cache` under the name transformers gave it before 5.24.
         """
         check_no_misspelt_arguments(TransformerModel.forward, kwargs)
+        if self.decoder is not None and self.config.share_embeddings:
+            check_one_token_table(
+                self.encoder.embeddings.embed_tokens, "the decoder", self.decoder.embeddings.embed_tokens
+            )
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         check_seq2seq_inputs(
             self.decoder, input_ids, inputs_embeds, encoder_outputs, decoder_input_ids, decoder_inputs_embeds
@@ -1380,6 +1386,8 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
             positions only.
         """
         check_no_misspelt_arguments(TransformerForMaskedLM.forward, kwargs)
+        if self.config.tie_word_embeddings:
+            check_one_token_table(self.model.encoder.embeddings.embed_tokens, "the output projection")
         encoder_outputs = self.model.encoder(
             input_ids=input_ids,
             attention_mask=attention_mask,

@@ -294,3 +294,33 @@ def test_an_adapter_folder_without_peft_or_without_its_base_says_so(folders, tmp
     monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
     with pytest.raises(ImportError, match="holds a LoRA adapter .* needs peft"):
         read_folder(root / "seq2seq-adapter").load_model()
+
+
+def test_an_adapter_on_the_token_table_adapts_a_classifier_and_is_refused_where_the_table_is_shared():
+    # An encoder classifier reads its table alone: adapted and merged compute the same. A seq2seq model shares the
+    # table with its decoder and output projection, a masked-token model with its output projection: peft wraps the
+    # encoder's reference alone, so the adapted model would differ from its own merged weights; refused by name.
+    from hf_transformer import TransformerForMaskedLM
+
+    source, target = batch_with_padding()
+    inputs = {"input_ids": source, "attention_mask": source.ne(0)}
+    torch.manual_seed(0)
+    classifier = TransformerForSequenceClassification(tiny_config(num_labels=2)).eval()
+    embedded = lora(classifier, "SEQ_CLS", target_modules=["embed_tokens"])
+    with torch.no_grad():
+        adapted = embedded(**inputs).logits
+        merged = copy.deepcopy(embedded).merge_and_unload()(**inputs).logits
+    torch.testing.assert_close(adapted, merged, atol=1e-5, rtol=1e-5)
+    shared = [
+        (
+            TransformerForConditionalGeneration(tiny_config()),
+            "SEQ_2_SEQ_LM",
+            {"decoder_input_ids": target},
+            "the decoder",
+        ),
+        (TransformerForMaskedLM(tiny_config()), None, {}, "the output projection"),
+    ]
+    for model, task, more, with_what in shared:
+        adapted_model = lora(model.eval(), task, target_modules=["embed_tokens"])
+        with pytest.raises(ValueError, match=f"shared by the encoder and {with_what}.*leave embed_tokens out"):
+            adapted_model(**inputs, **more)
