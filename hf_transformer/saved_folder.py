@@ -24,6 +24,7 @@ otherwise its base model's. An entry point names the tasks it serves (:meth:`Sav
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,6 +40,8 @@ __all__ = [
     "tokenizer_place",
     "weight_files",
 ]
+
+logger = logging.getLogger(__name__)
 
 MODEL, ADAPTER, CTRANSLATE2 = "model", "adapter", "ctranslate2"
 CONFIG_FILE = "config.json"
@@ -131,6 +134,8 @@ class SavedFolder:
             raise ImportError(f"{self.path} holds a LoRA adapter ({ADAPTER_CONFIG}): reading it needs peft") from error
         # The base model loaded by this package's Auto classes (peft's own Auto classes would import the module an
         # adapter without a task type names, which peft refuses for any library but transformers).
+        if self.task == CLASSIFICATION and "num_labels" not in load_options and "config" not in load_options:
+            load_options = {**load_options, **self._adapter_label_count()}
         try:
             base_model = auto.from_pretrained(self.base_model, **load_options)
         except OSError as error:  # a base named like a Hub id that is neither a folder here nor on the Hub
@@ -140,6 +145,32 @@ class SavedFolder:
             raise FolderError(f"{_missing_base(self.path, self.base_model)}; as a Hub id: {first}") from error
         adapted = peft.PeftModel.from_pretrained(base_model, self.path)
         return adapted.merge_and_unload().eval()
+
+    def _adapter_label_count(self) -> dict:
+        """For a classifier adapter whose head (trained in full, saved beside the adapters) has another number of
+        labels than its base model's config: the loading options that build the base with that many (an adapter folder
+        keeps no label names: they are transformers' LABEL_i)."""
+        weights = Path(self.path, ADAPTER_WEIGHTS[0])
+        if not weights.is_file():
+            return {}
+        from safetensors import safe_open
+
+        with safe_open(str(weights), "pt") as saved:
+            heads = [saved.get_slice(key).get_shape()[0] for key in saved.keys() if key.endswith("classifier.weight")]
+        base_labels = self._base_config().num_labels
+        if len(heads) != 1 or heads[0] == base_labels:
+            return {}
+        logger.warning(
+            "%s trains a classifier of %d labels on %s, whose config has %d: its labels are named LABEL_0 .. LABEL_%d "
+            "(an adapter folder keeps no label names)",
+            self.path, heads[0], self.base_model, base_labels, heads[0] - 1,
+        )  # fmt: skip
+        return {"num_labels": heads[0], "ignore_mismatched_sizes": True}
+
+    def _base_config(self):
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(self.base_model)
 
     def load_tokenizer(self):
         if self.tokenizer is None:

@@ -324,3 +324,23 @@ def test_an_adapter_on_the_token_table_adapts_a_classifier_and_is_refused_where_
         adapted_model = lora(model.eval(), task, target_modules=["embed_tokens"])
         with pytest.raises(ValueError, match=f"shared by the encoder and {with_what}.*leave embed_tokens out"):
             adapted_model(**inputs, **more)
+
+
+def test_a_classifier_adapter_of_more_labels_than_its_base_config_loads_with_its_own_head(folders, tmp_path):
+    # Trained from a base folder given num_labels=3 (a pretrained encoder, here the seq2seq folder, whose config keeps
+    # its own 2): the folder is read with the adapter's three labels, not refused by a size mismatch deep in peft.
+    from hf_transformer import Predictor
+
+    root, tokenizer, _ = folders
+    base = AutoModelForSequenceClassification.from_pretrained(root / "seq2seq-base", num_labels=3)
+    assert AutoModelForSequenceClassification.from_pretrained(root / "seq2seq-base").config.num_labels == 2
+    adapted = lora(base, "SEQ_CLS")
+    with torch.no_grad():
+        adapted.base_model.model.classifier.modules_to_save.default.weight.normal_(0.0, 1.0)
+    adapted.eval().save_pretrained(tmp_path / "adapter")
+    batch = tokenizer(TEXTS, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        expected = copy.deepcopy(adapted).merge_and_unload()(**batch).logits.softmax(-1)
+    results = Predictor.from_pretrained(tmp_path / "adapter").classify(TEXTS)
+    assert [result["label"] for result in results] == [f"LABEL_{i}" for i in expected.argmax(-1).tolist()]
+    assert sorted(results[0]["scores"]) == ["LABEL_0", "LABEL_1", "LABEL_2"]
