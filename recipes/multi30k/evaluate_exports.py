@@ -36,7 +36,8 @@ import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer.inference import input_length_limit
 from hf_transformer.metrics import bleu
 from recipes.multi30k.bleu import bleu_lc_tok
-from recipes.multi30k.data import load_multi30k, load_multi30k_tok_references
+from recipes.multi30k.data import load_multi30k
+from recipes.multi30k.scoring import tokenised_references
 
 logger = logging.getLogger("recipes.multi30k.evaluate_exports")
 
@@ -119,7 +120,7 @@ class TestSet:
         pairs = pairs[: args.max_samples] if args.max_samples else pairs
         self.sources, self.references = [pair[source] for pair in pairs], [pair[target] for pair in pairs]
         try:
-            self.tokenized_references = load_multi30k_tok_references("test", target, args.data_dir)[: len(pairs)]
+            self.tokenized_references = tokenised_references(self.references, "test", target, args.data_dir)
         except FileNotFoundError:
             self.tokenized_references = None
         limit = input_length_limit(config, tokenizer)

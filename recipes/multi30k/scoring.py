@@ -10,9 +10,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 
+from hf_transformer.data import read_sentence_lines
 from hf_transformer.metrics import BleuMetric, ExtraScores, select_and_score, translation_metrics
 from recipes.multi30k.bleu import bleu_lc_tok
-from recipes.multi30k.data import DataArguments, load_multi30k_tok_references
+from recipes.multi30k.data import (
+    MULTI30K_FILES,
+    MULTI30K_SPLITS,
+    DataArguments,
+    ensure_corpus_file,
+    load_multi30k_tok_references,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -30,14 +37,41 @@ def lc_tok_references(splits, data_args: DataArguments) -> dict[str, list[str]]:
     rows are taken from them too; a data folder without `multi30k/tok/` scores cased BLEU alone, with a warning.
     """
     found = {}
+    target = data_args.target_lang
     for split in ("validation", "test"):
+        rows = [pair[target] for pair in splits[split]["translation"]]
         try:
-            lines = load_multi30k_tok_references(split, data_args.target_lang, data_args.data_dir)
+            found[split] = tokenised_references(rows, split, target, data_args.data_dir)
         except FileNotFoundError as error:
             logger.warning("no lowercased tokenised references, bleu_lc_tok is not computed: %s", error)
             return {}
-        found[split] = lines[: len(splits[split])]
     return found
+
+
+def tokenised_references(rows: Sequence[str], split: str, lang: str, data_dir) -> list[str]:
+    """The official tokenised reference of each of a split's ``rows`` (its raw ``lang`` sentences, as loaded):
+    the line of the tokenised file that stands where the row's raw line stands. ``FileNotFoundError`` where the
+    data folder has no tokenised references."""
+    lines = load_multi30k_tok_references(split, lang, data_dir)
+    raw = read_sentence_lines(ensure_corpus_file(MULTI30K_FILES[f"{MULTI30K_SPLITS[split]}.{lang}"], data_dir))
+    if len(lines) != len(raw):
+        raise ValueError(f"{split}: {len(lines)} tokenised references for {len(raw)} lines of the raw {lang} file")
+    return [lines[number] for number in raw_line_numbers(rows, raw, split)]
+
+
+def raw_line_numbers(rows: Sequence[str], raw: Sequence[str], split: str) -> list[int]:
+    """The line of the raw file each row of a split was read from: the rows are the file's lines in order, less the
+    pairs dropped as empty, so a blank line shifts every later row's reference (the tokenised file keeps one line per
+    raw line)."""
+    numbers, line = [], 0
+    for row, text in enumerate(rows):
+        while line < len(raw) and raw[line] != text:
+            line += 1
+        if line == len(raw):
+            raise ValueError(f"{split}: row {row} ({text[:40]!r}) is not among the raw file's lines in order")
+        numbers.append(line)
+        line += 1
+    return numbers
 
 
 def lc_tok_scores(tokenized_references: Sequence[str], lang: str) -> ExtraScores:

@@ -120,3 +120,29 @@ def test_compare_scores_output_files_both_ways(tmp_path):
     with pytest.raises(SystemExit, match=f"{files[1]}: 199 lines but 200 references"):
         compare.main([*arguments, "--output", str(tmp_path / "none.json")])
     assert not (tmp_path / "none.json").exists()
+
+
+def test_a_blank_line_dropped_from_a_split_leaves_each_row_its_own_tokenised_reference(tmp_path):
+    # The loader drops a pair with an empty side; the tokenised file keeps a line per raw line, so the rows after
+    # the blank must be scored against the lines where their raw lines stand, not the next row's.
+    from recipes.multi30k.data import DataArguments
+    from recipes.multi30k.scoring import lc_tok_references
+
+    write_multi30k(tmp_path, {"train": 20, "val": 6, "test_2016_flickr": 6})
+    folder = tmp_path / "multi30k"
+    german = (folder / "test_2016_flickr.de").read_text(encoding="utf-8").removesuffix("\n").split("\n")
+    german[2] = ""
+    (folder / "test_2016_flickr.de").write_text("\n".join(german) + "\n", encoding="utf-8")
+    (folder / "tok").mkdir()
+    for stem in ("val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            raw = (folder / f"{stem}.{lang}").read_text(encoding="utf-8").removesuffix("\n").split("\n")
+            lines = "\n".join(moses_lc_tok(raw, lang)) + "\n"
+            (folder / "tok" / f"{stem}.lc.norm.tok.{lang}").write_text(lines, encoding="utf-8")
+    arguments = DataArguments(data_dir=str(tmp_path), source_lang="en", target_lang="de")
+    splits = arguments.splits()
+    rows = [pair["de"] for pair in splits["test"]["translation"]]
+    assert len(rows) == 5  # the blank pair dropped
+    references = lc_tok_references(splits, arguments)["test"]
+    assert references == moses_lc_tok(rows, "de")
+    assert bleu_lc_tok(rows, references, "de") == pytest.approx(100.0)
