@@ -782,6 +782,18 @@ class TransformerModel(TransformerPreTrainedModel):
         if self.decoder is not None and self.config.share_embeddings:
             self.decoder.embeddings.embed_tokens = value
 
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        if self.decoder is not None and not self.config.share_embeddings:
+            raise ValueError(
+                "resize_token_embeddings resizes the one shared vocabulary; this model has separate encoder "
+                "and decoder vocabularies (share_embeddings=False)."
+            )
+        embeddings = super().resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self.config.decoder_vocab_size = self.config.vocab_size  # one vocabulary (the config checks it)
+        return embeddings
+
     @accepts_either_cache_name
     @can_return_tuple
     @auto_docstring

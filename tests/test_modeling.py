@@ -496,6 +496,18 @@ def test_resize_token_embeddings_keeps_the_tie(config):
     assert out.logits.shape == (1, 2, 48)
 
 
+def test_the_headless_model_resized_keeps_one_vocabulary_and_saves(config, tmp_path):
+    # AutoModel loads the headless model: its config must name the resized vocabulary for both stacks, or
+    # save_pretrained refuses it (share_embeddings needs one vocabulary).
+    model = TransformerModel(config)
+    model.resize_token_embeddings(48)
+    assert model.config.vocab_size == model.config.decoder_vocab_size == 48
+    model.save_pretrained(tmp_path)
+    assert TransformerModel.from_pretrained(tmp_path).get_input_embeddings().weight.shape[0] == 48
+    with pytest.raises(ValueError, match="resizes the one shared vocabulary"):
+        TransformerModel(tiny_config(share_embeddings=False)).resize_token_embeddings(48)
+
+
 @pytest.mark.parametrize("model_class", [TransformerForConditionalGeneration, TransformerForSequenceClassification])
 def test_resizing_separate_encoder_and_decoder_tables_is_refused(model_class):
     # The decoder's own table would keep its size under a config naming the new one: a folder that cannot load.
