@@ -35,7 +35,7 @@ What the library cannot express stays written here:
 - the settings derived from others when not given (``head_dim``, ``decoder_vocab_size``...), derived again when
   None is assigned, and ``head_dim``'s divisibility when it is derived;
 - a saved config read leniently: unknown keys kept as attributes, a ``problem_type`` saved before it was checked
-  read as None, a both-stack depth that contradicts the saved stacks ignored;
+  read as None, a both-stack depth or an alias that contradicts the saved fields ignored (with a warning);
 - the checks between settings on assignment: the library runs them at construction and in ``validate`` only, so
   ``config.decoder_vocab_size = 30`` under ``share_embeddings`` is refused when the config is saved, not before.
 """
@@ -459,6 +459,10 @@ class TransformerConfig(PretrainedConfig):
                 continue
             value = kwargs.pop(alias)
             current = object.__getattribute__(self, field)
+            if self._given(field) and current != value and _READING_SAVED_CONFIG.get():
+                # A saved config's own field is what its weights were saved with.
+                logger.warning("TransformerConfig: saved `%s`=%r ignored; `%s`=%r kept.", alias, value, field, current)
+                continue
             if self._given(field) and current != value:
                 raise ValueError(
                     f"TransformerConfig: `{alias}`={value!r} conflicts with `{field}`={current!r}; "
@@ -468,10 +472,9 @@ class TransformerConfig(PretrainedConfig):
         return kwargs
 
     def _given(self, field: str) -> bool:
-        """Whether ``field`` was given beside an alias of it: named among a person's keywords to the constructor, or
-        holding a value other than its default (a saved config is read as before: an alias over a field at its
-        default sets it)."""
-        if field in _GIVEN_FIELDS.get() and not _READING_SAVED_CONFIG.get():
+        """Whether ``field`` was given beside an alias of it: named among the constructor's keywords (a person's, or
+        a saved config's keys), or holding a value other than its default."""
+        if field in _GIVEN_FIELDS.get():
             return True
         return object.__getattribute__(self, field) != type(self).__dataclass_fields__[field].default
 

@@ -254,6 +254,28 @@ def test_a_saved_config_with_a_changed_setting_loads_with_it(tmp_path):
     assert (loaded.encoder_layers, loaded.decoder_layers) == (3, 3)
 
 
+@pytest.mark.parametrize(
+    "keys, kept",
+    [
+        ({"encoder_layers": 6, "decoder_layers": 2, "n_layer": 2}, {"encoder_layers": 6, "decoder_layers": 2}),
+        ({"d_model": 256, "hidden_size": 32}, {"d_model": 256}),
+        ({"d_model": 64, "d_hidn": 32}, {"d_model": 64}),
+    ],
+)
+def test_a_saved_alias_that_contradicts_a_saved_field_is_ignored_whatever_the_fields_value(
+    tmp_path, caplog, keys, kept
+):
+    # The saved fields are what the weights were saved with, also where one holds its default (6 layers, d_model 256).
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4)
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, **keys}))
+    with caplog.at_level("WARNING"):
+        loaded = AutoConfig.from_pretrained(tmp_path)
+    assert {name: getattr(loaded, name) for name in kept} == kept
+    assert "ignored" in caplog.text
+
+
 def test_invalid_option_lists_the_allowed_values():
     with pytest.raises(ValueError, match=r"\('post', 'pre'\), got middle"):
         TransformerConfig(layer_norm_position="middle")
