@@ -725,8 +725,10 @@ class TransformerDecoder(_Stack, TransformerPreTrainedModel):
         # numbering looks at the pad id: the causal mask already hides right padding from every real
         # token, and it does so identically with and without the cache.
         token_is_real = None if input_ids is None else input_ids.ne(self.config.pad_token_id)
-        if attention_mask is not None and attention_mask.dim() == 4:
-            return cache, past_length, token_is_real, attention_mask  # prepared by the caller (generate, static cache)
+        if attention_mask is not None and attention_mask.dim() == 4:  # prepared by the caller (generate, static cache)
+            if attention_mask.dtype == torch.bool:  # a row that sees no key attends as the model's own masks make it
+                attention_mask = _attend_somewhere(attention_mask)
+            return cache, past_length, token_is_real, attention_mask
         key_is_real = None
         if attention_mask is not None:
             key_is_real = attention_mask.bool()  # (B, P+T)

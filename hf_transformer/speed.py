@@ -239,6 +239,8 @@ def output_logits_and_loss(
     """
     if isinstance(lm_head, nn.Module) and bias is not None:
         raise ValueError("`bias` goes with an output weight; an output layer holds its own bias")
+    if labels is not None and labels.dtype != torch.long:
+        labels = labels.long()  # int32 labels: both paths then read them (cross_entropy takes int64 targets only)
     if labels is not None and fuse and labels.numel() and _can_fuse(lm_head, hidden_states, training):
         weight, bias = (lm_head, bias) if isinstance(lm_head, torch.Tensor) else (lm_head.weight, lm_head.bias)
         return None, _fused_loss(weight, bias, hidden_states, labels, label_smoothing, num_items_in_batch)
@@ -250,7 +252,7 @@ def output_logits_and_loss(
 def _can_fuse(lm_head: nn.Module | torch.Tensor, hidden_states: torch.Tensor, training: bool) -> bool:
     if isinstance(lm_head, torch.Tensor):
         weight = lm_head
-    elif isinstance(lm_head, nn.Linear):
+    elif isinstance(lm_head, nn.Linear) and not _calls_hooks(lm_head):
         weight = lm_head.weight
     else:
         return False
@@ -261,6 +263,19 @@ def _can_fuse(lm_head: nn.Module | torch.Tensor, hidden_states: torch.Tensor, tr
         and hidden_states.dtype == weight.dtype
         and not is_deepspeed_zero3_enabled()
         and not torch.compiler.is_compiling()
+    )
+
+
+def _calls_hooks(module: nn.Module) -> bool:
+    """Whether calling ``module`` runs hooks (its own, or torch's global module hooks: pruning's recomputed weight,
+    an offloading hook, a user's) that the fused path, reading the weight without calling the layer, would skip."""
+    from torch.nn.modules import module as torch_module  # the global hook tables: pinned in test_private_hooks.py
+
+    return bool(
+        module._forward_hooks
+        or module._forward_pre_hooks
+        or torch_module._global_forward_hooks
+        or torch_module._global_forward_pre_hooks
     )
 
 
@@ -345,6 +360,11 @@ class _FusedLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_total):
+        if torch.is_grad_enabled():  # create_graph=True: a second order the gradients, constants here, do not have
+            raise RuntimeError(
+                "the fused output loss gives first-order gradients only; for gradients of gradients "
+                "(create_graph=True) build the model with fused_output_loss=False"
+            )
         grad_hidden, grad_weight, grad_bias = ctx.saved_tensors
         return (
             grad_hidden * grad_total if grad_hidden is not None else None,

@@ -122,6 +122,25 @@ def test_eager_and_sdpa_agree(config):
     torch.testing.assert_close(a.encoder_last_hidden_state, b.encoder_last_hidden_state, atol=1e-5, rtol=0)
 
 
+def test_eager_and_sdpa_agree_on_a_prepared_mask_whose_row_sees_no_key(config):
+    # A caller's 4-D boolean decoder mask (as generate prepares one) where a left-padded query sees no key: eager
+    # attended uniformly and sdpa gave zeros, so the two kernels (and output_attentions on sdpa) disagreed.
+    source, _ = batch_with_padding()
+    target = torch.tensor([[2, 5, 6, 7], [0, 2, 8, 9], [2, 10, 11, 12]])
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    mask = causal[None, None] & target.ne(0)[:, None, None, :]  # (3, 1, 4, 4): row 1's first query sees nothing
+    assert not mask[1, 0, 0].any()
+    eager = with_attention(config, "eager").eval()
+    sdpa = with_attention(config, "sdpa").eval()
+    sdpa.load_state_dict(eager.state_dict())
+    with torch.no_grad():
+        a = eager(input_ids=source, decoder_input_ids=target, decoder_attention_mask=mask).logits
+        b = sdpa(input_ids=source, decoder_input_ids=target, decoder_attention_mask=mask).logits
+        c = sdpa(input_ids=source, decoder_input_ids=target, decoder_attention_mask=mask, output_attentions=True)
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    torch.testing.assert_close(c.logits, b, atol=1e-5, rtol=0)
+
+
 def test_set_attn_implementation_changes_the_attention_that_runs(monkeypatch):
     # `model.set_attn_implementation(name)` after loading: "eager" (the paper's function), "sdpa" (torch's kernel) or
     # any function registered with transformers' AttentionInterface, and back; every attention call of the model
@@ -387,6 +406,46 @@ def test_fused_output_loss_is_only_used_where_logits_are_not_wanted(config):
     assert model.eval()(input_ids=source, labels=labels).logits.shape == (3, 5, 40)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert model.train()(input_ids=source, labels=labels).logits is not None
+
+
+@pytest.mark.parametrize("head", ["seq2seq", "masked-lm"])
+def test_int32_labels_give_the_loss_of_int64_ones_on_every_path(head):
+    # The fused training loss read int32 labels; the plain loss (evaluation, autocast) raised on them.
+    from hf_transformer import TransformerForMaskedLM
+
+    source, target = batch_with_padding()
+    if head == "seq2seq":
+        model_class, inputs, labels = TransformerForConditionalGeneration, {"input_ids": source}, target
+    else:
+        model_class, inputs, labels = TransformerForMaskedLM, {"input_ids": source}, source
+    labels = labels.masked_fill(labels == 0, -100)
+    torch.manual_seed(0)
+    model = model_class(tiny_config())
+    for training in (True, False):
+        model.train(training)
+        torch.manual_seed(1)
+        expected = model(**inputs, labels=labels).loss
+        torch.manual_seed(1)
+        torch.testing.assert_close(model(**inputs, labels=labels.int()).loss, expected)
+
+
+def test_the_fused_loss_gives_way_to_hooks_on_the_output_layer_and_to_second_order_gradients():
+    # It reads the output weight without calling the layer: a hook there (pruning's recomputed weight, an offload,
+    # a user's) would be skipped, so the plain path is taken; and its gradients are constants of the forward.
+    source, target = batch_with_padding()
+    labels = target.masked_fill(target == 0, -100)
+    losses = []
+    for fused in (True, False):
+        torch.manual_seed(0)
+        model = TransformerForConditionalGeneration(tiny_config(fused_output_loss=fused, tie_word_embeddings=False))
+        model.lm_head.register_forward_hook(lambda module, inputs, output: output * 10.0)
+        losses.append(model.train()(input_ids=source, labels=labels).loss)
+    torch.testing.assert_close(losses[0], losses[1])
+    hidden, weight = torch.randn(6, 8, requires_grad=True), torch.randn(11, 8, requires_grad=True)
+    loss = speed.fused_linear_cross_entropy(hidden, weight, torch.tensor([1, 2, 3, -100, 5, 6]))
+    with pytest.raises(RuntimeError, match="first-order gradients only.*fused_output_loss=False"):
+        torch.autograd.grad(loss, weight, create_graph=True)
+    assert torch.autograd.grad(loss, weight)[0].shape == weight.shape
 
 
 @pytest.mark.parametrize("bad", [40, -2])

@@ -118,6 +118,17 @@ def test_other_private_names_the_package_reads():
         "self",
         "is_main_process",
     ]
+    # The fused output loss gives way to hooks on the output layer (hf_transformer.speed._calls_hooks): torch's
+    # tables of a module's hooks and of the global ones.
+    from torch.nn.modules import module as torch_module
+
+    layer = torch.nn.Linear(2, 2)
+    handle = layer.register_forward_hook(lambda module, inputs, output: output)
+    assert len(layer._forward_hooks) == 1 and not layer._forward_pre_hooks
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda module, inputs: None)
+    assert len(torch_module._global_forward_pre_hooks) >= 1 and isinstance(torch_module._global_forward_hooks, dict)
+    handle.remove()
     from transformers.dynamic_module_utils import custom_object_save
 
     assert list(inspect.signature(custom_object_save).parameters)[:2] == ["obj", "folder"]
