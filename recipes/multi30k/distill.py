@@ -38,8 +38,9 @@ from pathlib import Path
 from transformers import HfArgumentParser
 
 from recipes.multi30k.data import DataArguments
-from recipes.multi30k.rerank import ENGINE_DEFAULTS, load, model_folders, recorded_setting
+from recipes.multi30k.rerank import ENGINE_DEFAULTS, load, model_folders, recorded_setting, weights_sha256
 from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, score_both_ways
+from recipes.multi30k.scoring import check_direction
 
 logger = logging.getLogger("recipes.multi30k.distill")
 
@@ -103,20 +104,6 @@ def sha256_text(lines: list[str]) -> str:
     return hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
 
 
-def weights_sha256(folder: str | Path) -> str:
-    """One digest over the folder's weight files (``*.safetensors``, by name)."""
-    digest = hashlib.sha256()
-    files = sorted(Path(folder).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"teacher {folder}: no .safetensors weights in it")
-    for path in files:
-        digest.update(path.name.encode())
-        with open(path, "rb") as stream:
-            while block := stream.read(1 << 22):
-                digest.update(block)
-    return digest.hexdigest()
-
-
 @dataclass
 class Teacher:
     """The folders that translate: the forward members and, for a reranking, the channel's and its chosen setting."""
@@ -157,6 +144,9 @@ def member_records(folders: list[str]) -> list[dict]:
 def decoding_record(args: DistillArguments, data_args: DataArguments, sources: list[str]) -> tuple[dict, Teacher]:
     """What this run decodes, by which teacher and how; and the teacher's folders."""
     teacher = find_teacher(args.teacher)
+    source, target = data_args.source_lang, data_args.target_lang
+    check_direction([*args.teacher, *teacher.members], source, target, "--teacher")
+    check_direction(teacher.channel, target, source, "the reranking's channel model")
     length_penalty = args.length_penalty if args.length_penalty is not None else teacher.length_penalty
     num_beams = args.num_beams
     if teacher.reranking is not None:
@@ -166,6 +156,12 @@ def decoding_record(args: DistillArguments, data_args: DataArguments, sources: l
                 f"{teacher.reranking['num_candidates']}-best lists (leave --num_beams out)"
             )
         num_beams = teacher.reranking["num_candidates"]
+        chosen_on = teacher.length_penalty  # the reranking's n-best lists were decoded with it
+        if args.length_penalty is not None and chosen_on is not None and args.length_penalty != chosen_on:
+            raise ValueError(
+                f"--length_penalty {args.length_penalty}: the reranking {args.teacher[0]} chose among n-best lists "
+                f"decoded with length penalty {chosen_on} (leave --length_penalty out)"
+            )
         for key in ENGINE_DEFAULTS:  # its setting was chosen on these scores
             given, own = getattr(args, key), getattr(teacher, key)
             if given is not None and given != own:
@@ -276,6 +272,8 @@ def distill(translate, sources: list[str], record: dict, output_dir: Path, args:
             record["sessions"] = [{"host": None, "device": None, "translated": None, "seconds": saved["seconds"]}]
     record["finished"] = False
     done = partial.read_text(encoding="utf-8").split("\n")[:-1] if partial.is_file() else []
+    if partial.is_file():  # a line cut off by the stop is dropped, not glued to the next translation
+        partial.write_text("".join(line + "\n" for line in done), encoding="utf-8")
     if done:
         logger.info("continuing after the %d translations already in %s", len(done), partial)
     # Each run of the step is a session of its own (a stopped run may be continued on another machine and device),

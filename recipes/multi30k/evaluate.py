@@ -31,7 +31,7 @@ from hf_transformer.ensemble import TransformerEnsemble
 from hf_transformer.metrics import require_scorers
 from recipes.multi30k.bleu import SCORERS
 from recipes.multi30k.data import DataArguments
-from recipes.multi30k.scoring import headline, lowercases, score, split_metrics, task_fields
+from recipes.multi30k.scoring import check_direction, headline, lowercases, score, split_metrics, task_fields
 
 logger = logging.getLogger("recipes.multi30k.evaluate")
 
@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     require_scorers(SCORERS)
     started = time.time()
+    check_direction(args.model_dirs, data_args.source_lang, data_args.target_lang)
     model, tokenizer = load_models(args.model_dirs)
     splits = data_args.evaluation_splits()
     tokenized = tokenize(splits, tokenizer, model.config, data_args)

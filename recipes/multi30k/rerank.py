@@ -28,6 +28,7 @@ training run's folder.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sys
@@ -51,7 +52,7 @@ from recipes.multi30k.reranking import (
     rerank,
     score_both_ways,
 )
-from recipes.multi30k.scoring import headline, lc_tok_references, lowercases, task_fields
+from recipes.multi30k.scoring import check_direction, headline, lc_tok_references, lowercases, task_fields
 
 logger = logging.getLogger("recipes.multi30k.rerank")
 
@@ -109,6 +110,25 @@ class RerankArguments:
         default=None, metadata={"help": "with --engine ctranslate2: int8 and the like (default: float32 weights)"}
     )
 
+    def __post_init__(self):
+        # The scores go beside the models, never over a training run's or an ensemble's own results.json.
+        given = Path(self.output_dir).resolve()
+        for option, folders in (("--model_dirs", self.model_dirs), ("--channel_model_dirs", self.channel_model_dirs)):
+            if any(Path(folder).resolve() == given for folder in folders):
+                raise ValueError(
+                    f"--output_dir {self.output_dir} is one of the {option}: its results.json and test predictions "
+                    "are that run's; give a folder of its own"
+                )
+        if self.num_candidates < 1:
+            raise ValueError(f"--num_candidates must be 1 or more, got {self.num_candidates}")
+        for option, values in (
+            ("--channel_weights", self.channel_weights),
+            ("--length_exponents", self.length_exponents),
+            ("--mbr_scales", self.mbr_scales),
+        ):
+            if any(value < 0 for value in values):
+                raise ValueError(f"{option} must be 0 or more, got {values}")
+
 
 def model_folders(folders: list[str]) -> tuple[list[str], float | None]:
     """The model folders ``folders`` name, and the length penalty an ensemble's scoring chose on validation (None if
@@ -139,6 +159,20 @@ def model_folders(folders: list[str]) -> tuple[list[str], float | None]:
 
 
 CANDIDATES_FILE = "candidates.json"
+
+
+def weights_sha256(folder: str | Path) -> str:
+    """One digest over the folder's weight files (``*.safetensors``, by name)."""
+    digest = hashlib.sha256()
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no .safetensors weights in it")
+    for path in files:
+        digest.update(path.name.encode())
+        with open(path, "rb") as stream:
+            while block := stream.read(1 << 22):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 def save_candidates(path: Path, settings: dict, sources: dict[str, list[str]], scored: dict) -> None:
@@ -295,9 +329,12 @@ def save(output_dir: Path, results: dict, test_outputs: list[str]) -> None:
     )
 
 
-def load_models(args: RerankArguments) -> tuple[Predictor, Predictor, dict]:
+def load_models(args: RerankArguments, data_args: DataArguments) -> tuple[Predictor, Predictor, dict]:
     """The forward and the channel model (each a folder or an ensemble), and the decoding settings: the folders, the
     n-best size and beam search's length penalty (as given, else the forward ensemble's choice, else the model's)."""
+    source, target = data_args.source_lang, data_args.target_lang
+    check_direction(args.model_dirs, source, target)
+    check_direction(args.channel_model_dirs, target, source, "--channel_model_dirs")  # p(source | candidate)
     forward_dirs, ensemble_length_penalty = model_folders(args.model_dirs)
     channel_dirs, _ = model_folders(args.channel_model_dirs)
     forward = load(forward_dirs, args.batch_size, args.device, args.engine, args.quantization)
@@ -310,6 +347,8 @@ def load_models(args: RerankArguments) -> tuple[Predictor, Predictor, dict]:
     decoding = {
         "models": forward_dirs,
         "channel_models": channel_dirs,
+        # The weights too: a model trained again into the same folder decodes other candidates.
+        "weights_sha256": [weights_sha256(folder) for folder in (*forward_dirs, *channel_dirs)],
         "num_candidates": args.num_candidates,
         "length_penalty": length_penalty,
         "engine": args.engine,
@@ -323,7 +362,7 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     require_scorers(SCORERS)
     started = time.time()
-    forward, channel, decoding = load_models(args)
+    forward, channel, decoding = load_models(args, data_args)
     splits = data_args.evaluation_splits()
     scorer = Scorer(splits, data_args)
     has_lc_tok_validation = "validation" in scorer.tokenized_references

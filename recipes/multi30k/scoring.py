@@ -7,8 +7,10 @@ The training step (recipes.multi30k.train) and the scoring of saved models (reci
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from hf_transformer.data import read_sentence_lines
 from hf_transformer.metrics import BleuMetric, ExtraScores, select_and_score, translation_metrics
@@ -128,6 +130,23 @@ def headline(scores: dict) -> dict:
     if "test_bleu_lc_tok" in scores:
         found["bleu_lc_tok"] = scores["test_bleu_lc_tok"]
     return found
+
+
+def check_direction(folders, source_lang: str, target_lang: str, role: str = "--model_dirs") -> None:
+    """Refuses a folder whose run's ``results.json`` records another direction than ``source_lang`` ->
+    ``target_lang`` (a De->En model scored against English sources reads German as nonsense, silently); folders
+    without a record are left to the caller."""
+    for folder in folders:
+        recorded = Path(folder) / "results.json"
+        if not recorded.is_file():
+            continue
+        saved = json.loads(recorded.read_text(encoding="utf-8"))
+        direction = (saved.get("source_lang"), saved.get("target_lang"))
+        if None not in direction and direction != (source_lang, target_lang):
+            raise ValueError(
+                f"{role} {folder} translates {direction[0]} -> {direction[1]} (its results.json), not "
+                f"{source_lang} -> {target_lang}: give --source_lang and --target_lang of its direction"
+            )
 
 
 def task_fields(data_args: DataArguments) -> dict:

@@ -105,7 +105,9 @@ def test_a_stopped_run_continues_where_it_stopped(tmp_path, data_dir, teacher, c
     record = json.loads((output_dir / distill.RECORD_FILE).read_text())
     (output_dir / distill.RECORD_FILE).write_text(json.dumps(record | {"finished": False}))
     (output_dir / "train.de").unlink()
-    (output_dir / "train.de.partial").write_text("".join(whole.splitlines(keepends=True)[:20]), encoding="utf-8")
+    # ... with the first characters of the next translation, cut off by the stop: dropped, not glued to it.
+    kept = "".join(whole.splitlines(keepends=True)[:20]) + whole.splitlines()[20][:4]
+    (output_dir / "train.de.partial").write_text(kept, encoding="utf-8")
     counting.translated = []
     record = distill.main(args)
     assert counting.translated == training_sources(data_dir)[20:]
@@ -239,6 +241,14 @@ def test_a_reranked_teacher_translates_as_its_reranking_chose(tmp_path, data_dir
         distill.main(distill_args(other, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "30"))
     with pytest.raises(ValueError, match="chose among 3-best lists"):
         distill.main([*args, "--num_beams", "4"])
+    with pytest.raises(ValueError, match="decoded with length penalty 1.0 \\(leave --length_penalty out\\)"):
+        distill.main([*args, "--length_penalty", "2.0"])
+    # A reranking of the other direction (its results.json says so) is refused before anything is decoded.
+    backwards = reranking_folder(tmp_path / "backwards", teacher, channel, **chosen)
+    record = json.loads((backwards / "results.json").read_text())
+    (backwards / "results.json").write_text(json.dumps(record | {"source_lang": "de", "target_lang": "en"}))
+    with pytest.raises(ValueError, match="--teacher .*backwards translates de -> en .*not en -> de"):
+        distill.main(distill_args(backwards, tmp_path / "other", "--data_dir", str(data_dir)))
 
 
 def test_a_reranking_chosen_on_ctranslate2s_scores_decodes_with_ctranslate2(

@@ -68,3 +68,14 @@ def test_evaluate_refuses_to_write_over_a_model_folder_s_own_results(tmp_path):
     with pytest.raises(ValueError, match="--output_dir .* is one of the --model_dirs"):
         evaluate_step.main(["--model_dirs", str(tmp_path / "run"), "--output_dir", str(tmp_path / "run" / ".")])
     assert json.loads((tmp_path / "run" / "results.json").read_text()) == {"bleu": 40.0}
+
+
+def test_evaluate_refuses_a_model_of_the_other_direction_before_reading_it(tmp_path):
+    # A De->En run scored with the default En->De arguments would read English sources as German: a silent 2 BLEU.
+    (tmp_path / "de-en").mkdir()
+    (tmp_path / "de-en" / "results.json").write_text('{"source_lang": "de", "target_lang": "en"}')
+    with pytest.raises(
+        ValueError, match="--model_dirs .*de-en translates de -> en \\(its results.json\\), not en -> de"
+    ):
+        evaluate_step.main(["--model_dirs", str(tmp_path / "de-en"), "--output_dir", str(tmp_path / "scored")])
+    assert not (tmp_path / "scored").exists()

@@ -259,11 +259,41 @@ def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch
     with pytest.raises(ValueError, match="num_candidates 3 there, 4 here"):
         choose_again("--num_candidates", "4")
     kept = tmp_path / "reranked" / "candidates.json"
+    # The models' weights are part of what decoded the lists: one trained again into its folder decodes others.
+    assert again["weights_sha256"] == [rerank_step.weights_sha256(tmp_path / run) for run in ("en-de", "de-en")]
     saved_lists = json.loads(kept.read_text())
+    kept.write_text(json.dumps(saved_lists | {"weights_sha256": ["0" * 64, saved_lists["weights_sha256"][1]]}))
+    with pytest.raises(ValueError, match="weights_sha256"):
+        choose_again("--num_candidates", "3")
     saved_lists["splits"]["test"]["sources"][0] = "another sentence"
     kept.write_text(json.dumps(saved_lists))
     with pytest.raises(ValueError, match="not those of these 40 test sentences"):
         choose_again("--num_candidates", "3")
+    # Refused before any model is read: a model of the other direction (as forward or as channel), an output
+    # folder that is a model's own, a negative grid value.
+    refused = [
+        (["--model_dirs", str(tmp_path / "de-en")], "--model_dirs .*de-en translates de -> en .*not en -> de"),
+        (
+            ["--channel_model_dirs", str(tmp_path / "en-de")],
+            "--channel_model_dirs .*translates en -> de .*not de -> en",
+        ),
+        (["--output_dir", str(tmp_path / "en-de")], "--output_dir .* is one of the --model_dirs"),
+        (["--output_dir", str(tmp_path / "de-en")], "--output_dir .* is one of the --channel_model_dirs"),
+        (["--mbr_scales", "-1"], "--mbr_scales must be 0 or more"),
+    ]
+    for options, message in refused:
+        arguments = {
+            "--model_dirs": str(tmp_path / "en-de"),
+            "--channel_model_dirs": str(tmp_path / "de-en"),
+            "--output_dir": str(tmp_path / "refused"),
+        }
+        arguments |= dict(zip(options[::2], options[1::2]))
+        with pytest.raises(ValueError, match=message):
+            rerank_step.main(
+                [*[item for pair in arguments.items() for item in pair], "--data_dir", str(data_dir)]
+                + ["--source_lang", "en", "--target_lang", "de", "--num_candidates", "3"]
+            )
+    assert not (tmp_path / "refused").exists()
     assert set(again["eval_bleu_by_setting"]) == set(grid) | {"0/mbr0.5", "0/mbr1", "1/mbr0.5", "1/mbr1"}
     assert all(again["eval_bleu_by_setting"][key] == value for key, value in grid.items())
     assert again["test_beam_bleu"] == results["test_beam_bleu"]
