@@ -24,7 +24,9 @@ pipeline (:func:`register_folder_pipeline`), the pipeline's code, named in the c
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +34,8 @@ import torch
 from transformers.dynamic_module_utils import custom_object_save
 
 from .configuration_transformer import _FOLDER_PIPELINES
+
+logger = logging.getLogger(__name__)
 
 
 class CheckpointError(OSError):
@@ -209,6 +213,10 @@ class CheckedLoadingMixin:
         # A folder that carries the model's code (remote code) also carries the pipelines of its class; the config in
         # memory names them while it is saved and is left as it was.
         pipeline = _FOLDER_PIPELINES.get(self._package_class().__name__)
+        if pipeline is None and self.is_remote_code() and self.config.__dict__.get("custom_pipelines"):
+            with self._keeping_loaded_pipelines(save_directory, *args, **kwargs):
+                yield
+            return
         if pipeline is None or not self.is_remote_code():
             yield
             return
@@ -226,6 +234,40 @@ class CheckedLoadingMixin:
                 del config.custom_pipelines
             else:
                 config.custom_pipelines = before
+
+    @contextlib.contextmanager
+    def _keeping_loaded_pipelines(self, save_directory, *args, **kwargs) -> Iterator[None]:
+        # Loaded through remote code (the package not installed, so no pipeline registered): the config still names
+        # the folder's pipelines. Their files, and the files they import, are copied from the folder the model was
+        # read from; an entry whose file is not found there is left out of the saved config, with a warning, rather
+        # than naming a file the new folder lacks.
+        from transformers.dynamic_module_utils import get_relative_import_files
+
+        config = self.config
+        before = config.custom_pipelines
+        source = Path(str(self.name_or_path or ""))
+        kept, files = {}, set()
+        for task, entry in before.items():
+            module = str(entry.get("impl", "")).rsplit(".", 1)[0]
+            found = source / f"{module}.py"
+            if module and found.is_file():
+                kept[task] = entry
+                files |= {found, *map(Path, get_relative_import_files(str(found)))}
+            else:
+                logger.warning(
+                    "%s: pipeline %r left out of the saved config: %s not found", save_directory, task, found
+                )
+        is_main_process = args[0] if args else kwargs.get("is_main_process", True)
+        if files and self.should_save_on_this_rank(is_main_process):
+            os.makedirs(save_directory, exist_ok=True)
+            for path in files:
+                if path.resolve() != (Path(save_directory) / path.name).resolve():
+                    shutil.copyfile(path, Path(save_directory) / path.name)
+        config.custom_pipelines = kept
+        try:
+            yield
+        finally:
+            config.custom_pipelines = before
 
     def _save_with_every_head(self, save_directory, *args, **kwargs):
         # `register_for_auto_class` maps only the class being saved in `auto_map`; naming every head lets each Auto

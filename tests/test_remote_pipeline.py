@@ -125,3 +125,35 @@ def test_a_translation_folder_runs_its_pipeline_without_the_package(folders, tmp
     assert run.returncode == 0, run.stderr[-4000:]
     assert "custom code" not in run.stdout + run.stderr  # trust_remote_code=True: no prompt
     assert json.loads((tmp_path / "out.json").read_text()) == expected
+
+
+# Loads the folder through remote code, saves the model again (as a fine-tuning would), and runs the pipeline of
+# the new folder: it must carry the pipeline its config names.
+RESAVE = r"""
+import importlib.util, json, sys
+assert importlib.util.find_spec("hf_transformer") is None, "hf_transformer is importable"
+import torch
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+torch.set_num_threads(1)
+folder, again, out = sys.argv[1:4]
+AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).save_pretrained(again)
+AutoTokenizer.from_pretrained(folder).save_pretrained(again)
+translate = pipeline(TASK, model=again, trust_remote_code=True)
+json.dump({"greedy": translate(TEXTS, max_new_tokens=6)}, open(out, "w"))
+"""
+
+
+@pytest.mark.slow
+def test_a_folder_loaded_through_remote_code_and_saved_again_keeps_its_pipeline(folders, tmp_path):
+    expected = {"greedy": pipeline(PIPELINE_TASK, model=str(folders["translator"]))(TEXTS, max_new_tokens=6)}
+    script = tmp_path / "resave.py"
+    script.write_text(f"TASK, TEXTS = {PIPELINE_TASK!r}, {TEXTS!r}\n" + textwrap.dedent(RESAVE))
+    again = tmp_path / "again"
+    run = isolated_python(script, str(folders["translator"]), str(again), str(tmp_path / "out.json"), tmp=tmp_path)
+    assert run.returncode == 0, run.stderr[-4000:]
+    assert PIPELINE_MODULES <= {path.stem for path in again.glob("*.py")}
+    assert json.loads((again / "config.json").read_text())["custom_pipelines"][PIPELINE_TASK]["impl"] == (
+        "pipelines.TranslationPipeline"
+    )
+    assert json.loads((tmp_path / "out.json").read_text()) == expected
