@@ -572,19 +572,42 @@ class TransformerConfig(PretrainedConfig):
         `return_unused_kwargs`), and the settings are checked together again (a `vocab_size` beside a saved
         `decoder_vocab_size` of one shared table)."""
         return_unused_kwargs = kwargs.pop("return_unused_kwargs", False)
+        # A both-stack depth sets both stacks, as given to the constructor (transformers would set the attribute
+        # `num_hidden_layers` names, the encoder's, alone).
+        depths = {alias: kwargs.pop(alias) for alias in _BOTH_STACK_LAYER_ALIASES if alias in kwargs}
+        if len(set(depths.values())) > 1:
+            raise ValueError(f"TransformerConfig: {depths} give two depths of both stacks; give one")
         with _reading_saved_config():
             config, unused = super().from_dict(_lenient(config_dict), return_unused_kwargs=True, **kwargs)
-        known = sorted(set(cls.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
-        misspelt = {key: difflib.get_close_matches(key, known, n=1, cutoff=0.8) for key in unused if key not in known}
-        misspelt = {key: close[0] for key, close in misspelt.items() if close}
-        if misspelt:
-            named = ", ".join(f"`{key}` (did you mean `{close}`?)" for key, close in misspelt.items())
-            raise ValueError(f"TransformerConfig has no setting {named}.")
+        for depth in set(depths.values()):
+            config.encoder_layers = config.decoder_layers = depth
+        cls._refuse_misspelt(unused)
         if set(kwargs) - set(unused) - {"_from_auto", "_from_pipeline", "name_or_path", "dtype", "torch_dtype"}:
             config.validate_ngram_orders()
             config.validate_vocabularies()
             config.validate_token_ids()
         return (config, unused) if return_unused_kwargs else config
+
+    @classmethod
+    def _refuse_misspelt(cls, keys) -> None:
+        """Refuses the keys that look like misspelt settings (close to a known name), naming the closest."""
+        known = sorted(set(cls.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
+        misspelt = {key: difflib.get_close_matches(key, known, n=1, cutoff=0.8) for key in keys if key not in known}
+        misspelt = {key: close[0] for key, close in misspelt.items() if close}
+        if misspelt:
+            named = ", ".join(f"`{key}` (did you mean `{close}`?)" for key, close in misspelt.items())
+            raise ValueError(f"TransformerConfig has no setting {named}.")
+
+    def update(self, config_dict: dict) -> None:
+        """`PretrainedConfig.update`, refusing a key that looks like a misspelt setting (``dropuot``) as the
+        constructor does, before anything is set; a both-stack depth sets both stacks."""
+        self._refuse_misspelt([key for key in config_dict if not hasattr(type(self), key)])
+        depths = {alias: config_dict[alias] for alias in _BOTH_STACK_LAYER_ALIASES if alias in config_dict}
+        if len(set(depths.values())) > 1:
+            raise ValueError(f"TransformerConfig: {depths} give two depths of both stacks; give one")
+        super().update({key: value for key, value in config_dict.items() if key not in depths})
+        for depth in set(depths.values()):
+            self.encoder_layers = self.decoder_layers = depth
 
     @classmethod
     def from_json_file(cls, json_file):

@@ -337,3 +337,25 @@ def test_settings_are_checked_by_huggingface_hub_as_transformers_configs_are():
     config.decoder_vocab_size = 30
     with pytest.raises(StrictDataclassError, match="validate_vocabularies"):
         config.validate()
+
+
+def test_a_both_stack_depth_and_a_misspelt_key_are_read_alike_by_the_constructor_from_pretrained_and_update(
+    tmp_path,
+):
+    # `num_hidden_layers` sets both stacks in the constructor; transformers' from_dict and update set the attribute
+    # it maps to (the encoder's) alone. A misspelt key passed to update was set silently as a new attribute.
+    TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4, n_layer=1).save_pretrained(tmp_path)
+    for depth in ("num_hidden_layers", "n_layer"):
+        loaded = TransformerConfig.from_pretrained(tmp_path, **{depth: 3})
+        assert (loaded.encoder_layers, loaded.decoder_layers) == (3, 3), depth
+        loaded.update({depth: 2})
+        assert (loaded.encoder_layers, loaded.decoder_layers) == (2, 2), depth
+    assert TransformerConfig(num_hidden_layers=3).decoder_layers == 3
+    config = TransformerConfig.from_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="`dropuot` \\(did you mean `dropout`\\?\\)"):
+        config.update({"dropout": 0.2, "dropuot": 0.3})
+    assert config.dropout == 0.1 and not hasattr(config, "dropuot")  # nothing set
+    config.update({"dropout": 0.2, "a_tool_s_own_note": "kept"})
+    assert config.dropout == 0.2 and config.a_tool_s_own_note == "kept"
+    with pytest.raises(ValueError, match="two depths"):
+        TransformerConfig.from_pretrained(tmp_path, n_layer=2, num_hidden_layers=3)
