@@ -119,32 +119,52 @@ def paired_bootstrap(
 
 
 class ReferenceIndex:
-    """Finds the raw reference line of each prediction row from its `label_ids`.
+    """Finds the raw reference line of each prediction row from its `label_ids` (and its `inputs`, where the
+    prediction has them).
 
     `Trainer.predict` may return rows in another order than the dataset's (the evaluation sampler
     groups by length when `train_sampling_strategy="group_by_length"`), so the rows are matched by their
-    token ids, never by position. Rows with identical labels take the dataset's rows in turn; a row beyond
-    them is a repeat: a multi-process evaluation pads the last batches with rows already given, so that every
-    process decodes as many, and each dataset row must be scored once.
+    token ids, never by position: by source and target where ``input_rows`` are given and the prediction carries
+    its inputs (`include_for_metrics=["inputs"]`, which :func:`select_and_score` sets), so that two rows with one
+    target and different sources keep their own hypotheses; else by the target alone. Rows with identical ids take
+    the dataset's rows in turn; a row beyond them is a repeat: a multi-process evaluation pads the last batches with
+    rows already given, so that every process decodes as many, and each dataset row must be scored once.
     """
 
-    def __init__(self, label_rows: Sequence[Sequence[int]], references: Sequence[str]):
+    def __init__(
+        self,
+        label_rows: Sequence[Sequence[int]],
+        references: Sequence[str],
+        input_rows: Sequence[Sequence[int]] | None = None,
+    ):
         if len(label_rows) != len(references):
             raise ValueError(f"{len(label_rows)} label rows but {len(references)} references")
+        if input_rows is not None and len(input_rows) != len(label_rows):
+            raise ValueError(f"{len(input_rows)} input rows but {len(label_rows)} label rows")
         self.references = list(references)
-        self._rows: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        self._by_target: dict[tuple, list[int]] = defaultdict(list)
+        self._by_pair: dict[tuple, list[int]] | None = None if input_rows is None else defaultdict(list)
         for index, row in enumerate(label_rows):
-            self._rows[tuple(int(t) for t in row)].append(index)
+            target = tuple(int(t) for t in row)
+            self._by_target[target].append(index)
+            if input_rows is not None:
+                self._by_pair[(tuple(int(t) for t in input_rows[index]), target)].append(index)
 
-    def positions(self, label_ids: np.ndarray, pad_token_id: int) -> list[int | None]:
+    def positions(self, label_ids: np.ndarray, pad_token_id: int, inputs: np.ndarray | None = None) -> list[int | None]:
         """The dataset row of each prediction row, None for a repeat; an error when a row is not in the dataset."""
-        taken: dict[tuple[int, ...], int] = defaultdict(int)
+
+        def ids(row) -> tuple[int, ...]:
+            return tuple(int(t) for t in row if t != IGNORE_INDEX and t != pad_token_id)
+
+        by_pair = self._by_pair is not None and inputs is not None
+        rows = self._by_pair if by_pair else self._by_target
+        taken: dict[tuple, int] = defaultdict(int)
         positions = []
-        for row in np.asarray(label_ids):
-            key = tuple(int(t) for t in row if t != IGNORE_INDEX and t != pad_token_id)
-            candidates = self._rows.get(key)
+        for index, row in enumerate(np.asarray(label_ids)):
+            key = (ids(np.asarray(inputs)[index]), ids(row)) if by_pair else ids(row)
+            candidates = rows.get(key)
             if not candidates:
-                raise ValueError(f"a prediction row's labels {list(key)[:12]}... match no reference of this split")
+                raise ValueError(f"a prediction row's ids {list(ids(row))[:12]}... match no row of this split")
             positions.append(candidates[taken[key]] if taken[key] < len(candidates) else None)
             taken[key] += 1
         return positions
@@ -197,7 +217,8 @@ class BleuMetric:
         hypotheses = decode_generated(self.tokenizer, prediction.predictions)
         lengths = generated_lengths(prediction.predictions, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
         if self.index is not None:
-            positions = self.index.positions(prediction.label_ids, self.tokenizer.pad_token_id)
+            inputs = getattr(prediction, "inputs", None)
+            positions = self.index.positions(prediction.label_ids, self.tokenizer.pad_token_id, inputs)
             scored = [row for row, position in enumerate(positions) if position is not None]  # repeats left out
             hypotheses, lengths = [hypotheses[row] for row in scored], lengths[scored]
             positions = [positions[row] for row in scored]
@@ -231,7 +252,11 @@ def translation_metrics(
     against the split's raw ``target_lang`` lines (of its ``translation`` column), matched to the rows of
     ``tokenized[split]`` through their labels; ``extra_scores[split]`` adds that split's own scores."""
     references = {
-        split: ReferenceIndex(tokenized[split]["labels"], [pair[target_lang] for pair in splits[split]["translation"]])
+        split: ReferenceIndex(
+            tokenized[split]["labels"],
+            [pair[target_lang] for pair in splits[split]["translation"]],
+            tokenized[split]["input_ids"],
+        )
         for split in ("validation", "test")
         if split in splits
     }
@@ -262,6 +287,10 @@ def select_and_score(
     ``selected_on`` and, with several penalties, ``eval_<selected_on>_by_length_penalty``.
     """
     penalties = list(dict.fromkeys(length_penalties))
+    # The predictions carry their sources, so that each is put back on its own row (ReferenceIndex).
+    args = getattr(trainer, "args", None)
+    if args is not None and "inputs" not in (args.include_for_metrics or []):
+        args.include_for_metrics = [*(args.include_for_metrics or []), "inputs"]
     trainer.compute_metrics = metric("validation")
     by_penalty = {}
     for penalty in penalties:

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import torch
 from transformers.trainer_utils import EvalPrediction
 
 from hf_transformer.metrics import (
@@ -125,7 +126,7 @@ def test_bleu_metric_scores_against_the_right_references():
     assert sacrebleu.corpus_bleu(references[::-1], [references]).score < 50
 
     # A prediction whose labels are not in the split is an error, not a silent misalignment.
-    with pytest.raises(ValueError, match="match no reference"):
+    with pytest.raises(ValueError, match="match no row of this split"):
         metric(EvalPrediction(predictions=_padded([[2, 7, 3]]), label_ids=_padded([[7, 3]])))
 
 
@@ -136,6 +137,24 @@ def test_generated_length_stops_at_the_first_end_of_sequence_token():
     metric = BleuMetric(_Tokenizer(["a", "b", "c", "d", "e", "f"]))
     scores = metric(EvalPrediction(predictions=rows, label_ids=rows[:, 1:]))
     assert scores["gen_len"] == pytest.approx((4 + 6 + 3 + 6) / 4)
+
+
+def test_rows_of_one_target_keep_their_own_hypotheses_where_the_prediction_carries_its_sources():
+    # Two rows share a target; evaluated in length order (reversed here), each hypothesis must go back to its row.
+    label_rows, input_rows = [[7, 8, 3], [7, 8, 3], [9, 3]], [[5, 3], [5, 6, 6, 6, 3], [6, 3]]
+    index = ReferenceIndex(label_rows, ["a b", "a b", "c"], input_rows)
+    order = [1, 2, 0]
+    prediction = EvalPrediction(
+        predictions=_padded([[2, 10 + row, 3] for row in order]),
+        label_ids=_padded([label_rows[row] for row in order]),
+        inputs=_padded([input_rows[row] for row in order]),
+    )
+    assert index.positions(prediction.label_ids, 0, prediction.inputs) == order
+    assert index.positions(prediction.label_ids, 0) == [0, 2, 1]  # by the target alone: rows 0 and 1 swapped
+    words = ["a", "b", "c", "d", "e", "f", "g", "h"]
+    metric = BleuMetric(_Tokenizer(words), index)
+    metric(prediction)
+    assert metric.in_dataset_order() == _Tokenizer(words).batch_decode([[10], [11], [12]])
 
 
 def test_reference_index_takes_duplicate_rows_in_turn():
@@ -248,3 +267,47 @@ def test_select_and_score_without_a_test_set_scores_validation_alone():
     assert hypotheses is None and not any(key.startswith("test") for key in results)
     assert "eval_bleu_by_length_penalty" not in results and results["length_penalty"] == 1.0
     assert [call[:2] for call in trainer.calls] == [("validation", "eval"), ("validation", "eval_greedy")]
+
+
+@pytest.mark.slow
+def test_select_and_score_gives_each_test_row_its_own_translation_when_targets_repeat(tmp_path):
+    # Evaluated in length order (group_by_length), rows of one target used to swap translations in the output file.
+    from datasets import Dataset
+    from transformers import AutoModelForSeq2SeqLM, Seq2SeqTrainer, Seq2SeqTrainingArguments
+
+    from hf_transformer.data import seq2seq_collator
+    from hf_transformer.metrics import select_and_score, translation_metrics
+    from tests.helpers.models import save_random_translator, sentence_tokenizer
+
+    tokenizer = sentence_tokenizer()
+    folder = save_random_translator(tmp_path / "model", tokenizer, max_position_embeddings=32, max_new_tokens=6)
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # far from the initialisation: the translations depend on the source
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.normal_(0.0, 1.0, generator=generator)
+    sources = ["a dog .", "a man rides a red bike near the house .", "two dogs play .", "the snow and the house ."]
+    targets = ["x y", "x y", "z", "z"]
+    tokenized = Dataset.from_dict(dict(tokenizer(sources, text_target=targets)))
+    pairs = Dataset.from_dict({"translation": [{"en": s, "de": t} for s, t in zip(sources, targets)]})
+    arguments = Seq2SeqTrainingArguments(
+        output_dir=str(tmp_path / "run"), predict_with_generate=True, per_device_eval_batch_size=1,
+        train_sampling_strategy="group_by_length", report_to="none", use_cpu=True,
+    )  # fmt: skip
+    trainer = Seq2SeqTrainer(
+        model=model, args=arguments, eval_dataset=tokenized, data_collator=seq2seq_collator(tokenizer, model)
+    )
+    metric = translation_metrics(
+        tokenizer, {"validation": pairs, "test": pairs}, {"validation": tokenized, "test": tokenized}, "de"
+    )
+    _, hypotheses = select_and_score(trainer, tokenized, metric, num_beams=1, length_penalties=[1.0])
+    own = [
+        tokenizer.decode(
+            model.generate(**tokenizer([source], return_tensors="pt"), num_beams=1)[0], skip_special_tokens=True
+        )
+        for source in sources
+    ]
+    own = [text.strip() for text in own]
+    assert own[0] != own[1] and own[2] != own[3]  # the rows of one target translate differently
+    assert hypotheses == own
