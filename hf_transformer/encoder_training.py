@@ -165,8 +165,29 @@ class TextFileArguments(SplitLimits):
         label_column = self.label_column if labels else None
         splits = load_local_dataset(files, text_column=self.text_column, label_column=label_column)
         if "validation" not in splits:
-            carved = splits["train"].train_test_split(
-                test_size=self.validation_size, seed=seed if self.split_seed is None else self.split_seed
-            )
-            splits["train"], splits["validation"] = carved["train"], carved["test"]
+            split_seed = seed if self.split_seed is None else self.split_seed
+            splits["train"], splits["validation"] = self._carve(splits["train"], split_seed, labels)
         return first_rows(splits, self.split_limits())
+
+    def _carve(self, train, split_seed: int, labels: bool):
+        """(train, validation): ``validation_size`` of the training rows held out, the rows pretraining holds out
+        (its texts read alone) whatever the labels: where rows without a label are dropped for training, the carve is
+        made over the rows as pretraining reads them, so that none of the classifier's held-out rows was trained on."""
+        from .data import load_local_dataset
+
+        carved = train.train_test_split(test_size=self.validation_size, seed=split_seed)
+        if not labels:
+            return carved["train"], carved["test"]
+        texts = load_local_dataset({"train": self.train_file}, text_column=self.text_column)["train"]
+        if len(texts) == len(train):  # every row labelled: the same rows as pretraining's
+            return carved["train"], carved["test"]
+        numbered = texts.add_column("row", list(range(len(texts))))
+        held = numbered.train_test_split(test_size=self.validation_size, seed=split_seed)
+        # Each labelled row's place among pretraining's rows: the labelled rows are those rows, less the unlabelled.
+        place, row, every_text = {}, 0, texts["text"]
+        for index, text in enumerate(train["text"]):
+            while every_text[row] != text:
+                row += 1
+            place[row], row = index, row + 1
+        parts = [[place[r] for r in held[part]["row"] if r in place] for part in ("train", "test")]
+        return train.select(parts[0]), train.select(parts[1])

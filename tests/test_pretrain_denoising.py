@@ -217,3 +217,22 @@ def test_rows_of_one_token_or_none_are_left_out_in_order():
     assert kept._indices is None  # written out: batches read without an index mapping
     complete = part.select([0, 3]).flatten_indices()
     assert without_short_rows(complete) is complete  # nothing to drop: the split as it is
+
+
+def test_the_classifier_holds_out_the_rows_pretraining_held_out_when_some_rows_have_no_label(tmp_path):
+    # Pretraining reads the texts alone and keeps a row without a label; the classifier drops it. Carved apart, the
+    # two splits differed from that row on, and the classifier was validated on rows pretraining had trained on.
+    from hf_transformer.encoder_training import TextFileArguments
+
+    rows = [{"text": f"review number {i}", "label": ["negative", "positive"][i % 2]} for i in range(60)]
+    rows[5]["label"] = ""
+    (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    arguments = TextFileArguments(train_file=str(tmp_path / "train.jsonl"), validation_size=0.2)
+    pretraining, classifier = arguments.splits(0, labels=False), arguments.splits(0)
+    assert len(classifier["train"]) + len(classifier["validation"]) == 59
+    assert set(classifier["validation"]["text"]) <= set(pretraining["validation"]["text"])
+    assert set(classifier["train"]["text"]) <= set(pretraining["train"]["text"])
+    # Every row labelled: the carve is the one it always was.
+    (tmp_path / "all.jsonl").write_text("".join(json.dumps(row | {"label": "positive"}) + "\n" for row in rows))
+    labelled = TextFileArguments(train_file=str(tmp_path / "all.jsonl"), validation_size=0.2)
+    assert labelled.splits(0)["validation"]["text"] == labelled.splits(0, labels=False)["validation"]["text"]
