@@ -262,6 +262,14 @@ def check_checkpoint_averaging(training_args, count: int) -> None:
         raise ValueError(
             f"--average_checkpoints {count} replaces the weights --load_best_model_at_end would load: use one of them"
         )
+    earlier = _earlier_checkpoints(training_args)
+    if earlier and kept is not None:
+        raise ValueError(
+            f"--output_dir {training_args.output_dir} holds checkpoints of an earlier run ({', '.join(earlier[:4])}"
+            f"{', ...' if len(earlier) > 4 else ''}): transformers keeps the --save_total_limit {kept} checkpoints of "
+            f"the highest steps, which can delete this run's before --average_checkpoints {count} reads them; resume "
+            "that run with --resume_from_checkpoint, remove them, or give another folder"
+        )
     saves = _checkpoints_saved(training_args, strategy)
     if saves is not None and saves < count:
         raise ValueError(
@@ -269,6 +277,15 @@ def check_checkpoint_averaging(training_args, count: int) -> None:
             f"{strategy}, --num_train_epochs {training_args.num_train_epochs}, --max_steps {training_args.max_steps}, "
             f"--save_steps {training_args.save_steps}): train longer or save more often"
         )
+
+
+def _earlier_checkpoints(training_args) -> list[str]:
+    """The checkpoint folders already in ``--output_dir`` when a run starts rather than resumes, by step."""
+    if getattr(training_args, "resume_from_checkpoint", None):
+        return []
+    folder = Path(training_args.output_dir)
+    found = [path for path in folder.glob("checkpoint-*") if path.is_dir() and path.name[11:].isdigit()]
+    return [path.name for path in sorted(found, key=lambda path: int(path.name[11:]))]
 
 
 def _checkpoints_saved(training_args, strategy: str) -> int | None:

@@ -301,7 +301,11 @@ def save_translation_run(trainer, results: Mapping, test_hypotheses: Sequence[st
     """:func:`hf_transformer.training.save_run` with ``test_predictions.txt``: one line per test pair, in the test
     file's order."""
     files = {"test_predictions.txt": "\n".join(test_hypotheses) + "\n"} if test_hypotheses is not None else None
-    return save_run(trainer, results, card, files)
+    output_dir = save_run(trainer, results, card, files)
+    stale = output_dir / "test_predictions.txt"
+    if test_hypotheses is None and trainer.is_world_process_zero() and stale.is_file():
+        stale.unlink()  # an earlier run's, in the same folder: not this model's output
+    return output_dir
 
 
 def run_facts(model, training_args, started: float, program: str, argv: Sequence[str] | None) -> dict:

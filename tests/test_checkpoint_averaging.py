@@ -82,3 +82,19 @@ def test_only_this_runs_checkpoints_are_averaged_not_an_earlier_runs_left_in_the
     ]
     with pytest.raises(ValueError, match=r"found 2 \(checkpoint-6, checkpoint-8 of an earlier run left there\)"):
         last_checkpoints(tmp_path, 3, written_since=started - 60)
+
+
+def test_averaging_is_refused_before_training_where_an_earlier_runs_checkpoints_could_rotate_this_runs_away(tmp_path):
+    # transformers keeps the --save_total_limit checkpoints of the highest steps: an earlier, longer run's
+    # checkpoint-6 and checkpoint-8 would make it delete this run's 2 and 4 as they are saved.
+    from transformers import TrainingArguments
+
+    from hf_transformer.training import check_checkpoint_averaging
+
+    for step in (6, 8):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    settings = dict(output_dir=str(tmp_path), save_strategy="epoch", num_train_epochs=2, report_to="none")
+    with pytest.raises(ValueError, match=r"holds checkpoints of an earlier run \(checkpoint-6, checkpoint-8\)"):
+        check_checkpoint_averaging(TrainingArguments(**settings, save_total_limit=2), 2)
+    check_checkpoint_averaging(TrainingArguments(**settings, save_total_limit=2, resume_from_checkpoint="x"), 2)
+    check_checkpoint_averaging(TrainingArguments(**settings), 2)  # no rotation: this run's are told apart by time

@@ -91,6 +91,8 @@ def test_a_table_file_without_validation_or_test_files_is_scored_on_held_out_pai
     rows = [{"en": source, "de": target, "id": i} for i, (source, target) in enumerate(toy_pairs(80, 0))]
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     output_dir = tmp_path / "model"
+    output_dir.mkdir()  # an earlier run's test output in the folder: not this model's, so not left beside it
+    (output_dir / "test_predictions.txt").write_text("an earlier model's translation\n", encoding="utf-8")
     results = load_script("train_translation").main(
         [
             "--output_dir", str(output_dir), "--train_file", str(tmp_path / "train.jsonl"), "--validation_size", "0.1",
