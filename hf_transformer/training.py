@@ -200,9 +200,12 @@ def training_settings(trainer) -> dict:
     optimizer steps and epochs done, the arithmetic, and the seed."""
     args, state = trainer.args, trainer.state
     precision = "bfloat16" if args.bf16 else "float16" if args.fp16 else "float32"
+    # The schedule's peak as it ran: a run resumed from a checkpoint restores the checkpoint's schedule, whatever
+    # --learning_rate its command gave.
+    base_rates = getattr(getattr(trainer, "lr_scheduler", None), "base_lrs", None)
     return {
         "optimizer": str(getattr(args.optim, "value", args.optim)),
-        "learning_rate": args.learning_rate,
+        "learning_rate": base_rates[0] if base_rates else args.learning_rate,
         "lr_scheduler_type": str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)),
         "warmup_steps": args.get_warmup_steps(state.max_steps),
         "weight_decay": args.weight_decay,

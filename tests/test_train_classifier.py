@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from tests.helpers.launch import load_script, review_files, write_reviews
-from tests.helpers.models import check_card_describes_folder, trained_with
+from tests.helpers.models import card_settings, check_card_describes_folder, trained_with
 
 
 @pytest.mark.slow
@@ -386,3 +386,24 @@ def test_a_run_resumed_in_the_middle_of_a_pass_of_length_grouped_batches_trains_
         for run in ("whole", "resumed")
     ]
     assert losses[0] == losses[1]  # the checkpoint's first 15, then the 15 steps trained again
+
+
+@pytest.mark.slow
+def test_a_resumed_run_s_card_gives_the_learning_rate_its_restored_schedule_trained_with(tmp_path):
+    # The Trainer restores the checkpoint's schedule: a --learning_rate given to the resumed run does not train,
+    # so the card must not state it.
+    data_dir = tmp_path / "data"
+    write_reviews(data_dir, 80, seed=1, name="train.jsonl")
+    write_reviews(data_dir, 20, seed=2, name="test.jsonl")
+    arguments = [*review_files(data_dir), *TINY_CLASSIFIER, "--eval_strategy", "no", "--save_strategy", "steps"]
+    arguments += ["--save_steps", "3", "--max_steps", "6", "--logging_steps", "1", "--lr_scheduler_type", "constant"]
+    train_classifier = load_script("train_classifier")
+    train_classifier.main(["--output_dir", str(tmp_path / "first"), *arguments, "--learning_rate", "2e-3"])
+    resumed = tmp_path / "resumed"
+    train_classifier.main(
+        ["--output_dir", str(resumed), *arguments, "--learning_rate", "5e-2"]
+        + ["--resume_from_checkpoint", str(tmp_path / "first" / "checkpoint-3")]
+    )
+    logged = {row["learning_rate"] for row in json.loads((resumed / "log_history.json").read_text()) if "loss" in row}
+    assert logged == {0.002}
+    assert card_settings((resumed / "README.md").read_text())["learning_rate"] == "0.002"
