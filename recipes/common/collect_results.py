@@ -163,11 +163,11 @@ def chained(results: dict, base: Path, name: str) -> tuple[str, float | None, li
     command = shell_command(results.get("command", "?"), results.get("world_size", 1))
     wall = results.get("wall_seconds")
     pretraining = earlier_runs(results, base, name)
+    earlier_wall = [r.get("wall_seconds") for r in pretraining]
     if pretraining:
         command = " && ".join(
             [*(shell_command(r.get("command", "?"), r.get("world_size", 1)) for r in pretraining), command]
         )
-        earlier_wall = [r.get("wall_seconds") for r in pretraining]
         if wall is not None and None not in earlier_wall:
             wall = round(wall + sum(earlier_wall), 1)
     members = [member for member in results.get("ensemble", []) if "command" in member]
@@ -237,7 +237,8 @@ def collect_run(
         "params": results.get("parameters"),
         "wall_seconds": wall,
         "run_wall_seconds": results.get("wall_seconds"),
-        "pretraining_wall_seconds": sum(r.get("wall_seconds") or 0 for r in pretraining) if pretraining else None,
+        # Unknown where any earlier run's time is (summed as 0 it would read as a breakdown that is not).
+        "pretraining_wall_seconds": _summed([r.get("wall_seconds") for r in pretraining]) if pretraining else None,
         "members_wall_seconds": round(sum(members_wall), 1) if members and None not in members_wall else None,
         "members": len(members) or None,
         "curve": draw_curve(folder, name, figures),
@@ -247,10 +248,15 @@ def collect_run(
     return run
 
 
+def _summed(seconds: list[float | None]) -> float | None:
+    return None if None in seconds else sum(seconds)
+
+
 def minutes(seconds: float | None) -> str:
     if seconds is None:
         return "n/a"
-    return f"{int(seconds // 60)} min {int(round(seconds % 60)):02d} s"
+    whole = round(seconds)  # rounded once: 119.6 s is 2 min 00 s, not 1 min 60 s
+    return f"{whole // 60} min {whole % 60:02d} s"
 
 
 def value_text(metric: str, value: float) -> str:

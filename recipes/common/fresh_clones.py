@@ -175,6 +175,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--runs must be at least 1, not {args.runs}")
     if not (args.repo / args.job).is_file():
         parser.error(f"{args.job} is not a file of {args.repo}")
+    if args.output.suffix != ".md":
+        parser.error(f"--output {args.output}: the report is a .md file (its logs go in the folder of its name)")
+    # A series writes anew: an earlier series' report, logs or kept folders are not written over or mixed in.
+    log_dir = args.log_dir or args.output.with_suffix("")
+    earlier = [args.output, args.output.with_suffix(".json")]
+    earlier += [log_dir / f"run-{index}.log" for index in range(1, args.runs + 1)]
+    earlier += [args.keep / f"run-{index}" for index in range(1, args.runs + 1)] if args.keep else []
+    present = [str(path) for path in earlier if path.exists()]
+    if present:
+        parser.error(f"an earlier series' files are there ({', '.join(present[:3])}): give another --output or --keep")
     commit, changed = head_commit(args.repo)
     if changed:
         print(f"the working tree of {args.repo} has changes the clones will not have: they run {commit[:7]}")

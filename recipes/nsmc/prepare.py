@@ -4,8 +4,10 @@ reviews, written as JSON lines (``id``, ``text``, ``label`` as ``negative`` / ``
     python -m recipes.nsmc.prepare --data_dir ../shared/data --output_dir runs/nsmc-data
 
 The validation reviews are carved from ``ratings_train.txt`` with a fixed seed, so the 50,000 test reviews are never
-used for choosing anything, and pretraining on ``train.jsonl`` never reads a review the classifier is validated on.
-Quotes are decoded and empty reviews dropped (counted in a log line) by :func:`recipes.nsmc.data.load_nsmc`.
+used for choosing anything, and pretraining on ``train.jsonl`` never reads a review the classifier is validated on
+(as reviews, by id: NSMC's files repeat some short texts, such as "최악.", so 483 validation and 1,516 test texts also
+stand in the training file as another review). Quotes are decoded and empty reviews dropped (counted in a log line)
+by :func:`recipes.nsmc.data.load_nsmc`.
 """
 
 from __future__ import annotations
@@ -38,11 +40,26 @@ def write_splits(data_dir: str | None, output_dir: Path, *, validation_size: flo
     return counts
 
 
+def share_or_count(text: str) -> float | int:
+    """--validation_size: a share of the training file in (0, 1), or a count of reviews (a whole number, 1 or more)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a share in (0, 1) nor a count of reviews") from None
+    if 0 < value < 1:
+        return value
+    if value >= 1 and value.is_integer():
+        return int(value)
+    raise argparse.ArgumentTypeError(f"{text} is neither a share in (0, 1) nor a count of reviews (1 or more)")
+
+
 def argument_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m recipes.nsmc.prepare", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data_dir", help="folder holding nsmc/ (else $HF_TRANSFORMER_DATA, else ./data)")
     parser.add_argument("--output_dir", type=Path, required=True, help="where the .jsonl files go")
-    parser.add_argument("--validation_size", type=float, default=0.1, help="share of the training file held out")
+    parser.add_argument(
+        "--validation_size", type=share_or_count, default=0.1, help="share of the training file held out, or a count"
+    )
     parser.add_argument("--seed", type=int, default=42, help="seed of the held-out split")
     return parser
 

@@ -306,3 +306,20 @@ def test_published_records_regenerate_unchanged(recipe, tmp_path):
     assert curves == {f"curves/{path.name}" for path in (records / "curves").glob("*.png")}
     notes = (records / "notes.md").read_text()
     assert all(f"]({curve})" in notes for curve in curves)
+
+
+def test_times_round_once_and_a_pretraining_of_unknown_time_is_not_counted_as_none(tmp_path):
+    assert collect_results.minutes(119.6) == "2 min 00 s" and collect_results.minutes(4919.5) == "82 min 00 s"
+    assert collect_results.minutes(59.4) == "0 min 59 s" and collect_results.minutes(None) == "n/a"
+    root = tmp_path
+    fake_run(root / "runs" / "pre", {"task": "nsmc_denoising_pretraining", "command": "pretrain"}, [])
+    fake_run(
+        root / "runs" / "cls",
+        {"task": "nsmc_sentiment", "init_from": "runs/pre", "test_accuracy": 0.8, "wall_seconds": 300.0},
+        [],
+    )
+    manifest = root / "runs.json"
+    manifest.write_text(json.dumps({"title": "t", "runs": [{"dir": "runs/cls", "name": "cls"}]}))
+    collect(["--manifest", str(manifest), "--output_dir", str(root / "records"), "--base_dir", str(root)])
+    notes = (root / "records" / "notes.md").read_text()
+    assert "pretraining 0 min 00 s" not in notes

@@ -45,8 +45,8 @@ def repo(tmp_path, monkeypatch):
     return folder
 
 
-def run(repo, tmp_path, *options):
-    argv = ["--repo", str(repo), "--workdir", str(tmp_path / "clones"), "--output", str(tmp_path / "out" / "r.md")]
+def run(repo, tmp_path, *options, report="r.md"):
+    argv = ["--repo", str(repo), "--workdir", str(tmp_path / "clones"), "--output", str(tmp_path / "out" / report)]
     return fresh_clones.main([*argv, *options, "--", "scripts/job.sh", "count.txt"])
 
 
@@ -98,9 +98,24 @@ def test_a_job_that_writes_elsewhere_is_a_failed_run_that_names_the_file(repo, t
     assert "| 1 | failed (no runs/other/results.json;" in (tmp_path / "out" / "r.md").read_text()
     assert "run 1 failed (no runs/other/results.json)" in capsys.readouterr().out
     assert not list((tmp_path / "clones").iterdir())
-    assert run(repo, tmp_path, "--metric", "test_f1") == 1
-    runs = json.loads((tmp_path / "out" / "r.json").read_text())["runs"]
+    assert run(repo, tmp_path, "--metric", "test_f1", report="f1.md") == 1
+    runs = json.loads((tmp_path / "out" / "f1.json").read_text())["runs"]
     assert runs[0]["failure"] == "no test_f1 in runs/nsmc/results.json"
+
+
+def test_a_report_without_its_suffix_or_over_an_earlier_series_is_refused_before_any_run(repo, tmp_path, capsys):
+    assert run(repo, tmp_path, "--runs", "1", "--keep", str(tmp_path / "kept")) == 0
+    kept = sorted(path.name for path in (tmp_path / "kept" / "run-1").iterdir())
+    for options, report, said in (
+        ([], "r.md", "an earlier series' files are there"),  # its report and log
+        (["--keep", str(tmp_path / "kept")], "other.md", "kept/run-1"),  # a kept folder would be merged into
+        ([], "report", "the report is a .md file"),  # its logs would go in the folder of the report's own name
+    ):
+        with pytest.raises(SystemExit):
+            run(repo, tmp_path, *options, report=report)
+        assert said in capsys.readouterr().err
+    assert (tmp_path / "count.txt").read_text().strip() == "1"  # no run after the first
+    assert sorted(path.name for path in (tmp_path / "kept" / "run-1").iterdir()) == kept
 
 
 def test_a_job_that_is_not_in_the_repository_or_no_run_is_refused(repo, tmp_path, capsys):

@@ -24,3 +24,18 @@ def test_prepared_files_hold_the_recipe_splits_row_for_row(tmp_path):
     assert read["train"].features["label"].names == ["negative", "positive"]
     first = json.loads((out / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])
     assert set(first) == {"id", "text", "label"} and first["id"] == expected["train"][0]["id"]
+
+
+def test_the_validation_size_is_a_share_or_a_count_and_anything_else_is_refused_in_one_line(tmp_path, capsys):
+    import pytest
+
+    data_dir = tmp_path / "data"
+    write_nsmc(data_dir, 60, seed=1, name="ratings_train.txt")
+    write_nsmc(data_dir, 10, seed=2, name="ratings_test.txt")
+    arguments = ["--data_dir", str(data_dir), "--output_dir", str(tmp_path / "reviews")]
+    assert prepare.main([*arguments, "--validation_size", "15"])["validation"] == 15
+    assert prepare.main([*arguments, "--validation_size", "0.25"])["validation"] == 15
+    for given in ("0", "1.5", "-2", "some"):
+        with pytest.raises(SystemExit):
+            prepare.main([*arguments, "--validation_size", given])
+        assert "neither a share in (0, 1) nor a count of reviews" in capsys.readouterr().err
