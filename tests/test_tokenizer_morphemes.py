@@ -61,6 +61,15 @@ def test_pieces_never_cross_a_morpheme_and_mark_word_starts(tokenizer):
     assert tokenizer.decode(encoding["input_ids"], skip_special_tokens=True) == text
 
 
+@pytest.mark.parametrize("lead", ["  ", "\t", "\n", "\u3000"])
+def test_spaces_before_a_text_leave_its_first_word_a_word(tokenizer, lead):
+    # The normalizer strips them; the first morpheme then no longer stood at the text's first character and lost its
+    # word-start mark ("▁이런" read "이", "런"), so a review pasted with a leading space was cut otherwise.
+    for text in REVIEWS:
+        assert tokenizer(lead + text)["input_ids"] == tokenizer(text)["input_ids"], (lead, text)
+    assert tokenizer("  이런 영화는").tokens()[0].startswith("▁")
+
+
 @pytest.mark.parametrize("text", REVIEWS)
 def test_decode_gives_the_text_back(tokenizer, text):
     # The normalizer's NFKC form: compatibility jamo such as "ㅋ" become their conjoining forms.

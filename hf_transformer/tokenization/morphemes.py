@@ -72,6 +72,10 @@ class MorphemeSplitter:
             start = end
         if start < len(str(text)):
             pieces.append(text[start:])
+        # The text's first piece begins a word. Metaspace marks it only where it starts at the text's first
+        # character, which it does not where the normalizer stripped leading spaces ("  이런" would read "이", "런").
+        if pieces and not str(pieces[0]).startswith(" "):
+            pieces[0].prepend(" ")
         return pieces
 
     def pre_tokenize(self, pretokenized: PreTokenizedString) -> None:
