@@ -45,7 +45,8 @@ def read_log_history(path: str | Path) -> list[dict]:
         found = [candidate for candidate in candidates if candidate.is_file()]
         if not found:
             raise FileNotFoundError(f"{path} holds no log_history.json or trainer_state.json")
-        path = found[0] if found[0].name == "log_history.json" else found[-1]
+        # The run's own files first (written at its end); else the latest checkpoint's state.
+        path = found[0] if found[0].parent == path else found[-1]
     data = json.loads(path.read_text())
     history = data["log_history"] if isinstance(data, dict) else data
     if not isinstance(history, list):

@@ -51,6 +51,8 @@ def test_curves_from_a_log_history_and_a_checkpoint_folder(tmp_path):
     (run / "checkpoint-2").mkdir()
     (run / "checkpoint-2" / "trainer_state.json").write_text(json.dumps({"log_history": []}))
     assert module.read_log_history(run) == trainer_history()[:2]  # the latest checkpoint, by number
+    (run / "trainer_state.json").write_text(json.dumps({"log_history": trainer_history()}))
+    assert module.read_log_history(run) == trainer_history()  # the run's own state, written at its end, first
     with pytest.raises(FileNotFoundError):
         module.read_log_history(tmp_path / "run" / "checkpoint-2" / "missing")
 
