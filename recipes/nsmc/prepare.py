@@ -6,8 +6,8 @@ reviews, written as JSON lines (``id``, ``text``, ``label`` as ``negative`` / ``
 The validation reviews are carved from ``ratings_train.txt`` with a fixed seed, so the 50,000 test reviews are never
 used for choosing anything, and pretraining on ``train.jsonl`` never reads a review the classifier is validated on
 (as reviews, by id: NSMC's files repeat some short texts, such as "최악.", as reviews of their own, so a few
-validation and test texts also stand in the training file). Quotes are decoded and empty reviews dropped (counted in a log line)
-by :func:`recipes.nsmc.data.load_nsmc`.
+validation and test texts also stand in the training file). Quotes are decoded and empty reviews dropped (counted in
+a log line) by :func:`recipes.nsmc.data.load_nsmc`.
 """
 
 from __future__ import annotations
