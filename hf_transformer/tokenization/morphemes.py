@@ -91,7 +91,10 @@ class MorphemeTokenizerFast(PreTrainedTokenizerFast):
     """A ``PreTrainedTokenizerFast`` whose pre-tokenizer first cuts the text into MeCab-ko morphemes.
 
     ``tokenizer.json`` is written without that step (``tokenizers`` cannot save it) and the class adds it back on
-    every load; pickling (``datasets`` fingerprints, ``copy.deepcopy``) goes through the same saved form."""
+    every load; pickling (``copy.deepcopy``, DataLoader workers, ``datasets.map(num_proc=...)``) goes through the
+    same saved form. ``datasets``' fingerprint of a function reads a tokenizer's attributes itself and cannot hash
+    the morpheme step: it takes a random fingerprint, so such a ``map`` computes again rather than reusing its cache
+    (its result is the same)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
