@@ -267,14 +267,19 @@ def classification_problem(labels: torch.Tensor, batch_size: int, num_labels: in
     return problem_type
 
 
-def check_one_token_table(encoder_table, shared_with: str | None, other_table=None) -> None:
-    """A token table the encoder shares (``shared_with``: the decoder, whose table is ``other_table``, or a tied output
-    projection) is read as one table. peft's LoRA on it (``target_modules`` naming ``embed_tokens``) wraps the encoder's
-    reference alone: the adapted model would read two tables, and its merged weights compute a third model."""
-    if shared_with is None:
+def check_one_token_table(stack, config, *, tied_output: bool = False) -> None:
+    """A token table the encoder of ``stack`` (a `TransformerModel`) shares, with its decoder (``share_embeddings``)
+    or with a tied output projection (``tied_output``), is read as one table. peft's LoRA on it (``target_modules``
+    naming ``embed_tokens``) wraps the encoder's reference alone: the adapted model would read two tables, and its
+    merged weights compute a third model."""
+    table = stack.encoder.embeddings.embed_tokens
+    if stack.decoder is not None and config.share_embeddings:
+        shared_with, split = "the decoder", table is not stack.decoder.embeddings.embed_tokens
+    elif tied_output:
+        shared_with, split = "the output projection", False
+    else:
         return
-    split = encoder_table is not other_table if other_table is not None else False
-    if split or not isinstance(encoder_table, torch.nn.Embedding):
+    if split or not isinstance(table, torch.nn.Embedding):
         raise ValueError(
             f"the token table is shared by the encoder and {shared_with}, and an adapter on it (peft's target_modules "
             "naming embed_tokens) would adapt one of them alone, and merged, both: leave embed_tokens out of "

@@ -822,10 +822,7 @@ class TransformerModel(TransformerPreTrainedModel):
             `cache` under the name transformers gave it before 5.24.
         """
         check_no_misspelt_arguments(TransformerModel.forward, kwargs)
-        if self.decoder is not None and self.config.share_embeddings:
-            check_one_token_table(
-                self.encoder.embeddings.embed_tokens, "the decoder", self.decoder.embeddings.embed_tokens
-            )
+        check_one_token_table(self, self.config)
         use_cache = use_cache if use_cache is not None else self.config.use_cache
         check_seq2seq_inputs(
             self.decoder, input_ids, inputs_embeds, encoder_outputs, decoder_input_ids, decoder_inputs_embeds
@@ -1400,8 +1397,7 @@ class TransformerForMaskedLM(TransformerPreTrainedModel):
             positions only.
         """
         check_no_misspelt_arguments(TransformerForMaskedLM.forward, kwargs)
-        if self.config.tie_word_embeddings:
-            check_one_token_table(self.model.encoder.embeddings.embed_tokens, "the output projection")
+        check_one_token_table(self.model, self.config, tied_output=self.config.tie_word_embeddings)
         encoder_outputs = self.model.encoder(
             input_ids=input_ids,
             attention_mask=attention_mask,
