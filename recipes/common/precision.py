@@ -171,7 +171,7 @@ def choose_precision(
     choice = "cpu_bf16" if speedup >= LEAST_BFLOAT16_SPEEDUP else "float32"
     words = "bfloat16 autocast" if choice == "cpu_bf16" else "float32"
     return choice, (
-        f"bfloat16 autocast trains this model at {speedup:.2f}x float32's steps per second on this CPU "
+        f"bfloat16 autocast trains this model at {speedup:.3f}x float32's steps per second on this CPU "
         f"({torch.get_num_threads()} thread(s); bfloat16 needs at least {LEAST_BFLOAT16_SPEEDUP}x): {words}"
     )
 
