@@ -134,9 +134,9 @@ class SavedFolder:
             raise ImportError(f"{self.path} holds a LoRA adapter ({ADAPTER_CONFIG}): reading it needs peft") from error
         # The base model loaded by this package's Auto classes (peft's own Auto classes would import the module an
         # adapter without a task type names, which peft refuses for any library but transformers).
-        if self.task == CLASSIFICATION and "num_labels" not in load_options and "config" not in load_options:
-            load_options = {**load_options, **self._adapter_label_count()}
         try:
+            if self.task == CLASSIFICATION and "num_labels" not in load_options and "config" not in load_options:
+                load_options = {**load_options, **self._adapter_label_count()}
             base_model = auto.from_pretrained(self.base_model, **load_options)
         except OSError as error:  # a base named like a Hub id that is neither a folder here nor on the Hub
             if Path(self.base_model).exists():

@@ -291,6 +291,17 @@ def test_an_adapter_folder_without_peft_or_without_its_base_says_so(folders, tmp
         (broken / "adapter_config.json").write_text(json.dumps(settings | {"base_model_name_or_path": base}))
         with pytest.raises(ValueError, match=f"no-base is a LoRA adapter on {base}, which is not a folder here"):
             reading(broken)
+    # A classifier adapter's head is read before its base: the missing base is named all the same.
+    import shutil
+
+    classifier = tmp_path / "classifier-no-base"
+    shutil.copytree(root / "classification-adapter", classifier)
+    saved = json.loads((classifier / "adapter_config.json").read_text())
+    (classifier / "adapter_config.json").write_text(json.dumps(saved | {"base_model_name_or_path": "runs_gone/base"}))
+    with pytest.raises(
+        ValueError, match="classifier-no-base is a LoRA adapter on runs_gone/base, which is not a folder"
+    ):
+        read_folder(classifier).load_model()
     monkeypatch.setitem(sys.modules, "peft", None)  # as if peft were not installed
     with pytest.raises(ImportError, match="holds a LoRA adapter .* needs peft"):
         read_folder(root / "seq2seq-adapter").load_model()
