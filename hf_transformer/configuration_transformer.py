@@ -142,6 +142,15 @@ def _served_here(custom_pipelines: dict) -> dict:
 _GIVEN_FIELDS: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar("_GIVEN_FIELDS", default=frozenset())
 
 
+def _both_stack_depth(settings: dict) -> int | None:
+    """The depth of both stacks that ``settings`` give under `n_layer` or `num_hidden_layers` (None if neither);
+    two different ones are refused."""
+    depths = {alias: settings[alias] for alias in _BOTH_STACK_LAYER_ALIASES if alias in settings}
+    if len(set(depths.values())) > 1:
+        raise ValueError(f"TransformerConfig: {depths} give two depths of both stacks; give one")
+    return next(iter(depths.values()), None)
+
+
 @contextlib.contextmanager
 def _reading_saved_config():
     token = _READING_SAVED_CONFIG.set(True)
@@ -574,12 +583,11 @@ class TransformerConfig(PretrainedConfig):
         return_unused_kwargs = kwargs.pop("return_unused_kwargs", False)
         # A both-stack depth sets both stacks, as given to the constructor (transformers would set the attribute
         # `num_hidden_layers` names, the encoder's, alone).
-        depths = {alias: kwargs.pop(alias) for alias in _BOTH_STACK_LAYER_ALIASES if alias in kwargs}
-        if len(set(depths.values())) > 1:
-            raise ValueError(f"TransformerConfig: {depths} give two depths of both stacks; give one")
+        depth = _both_stack_depth(kwargs)
+        kwargs = {key: value for key, value in kwargs.items() if key not in _BOTH_STACK_LAYER_ALIASES}
         with _reading_saved_config():
             config, unused = super().from_dict(_lenient(config_dict), return_unused_kwargs=True, **kwargs)
-        for depth in set(depths.values()):
+        if depth is not None:
             config.encoder_layers = config.decoder_layers = depth
         cls._refuse_misspelt(unused)
         if set(kwargs) - set(unused) - {"_from_auto", "_from_pipeline", "name_or_path", "dtype", "torch_dtype"}:
@@ -602,11 +610,9 @@ class TransformerConfig(PretrainedConfig):
         """`PretrainedConfig.update`, refusing a key that looks like a misspelt setting (``dropuot``) as the
         constructor does, before anything is set; a both-stack depth sets both stacks."""
         self._refuse_misspelt([key for key in config_dict if not hasattr(type(self), key)])
-        depths = {alias: config_dict[alias] for alias in _BOTH_STACK_LAYER_ALIASES if alias in config_dict}
-        if len(set(depths.values())) > 1:
-            raise ValueError(f"TransformerConfig: {depths} give two depths of both stacks; give one")
-        super().update({key: value for key, value in config_dict.items() if key not in depths})
-        for depth in set(depths.values()):
+        depth = _both_stack_depth(config_dict)
+        super().update({key: value for key, value in config_dict.items() if key not in _BOTH_STACK_LAYER_ALIASES})
+        if depth is not None:
             self.encoder_layers = self.decoder_layers = depth
 
     @classmethod

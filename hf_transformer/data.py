@@ -689,33 +689,62 @@ def shuffled_length_groups(
     return [index for batch in batches for index in batch]
 
 
-class ShuffledLengthGroupedSampler(torch_data.Sampler):
-    """Training rows in length groups whose batches come in random order (`shuffled_length_groups`); a new order at
-    every pass. ``lengths``: each row's length in tokens (`sequence_lengths`).
+def places_in_order(items: Sequence, within: Sequence, what: str) -> list[int]:
+    """The place in ``within`` of each of ``items``, which are ``within``'s entries in their order less some dropped
+    ones (rows of a file less those dropped as empty): each is the first equal entry after the one before's.
+    ``ValueError`` naming ``what`` where an item is not found so."""
+    places, place = [], 0
+    for index, item in enumerate(items):
+        while place < len(within) and within[place] != item:
+            place += 1
+        if place == len(within):
+            raise ValueError(f"{what}: row {index} ({str(item)[:40]!r}) is not among its rows in order")
+        places.append(place)
+        place += 1
+    return places
 
-    ``order`` is the last pass's order. ``resume_order``, where set, is the next pass's instead of a new one: a run
-    resumed in the middle of a pass goes on in the order that pass began with (`LengthGroupedTrainer` keeps it in
-    its checkpoints), where a new order, drawn from the random state before the Trainer restores it, would train
-    some rows twice and others not at all."""
+
+class ResumablePass(torch_data.Sampler):
+    """A training sampler whose last pass's order is readable (``order``) and whose next pass can be given
+    (``resume_order``, taken once, then new orders are drawn again by ``draw``): a run resumed in the middle of a pass
+    goes on in the order that pass began with (`hf_transformer.trainer` keeps it in its checkpoints), where a new
+    order, drawn from the random state before the Trainer restores it, would train some rows twice and others not at
+    all."""
+
+    def __init__(self):
+        self.order: list[int] | None = None
+        self.resume_order: list[int] | None = None
+
+    def draw(self) -> list[int]:
+        """A new pass's order."""
+        raise NotImplementedError
+
+    def __iter__(self):
+        if self.resume_order is not None:
+            if sorted(self.resume_order) != list(range(len(self))):
+                raise ValueError("the resumed pass's order does not hold each training row once: other rows?")
+            self.order, self.resume_order = self.resume_order, None
+        else:
+            self.order = self.draw()
+        return iter(self.order)
+
+
+class ShuffledLengthGroupedSampler(ResumablePass):
+    """Training rows in length groups whose batches come in random order (`shuffled_length_groups`); a new order at
+    every pass, which a resumed run can give instead (`ResumablePass`). ``lengths``: each row's length in tokens
+    (`sequence_lengths`)."""
 
     def __init__(self, batch_size: int, lengths: Sequence[int], generator: torch.Generator | None = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        super().__init__()
         self.batch_size, self.lengths, self.generator = batch_size, list(lengths), generator
-        self.order: list[int] | None = None
-        self.resume_order: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
 
-    def __iter__(self):
-        if self.resume_order is not None:
-            if sorted(self.resume_order) != list(range(len(self.lengths))):
-                raise ValueError("the resumed pass's order does not hold each training row once: other rows?")
-            self.order, self.resume_order = self.resume_order, None
-        else:
-            self.order = shuffled_length_groups(self.lengths, self.batch_size, self.generator)
-        return iter(self.order)
+    def draw(self) -> list[int]:
+        return shuffled_length_groups(self.lengths, self.batch_size, self.generator)
 
 
 def length_grouped_dataloader(
@@ -762,6 +791,8 @@ __all__ = [
     "rows_by_length",
     "sorted_by_length",
     "shuffled_length_groups",
+    "places_in_order",
+    "ResumablePass",
     "ShuffledLengthGroupedSampler",
     "length_grouped_dataloader",
 ]

@@ -173,7 +173,7 @@ class TextFileArguments(SplitLimits):
         """(train, validation): ``validation_size`` of the training rows held out, the rows pretraining holds out
         (its texts read alone) whatever the labels: where rows without a label are dropped for training, the carve is
         made over the rows as pretraining reads them, so that none of the classifier's held-out rows was trained on."""
-        from .data import load_local_dataset
+        from .data import load_local_dataset, places_in_order
 
         carved = train.train_test_split(test_size=self.validation_size, seed=split_seed)
         if not labels:
@@ -184,10 +184,7 @@ class TextFileArguments(SplitLimits):
         numbered = texts.add_column("row", list(range(len(texts))))
         held = numbered.train_test_split(test_size=self.validation_size, seed=split_seed)
         # Each labelled row's place among pretraining's rows: the labelled rows are those rows, less the unlabelled.
-        place, row, every_text = {}, 0, texts["text"]
-        for index, text in enumerate(train["text"]):
-            while every_text[row] != text:
-                row += 1
-            place[row], row = index, row + 1
+        rows = places_in_order(train["text"], texts["text"], self.train_file)
+        place = {row: index for index, row in enumerate(rows)}
         parts = [[place[r] for r in held[part]["row"] if r in place] for part in ("train", "test")]
         return train.select(parts[0]), train.select(parts[1])

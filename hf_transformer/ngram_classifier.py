@@ -306,72 +306,42 @@ def fit_ngram_classifier(
             f"encoder_validation_logits must be (validation rows, labels) = ({len(validation_rows)}, {num_labels}), "
             f"got {tuple(encoder_validation_logits.shape)}"
         )
-    with _on_cpu(head):
-        return _fit(
-            model,
-            head,
-            tokenizer,
-            train_rows,
-            labels,
-            validation_rows,
-            validation_labels,
-            encoder_validation_logits,
-            inverse_l2=inverse_l2,
-            min_count=min_count,
-            max_iter=max_iter,
-        )
-
-
-def _fit(
-    model,
-    head,
-    tokenizer,
-    train_rows,
-    labels,
-    validation_rows,
-    validation_labels,
-    encoder_validation_logits,
-    *,
-    inverse_l2: float,
-    min_count: int,
-    max_iter: int,
-) -> dict[str, float]:
-    """`fit_ngram_classifier` on checked inputs, the head on the CPU."""
-    pad = model.config.pad_token_id
-    with torch.no_grad():
-        head.weight.zero_()
-        head.bias.zero_()
-        if head.reads_characters:
-            head.token_characters.copy_(token_character_table(tokenizer, head.token_characters.shape[0]))
-        if head.reads_tokens:
-            head.canonical_ids.copy_(canonical_token_ids(tokenizer, head.canonical_ids.shape[0]))
-        ids, real = padded(train_rows, pad)
-        counts = document_frequencies(head, ids, real)
-        idf = torch.log((1.0 + len(train_rows)) / (1.0 + counts)) + 1.0
-        kept = counts >= min_count
-        head.idf.copy_(torch.where(kept, idf, torch.zeros_like(idf)))
-        features = feature_matrix(head, ids, real)
-    logger.info("n-gram score: %d n-gram buckets kept of %d, fitting", int(kept.sum()), head.buckets)
-    weight, bias = logistic_regression(features, labels, head.weight.shape[1], inverse_l2, max_iter)
-    with torch.no_grad():
-        head.weight.copy_(weight)
-        head.bias.copy_(bias)
-    validation_ngram = ngram_logits(head, validation_rows, pad)
-    encoder_weight, ngram_weight = mixing_weights(encoder_validation_logits, validation_ngram, validation_labels)
-    with torch.no_grad():
-        model.classifier.weight.mul_(encoder_weight)
-        model.classifier.bias.mul_(encoder_weight)
-        head.weight.mul_(ngram_weight)
-        head.bias.mul_(ngram_weight)
-    report = {
-        "encoder_logit_scale": encoder_weight,
-        "ngram_logit_scale": ngram_weight,
-        "ngram_buckets_kept": int(kept.sum()),
-        "eval_encoder_accuracy": accuracy(encoder_validation_logits, validation_labels),
-        "eval_ngram_accuracy": accuracy(validation_ngram, validation_labels),
-    }
-    logger.info("n-gram score fitted: %s", report)
-    return report
+    with _on_cpu(head):  # the fit's arithmetic on the CPU, the head moved back after
+        pad = model.config.pad_token_id
+        with torch.no_grad():
+            head.weight.zero_()
+            head.bias.zero_()
+            if head.reads_characters:
+                head.token_characters.copy_(token_character_table(tokenizer, head.token_characters.shape[0]))
+            if head.reads_tokens:
+                head.canonical_ids.copy_(canonical_token_ids(tokenizer, head.canonical_ids.shape[0]))
+            ids, real = padded(train_rows, pad)
+            counts = document_frequencies(head, ids, real)
+            idf = torch.log((1.0 + len(train_rows)) / (1.0 + counts)) + 1.0
+            kept = counts >= min_count
+            head.idf.copy_(torch.where(kept, idf, torch.zeros_like(idf)))
+            features = feature_matrix(head, ids, real)
+        logger.info("n-gram score: %d n-gram buckets kept of %d, fitting", int(kept.sum()), head.buckets)
+        weight, bias = logistic_regression(features, labels, head.weight.shape[1], inverse_l2, max_iter)
+        with torch.no_grad():
+            head.weight.copy_(weight)
+            head.bias.copy_(bias)
+        validation_ngram = ngram_logits(head, validation_rows, pad)
+        encoder_weight, ngram_weight = mixing_weights(encoder_validation_logits, validation_ngram, validation_labels)
+        with torch.no_grad():
+            model.classifier.weight.mul_(encoder_weight)
+            model.classifier.bias.mul_(encoder_weight)
+            head.weight.mul_(ngram_weight)
+            head.bias.mul_(ngram_weight)
+        report = {
+            "encoder_logit_scale": encoder_weight,
+            "ngram_logit_scale": ngram_weight,
+            "ngram_buckets_kept": int(kept.sum()),
+            "eval_encoder_accuracy": accuracy(encoder_validation_logits, validation_labels),
+            "eval_ngram_accuracy": accuracy(validation_ngram, validation_labels),
+        }
+        logger.info("n-gram score fitted: %s", report)
+        return report
 
 
 def refit_ngram_classifier(

@@ -14,7 +14,7 @@ from transformers import Seq2SeqTrainer, Trainer, TrainerCallback
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
-from .data import ShuffledLengthGroupedSampler, sequence_lengths
+from .data import ResumablePass, ShuffledLengthGroupedSampler, sequence_lengths
 
 __all__ = ["LengthGroupedTrainer", "OrderKeepingSeq2SeqTrainer", "PASS_ORDER_FILE", "PassOrderSampler"]
 
@@ -23,29 +23,21 @@ __all__ = ["LengthGroupedTrainer", "OrderKeepingSeq2SeqTrainer", "PASS_ORDER_FIL
 PASS_ORDER_FILE = "length_grouped_order.pt"
 
 
-class PassOrderSampler(torch_data.Sampler):
-    """Another sampler's rows, with the order of the last pass readable (``order``) and the next pass's settable
-    (``resume_order``), as `ShuffledLengthGroupedSampler` has them. Wraps transformers' `LengthGroupedSampler`, which
-    draws each pass's order from the global random state as the pass starts: a run resumed in the middle of a pass
-    draws it before the Trainer restores that state, and would train some rows twice and others not at all. An
-    uninterrupted run draws exactly what the wrapped sampler draws."""
+class PassOrderSampler(ResumablePass):
+    """Another sampler's rows, able to resume a pass (`hf_transformer.data.ResumablePass`). Wraps transformers'
+    `LengthGroupedSampler`, which draws each pass's order from the global random state as the pass starts: a run
+    resumed in the middle of a pass draws it before the Trainer restores that state. An uninterrupted run draws
+    exactly what the wrapped sampler draws."""
 
     def __init__(self, sampler: torch_data.Sampler):
+        super().__init__()
         self.sampler = sampler
-        self.order: list[int] | None = None
-        self.resume_order: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.sampler)
 
-    def __iter__(self):
-        if self.resume_order is not None:
-            if sorted(self.resume_order) != list(range(len(self))):
-                raise ValueError("the resumed pass's order does not hold each training row once: other rows?")
-            self.order, self.resume_order = self.resume_order, None
-        else:
-            self.order = [int(index) for index in self.sampler]
-        return iter(self.order)
+    def draw(self) -> list[int]:
+        return [int(index) for index in self.sampler]
 
 
 class _KeepPassOrder(TrainerCallback):
@@ -73,7 +65,7 @@ class _PassOrderMixin:
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._pass_order_sampler: ShuffledLengthGroupedSampler | PassOrderSampler | None = None
+        self._pass_order_sampler: ResumablePass | None = None
         self._resumed_order: list[int] | None = None
         self.add_callback(_KeepPassOrder(self))
 
@@ -89,7 +81,7 @@ class _PassOrderMixin:
         """``sampler``, able to resume a pass where it is length-grouped; the resumed order handed to it."""
         if isinstance(sampler, LengthGroupedSampler):
             sampler = PassOrderSampler(sampler)
-        if isinstance(sampler, (ShuffledLengthGroupedSampler, PassOrderSampler)):
+        if isinstance(sampler, ResumablePass):
             sampler.resume_order, self._resumed_order = self._resumed_order, None
             self._pass_order_sampler = sampler
         return sampler

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hf_transformer.data import read_sentence_lines
+from hf_transformer.data import places_in_order, read_sentence_lines
 from hf_transformer.metrics import BleuMetric, ExtraScores, select_and_score, translation_metrics
 from recipes.multi30k.bleu import bleu_lc_tok
 from recipes.multi30k.data import (
@@ -58,22 +58,8 @@ def tokenised_references(rows: Sequence[str], split: str, lang: str, data_dir) -
     raw = read_sentence_lines(ensure_corpus_file(MULTI30K_FILES[f"{MULTI30K_SPLITS[split]}.{lang}"], data_dir))
     if len(lines) != len(raw):
         raise ValueError(f"{split}: {len(lines)} tokenised references for {len(raw)} lines of the raw {lang} file")
-    return [lines[number] for number in raw_line_numbers(rows, raw, split)]
-
-
-def raw_line_numbers(rows: Sequence[str], raw: Sequence[str], split: str) -> list[int]:
-    """The line of the raw file each row of a split was read from: the rows are the file's lines in order, less the
-    pairs dropped as empty, so a blank line shifts every later row's reference (the tokenised file keeps one line per
-    raw line)."""
-    numbers, line = [], 0
-    for row, text in enumerate(rows):
-        while line < len(raw) and raw[line] != text:
-            line += 1
-        if line == len(raw):
-            raise ValueError(f"{split}: row {row} ({text[:40]!r}) is not among the raw file's lines in order")
-        numbers.append(line)
-        line += 1
-    return numbers
+    # The rows are the raw file's lines less the pairs dropped as empty: a blank line shifts every later row.
+    return [lines[number] for number in places_in_order(rows, raw, f"{split} ({lang} file)")]
 
 
 def lc_tok_scores(tokenized_references: Sequence[str], lang: str) -> ExtraScores:
@@ -130,6 +116,18 @@ def headline(scores: dict) -> dict:
     if "test_bleu_lc_tok" in scores:
         found["bleu_lc_tok"] = scores["test_bleu_lc_tok"]
     return found
+
+
+def check_output_dir(output_dir: str, **folders: list[str]) -> None:
+    """Refuses an ``--output_dir`` that is one of the model folders named by an option (``model_dirs=[...]``): a
+    step's scores go beside the models, never over a training run's or an ensemble's own results.json."""
+    given = Path(output_dir).resolve()
+    for option, named in folders.items():
+        if any(Path(folder).resolve() == given for folder in named):
+            raise ValueError(
+                f"--output_dir {output_dir} is one of the --{option}: its results.json and test predictions are that "
+                "run's; give a folder of its own"
+            )
 
 
 def check_direction(folders, source_lang: str, target_lang: str, role: str = "--model_dirs") -> None:
