@@ -31,7 +31,15 @@ from hf_transformer.ensemble import TransformerEnsemble
 from hf_transformer.metrics import require_scorers
 from recipes.multi30k.bleu import SCORERS
 from recipes.multi30k.data import DataArguments
-from recipes.multi30k.scoring import check_direction, headline, lowercases, score, split_metrics, task_fields
+from recipes.multi30k.scoring import (
+    check_direction,
+    check_output_dir,
+    headline,
+    lowercases,
+    score,
+    split_metrics,
+    task_fields,
+)
 
 logger = logging.getLogger("recipes.multi30k.evaluate")
 
@@ -58,13 +66,7 @@ class EvaluationArguments:
     use_cpu: bool = field(default=False, metadata={"help": "decode on the CPU even where a GPU is present"})
 
     def __post_init__(self):
-        # The scores go beside the models, never over a training run's own results.json and predictions.
-        given = Path(self.output_dir).resolve()
-        if any(Path(folder).resolve() == given for folder in self.model_dirs):
-            raise ValueError(
-                f"--output_dir {self.output_dir} is one of the --model_dirs: its results.json and test predictions "
-                "are the training run's; give a folder of its own"
-            )
+        check_output_dir(self.output_dir, model_dirs=self.model_dirs)
 
 
 def load_models(model_dirs: list[str]):

@@ -52,7 +52,14 @@ from recipes.multi30k.reranking import (
     rerank,
     score_both_ways,
 )
-from recipes.multi30k.scoring import check_direction, headline, lc_tok_references, lowercases, task_fields
+from recipes.multi30k.scoring import (
+    check_direction,
+    check_output_dir,
+    headline,
+    lc_tok_references,
+    lowercases,
+    task_fields,
+)
 
 logger = logging.getLogger("recipes.multi30k.rerank")
 
@@ -111,14 +118,7 @@ class RerankArguments:
     )
 
     def __post_init__(self):
-        # The scores go beside the models, never over a training run's or an ensemble's own results.json.
-        given = Path(self.output_dir).resolve()
-        for option, folders in (("--model_dirs", self.model_dirs), ("--channel_model_dirs", self.channel_model_dirs)):
-            if any(Path(folder).resolve() == given for folder in folders):
-                raise ValueError(
-                    f"--output_dir {self.output_dir} is one of the {option}: its results.json and test predictions "
-                    "are that run's; give a folder of its own"
-                )
+        check_output_dir(self.output_dir, model_dirs=self.model_dirs, channel_model_dirs=self.channel_model_dirs)
         if self.num_candidates < 1:
             raise ValueError(f"--num_candidates must be 1 or more, got {self.num_candidates}")
         for option, values in (
