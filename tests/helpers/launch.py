@@ -275,3 +275,26 @@ def isolated_python(script: Path, *args: str, tmp: Path) -> subprocess.Completed
         text=True,
         timeout=300,
     )
+
+
+def assert_resumed_run_trains_as_the_whole(main, arguments: list[str], whole: Path, checkpoint: str) -> list[float]:
+    """Runs ``main`` again into ``whole``'s sibling ``resumed``, from a copy of the whole run's ``checkpoint``, and
+    asserts the same weights (bit for bit: the same computation on one machine) and the same logged losses; returns
+    the losses."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    resumed = whole.parent / "resumed"
+    shutil.copytree(whole / checkpoint, resumed / checkpoint)
+    main(["--output_dir", str(resumed), *arguments, "--resume_from_checkpoint", str(resumed / checkpoint)])
+    weights = [load_file(str(run / "model.safetensors")) for run in (whole, resumed)]
+    for name, tensor in weights[0].items():
+        assert torch.equal(tensor, weights[1][name]), name
+    losses = [
+        [row["loss"] for row in json.loads((run / "log_history.json").read_text()) if "loss" in row]
+        for run in (whole, resumed)
+    ]
+    assert losses[0] == losses[1]
+    return losses[0]

@@ -345,9 +345,7 @@ def test_bidirectional_epochs_draw_both_directions_then_the_model_s_own(tmp_path
 def test_a_bidirectional_run_resumed_in_the_middle_of_a_mixed_epoch_trains_as_the_uninterrupted_one(tmp_path):
     # 64 pairs in batches of 16: 4 steps an epoch, so checkpoint-6 falls in the second epoch, which still draws
     # both directions. Resumed from it, the run must draw the directions that epoch drew in the uninterrupted run.
-    import shutil
-
-    from safetensors.torch import load_file
+    from tests.helpers.launch import assert_resumed_run_trains_as_the_whole
 
     write_multi30k(tmp_path / "data", sizes=(("train", 64), ("val", 8), ("test_2016_flickr", 8)))
     arguments = ["--data_dir", str(tmp_path / "data"), *TINY_MODEL, "--dropout", "0.1"]
@@ -355,19 +353,8 @@ def test_a_bidirectional_run_resumed_in_the_middle_of_a_mixed_epoch_trains_as_th
     arguments += ["--eval_strategy", "no", "--num_beams", "1", "--train_sampling_strategy", "group_by_length"]
     arguments += ["--save_strategy", "steps", "--save_steps", "6", "--logging_steps", "1"]
     script.main(["--output_dir", str(tmp_path / "whole"), *arguments])
-    shutil.copytree(tmp_path / "whole" / "checkpoint-6", tmp_path / "resumed" / "checkpoint-6")
-    script.main(
-        ["--output_dir", str(tmp_path / "resumed"), *arguments]
-        + ["--resume_from_checkpoint", str(tmp_path / "resumed" / "checkpoint-6")]
-    )
-    whole, resumed = (load_file(str(tmp_path / run / "model.safetensors")) for run in ("whole", "resumed"))
-    for name, tensor in whole.items():
-        assert torch.equal(tensor, resumed[name]), name
-    losses = [
-        [row["loss"] for row in json.loads((tmp_path / run / "log_history.json").read_text()) if "loss" in row]
-        for run in ("whole", "resumed")
-    ]
-    assert len(losses[0]) == 12 and losses[0] == losses[1]
+    losses = assert_resumed_run_trains_as_the_whole(script.main, arguments, tmp_path / "whole", "checkpoint-6")
+    assert len(losses) == 12
 
 
 def test_bidirectional_pairs_draw_their_directions_from_the_seed_and_the_epoch_alone():
