@@ -260,8 +260,8 @@ def minutes(seconds: float | None) -> str:
 
 
 def value_text(metric: str, value: float) -> str:
-    if metric in ("accuracy", "f1", "masked_token_accuracy"):
-        return f"{100 * value:.2f}%"
+    if metric in ("accuracy", "f1", "masked_token_accuracy") or metric.startswith("accuracy_"):
+        return f"{100 * value:.2f}%"  # accuracy_encoder_alone and the like: parts of the same score
     if metric.startswith("bleu"):
         return f"{value:.2f}"
     return f"{value:.4f}"

@@ -202,7 +202,11 @@ def test_the_manifest_names_the_task_a_general_script_recorded_and_each_part_is_
     assert found[("nsmc_sentiment", "accuracy", "test")] == 0.8512
     assert found[("nsmc_sentiment", "accuracy_encoder_alone", "test")] == 0.84
     assert found[("nsmc_sentiment", "accuracy_ngram_alone", "validation")] == 0.82
-    assert "| 86.50% | no |" in (tmp_path / "records" / "notes.md").read_text()  # the recipe's target applies
+    notes = (tmp_path / "records" / "notes.md").read_text()
+    assert "| 86.50% | no |" in notes  # the recipe's target applies
+    # Each part of the score reads as the score does: a percentage, not a fraction beside one.
+    assert "| accuracy_encoder_alone | test | 84.00% |" in notes
+    assert "| accuracy_ngram_alone | validation | 82.00% |" in notes
 
 
 def test_an_ensemble_counts_its_members_runs_and_commands(tmp_path):
