@@ -16,3 +16,15 @@ if os.environ.get("CT2_USE_MKL") is None:
     from hf_transformer.export.ctranslate2_export import prefer_mkl_for_int8
 
     prefer_mkl_for_int8()
+
+
+def pytest_configure(config):
+    """With worker processes (pytest-xdist's ``-n``, two by default: pyproject.toml), each worker is the other's load
+    on the cores, which is where torch's OpenMP threads should sleep instead of spinning between parallel regions
+    (hf_transformer.openmp). Set here, in the controlling process before it starts its workers, the setting reaches
+    them and every process they start, unless the user chose a waiting setting."""
+    from hf_transformer.openmp import BUSY_MACHINE_POLICY, USER_SETTINGS
+
+    workers = getattr(config.option, "numprocesses", None)
+    if workers and "PYTEST_XDIST_WORKER" not in os.environ and not any(name in os.environ for name in USER_SETTINGS):
+        os.environ["OMP_WAIT_POLICY"] = BUSY_MACHINE_POLICY

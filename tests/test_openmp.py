@@ -281,3 +281,28 @@ def main_block_calls(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", TRAINING_ENTRY_POINTS, ids=lambda path: str(path.relative_to(REPO)))
 def test_every_training_script_chooses_the_waiting_policy_first(path):
     assert main_block_calls(path)[:2] == ["restart_waiting_passively_when_busy", "main"]
+
+
+def test_the_suites_worker_processes_wait_passively_unless_the_user_chose(no_setting):
+    """The repository's conftest.py: pytest-xdist's workers load each other's cores, so the controlling process gives
+    them passive waiting before it starts them; one process (`-n 0`), a worker's own configure, or a user's waiting
+    setting gets nothing."""
+    import importlib.util
+    import types
+
+    spec = importlib.util.spec_from_file_location("repository_conftest", REPO / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+
+    def configure(workers) -> str | None:
+        conftest.pytest_configure(types.SimpleNamespace(option=types.SimpleNamespace(numprocesses=workers)))
+        return os.environ.pop("OMP_WAIT_POLICY", None)
+
+    no_setting.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert configure(2) == "PASSIVE"
+    assert configure(0) is None and configure(None) is None
+    no_setting.setenv("GOMP_SPINCOUNT", "1000")
+    assert configure(2) is None
+    no_setting.delenv("GOMP_SPINCOUNT")
+    no_setting.setenv("PYTEST_XDIST_WORKER", "gw0")
+    assert configure(2) is None
