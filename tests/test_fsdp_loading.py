@@ -89,7 +89,10 @@ def worker(folder: str, output: str) -> None:
         "tied": tied_before and one_tensor(tied_tables(model)),
     }
     model.save_pretrained(output)
-    print("fsdp loading report:", json.dumps(report), flush=True)
+    # One write: the two processes share the pipe, and a short single write is not interleaved (print's separate
+    # writes of its parts were, under load: "fsdp loading report:fsdp loading report:  {...}{...}").
+    sys.stdout.write(f"fsdp loading report: {json.dumps(report)}\n")
+    sys.stdout.flush()
     # The training scripts' teardown: wait for the other process, then close the group before the interpreter exits
     # (left to the exit, a gloo group's threads can abort a finished process with SIGABRT).
     end_process_group()
