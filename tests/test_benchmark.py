@@ -105,7 +105,7 @@ def test_static_cache_entries_time_generation_only(tmp_path):
     benchmark = load_benchmark_module("benchmark")
     output = tmp_path / "static.md"
     record = benchmark.main(
-        ["--configs", "tiny", "--models", "ours,marian,ours_static,marian_static", "--rounds", "3", "--budget", "0",
+        ["--configs", "tiny", "--models", "ours,ours_static,marian_static", "--rounds", "3", "--budget", "0",
          "--peak-size", "128", "--keep-denormals", "--output", str(output)]
     )  # fmt: skip
     rows = record["results"][0]["models"]
