@@ -23,8 +23,7 @@ def pytest_configure(config):
     on the cores, which is where torch's OpenMP threads should sleep instead of spinning between parallel regions
     (hf_transformer.openmp). Set here, in the controlling process before it starts its workers, the setting reaches
     them and every process they start, unless the user chose a waiting setting."""
-    from hf_transformer.openmp import BUSY_MACHINE_POLICY, USER_SETTINGS
+    from hf_transformer.openmp import BUSY_CORES, wait_passively_when_busy
 
-    workers = getattr(config.option, "numprocesses", None)
-    if workers and "PYTEST_XDIST_WORKER" not in os.environ and not any(name in os.environ for name in USER_SETTINGS):
-        os.environ["OMP_WAIT_POLICY"] = BUSY_MACHINE_POLICY
+    if getattr(config.option, "numprocesses", None) and "PYTEST_XDIST_WORKER" not in os.environ:
+        wait_passively_when_busy(lambda: BUSY_CORES)  # the workers are the busy machine: no need to measure it
