@@ -114,8 +114,9 @@ class Demo:
 
     def check_text(self, text, what: str = "The sentence") -> str:
         """``text`` stripped, or InputError: empty, or (a translator's input) longer in tokens than the model reads.
-        A classifier reads a long text's first tokens, as ``Predictor.classify``, the pipeline and training do;
-        cutting a translator's input would drop part of the translation without a word, so it is refused."""
+        A classifier reads a long text's first tokens, as ``Predictor.classify``, training and the pipeline (called
+        with ``truncation=True``) do; cutting a translator's input would drop part of the translation without a
+        word, so it is refused."""
         text = (text or "").strip()
         if not text:
             raise InputError("Type a sentence first: the input is empty.")

@@ -383,8 +383,18 @@ def _repo_line(repo_id: str, placeholder: bool) -> str:
 def _snippet_inputs(
     repo_id: str, auto_class: str, config: TransformerConfig, has_tokenizer: bool, example: str, placeholder: bool
 ) -> list[str]:
-    """The lines that load the model (and tokenizer) and build ``input_ids`` and ``attention_mask``."""
+    """The lines that load the model (and tokenizer) and build ``input_ids`` and ``attention_mask``. A classifier's
+    tokenizer truncates (its text's first tokens are what the model was trained to read, as `Predictor.classify`
+    reads them); the other heads' input is not cut, and the model refuses one longer than its position table."""
     if has_tokenizer:
+        example = json.dumps(example, ensure_ascii=False)
+        if auto_class == "AutoModelForSequenceClassification":
+            tokenize = [
+                "# a text longer than the model reads (the tokenizer's model_max_length) is cut to its first tokens",
+                f'inputs = tokenizer([{example}], truncation=True, return_tensors="pt")',
+            ]
+        else:
+            tokenize = [f'inputs = tokenizer([{example}], return_tensors="pt")']
         return [
             f"from transformers import {auto_class}, AutoTokenizer",
             "",
@@ -392,7 +402,7 @@ def _snippet_inputs(
             "tokenizer = AutoTokenizer.from_pretrained(repo_id, trust_remote_code=True)",
             f"model = {auto_class}.from_pretrained(repo_id, trust_remote_code=True)",
             "",
-            f'inputs = tokenizer([{json.dumps(example, ensure_ascii=False)}], return_tensors="pt")',
+            *tokenize,
             'input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]',
         ]
     specials = {config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id}
@@ -702,16 +712,17 @@ def prepare_folder(
     described = _model_folder(model_dir)
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     model = getattr(modeling_transformer, _head(described)).from_pretrained(model_dir)
+    # Loaded before anything is written: one that cannot load here (its analyzer not installed) leaves no half folder.
+    tokenizer_path = tokenizer_dir if tokenizer_dir is not None else described.tokenizer
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path) if tokenizer_path is not None else None
 
     if out_dir.exists() and any(out_dir.iterdir()):
         # Never clear a folder here: it may be the model folder itself or hold other work.
         raise FileExistsError(f"{out_dir} is not empty; give a new or empty folder to write the upload into")
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
-
-    tokenizer_path = tokenizer_dir if tokenizer_dir is not None else described.tokenizer
-    if tokenizer_path is not None:
-        AutoTokenizer.from_pretrained(tokenizer_path).save_pretrained(out_dir)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out_dir)
         _drop_loading_options(out_dir / "tokenizer_config.json")
 
     text = saved_card_text(model_dir, text)  # the run's own title, training and settings, unless given anew

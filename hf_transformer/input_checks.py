@@ -102,7 +102,8 @@ def check_sequence_fits(length: int | torch.Tensor, positions: int | None) -> No
     if isinstance(positions, int) and length > positions:
         raise ValueError(
             f"Sequence length {length} exceeds the position table of {positions} positions "
-            "(max_position_embeddings / decoder_max_position_embeddings); truncate the input."
+            "(max_position_embeddings / decoder_max_position_embeddings); truncate the input "
+            "(`truncation=True` in the tokenizer's or the text-classification pipeline's call keeps its first tokens)."
         )
 
 

@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> Path:
         )
     except (OSError, ValueError) as error:  # a folder, one without weights or with damaged ones, a setting
         parser.error(str(error).strip().splitlines()[0])
+    except ImportError as error:  # a package the folder needs is not installed (its tokenizer's analyzer)
+        parser.error(f"{args.model_dir}: {error}")
     output = Path(args.output)
     if output.is_dir():
         parser.error(f"--output {output} is a folder; give the HTML file to write")

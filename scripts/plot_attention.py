@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> dict:
             figure, panels = plot_attention_maps(maps, args.kinds, title=args.sentence)
         except (OSError, ValueError) as error:  # a folder, one without weights, a text too long, a setting
             parser.error(str(error).strip().splitlines()[0])
+        except ImportError as error:  # a package the folder needs is not installed (its tokenizer's analyzer)
+            parser.error(f"{args.model_dir}: {error}")
     else:
         figure, panels = plot_positions(args.d_model, args.length)
     size = tuple(int(round(v * args.dpi)) for v in figure.get_size_inches())

@@ -95,6 +95,8 @@ def load_predictor(args, parser) -> Predictor:
         )
     except FolderTaskError as error:  # a folder of a class it does not serve (a masked-token model)
         parser.error(str(error))
+    except ImportError as error:  # a package the folder needs is not installed (its tokenizer's analyzer, an engine)
+        parser.error(f"{args.model_dir}: {error}")
     except (OSError, ValueError, TypeError) as error:
         # One line: a message of several lines (a config's field and its reason) joined, not cut to its first.
         first_line = " ".join(line.strip() for line in str(error).strip().splitlines()) or type(error).__name__

@@ -89,9 +89,17 @@ def main(argv: list[str] | None = None) -> None:
     )
 
     def prepare(out_dir) -> Path:
-        return hub.prepare_folder(
-            args.model_dir, out_dir, args.repo_id, tokenizer_dir=args.tokenizer, results_files=args.results, text=text
-        )
+        try:
+            return hub.prepare_folder(
+                args.model_dir,
+                out_dir,
+                args.repo_id,
+                tokenizer_dir=args.tokenizer,
+                results_files=args.results,
+                text=text,
+            )
+        except ImportError as error:  # a package the folder's tokenizer needs to load (its analyzer) is not installed
+            raise SystemExit(f"push_to_hub: {args.model_dir}: {error}") from None
 
     if args.space_dir:
         space = hub.write_space(args.repo_id, args.space_dir)

@@ -27,6 +27,7 @@ from transformers import (
 )
 
 from hf_transformer import (
+    Predictor,
     TransformerConfig,
     TransformerForConditionalGeneration,
     TransformerForMaskedLM,
@@ -320,6 +321,26 @@ def test_card_snippet_runs_for_every_head(tmp_path, capsys, model_class, with_to
     pipeline_tag = {TransformerForMaskedLM: "fill-mask", TransformerModel: "feature-extraction"}
     expected_tag = pipeline_tag.get(model_class) or hub._PIPELINE_TAGS[model_class.__name__]
     assert ModelCard.load(upload_dir / "README.md").data.pipeline_tag == expected_tag
+
+
+def test_a_classifier_card_s_snippet_reads_a_long_text_s_first_tokens(tmp_path, capsys):
+    """A review longer than the model reads: the snippet's tokenizer cuts it, as `Predictor.classify` does (without
+    the cut, the model refuses a sequence longer than its position table)."""
+    model_dir, upload_dir = tmp_path / "model", tmp_path / "upload"
+    TransformerForSequenceClassification(tiny_config(num_labels=2, max_position_embeddings=8)).save_pretrained(
+        model_dir
+    )
+    tokenizer = word_tokenizer()
+    tokenizer.model_max_length = 8
+    tokenizer.save_pretrained(model_dir)
+    long_text = " ".join([EXAMPLE] * 3)  # 18 words and [EOS]
+    push_to_hub.main([str(model_dir), "--repo_id", REPO_ID, "--dry-run", str(upload_dir), "--example", long_text])
+    capsys.readouterr()
+    snippet = card_snippet(upload_dir)
+    exec(compile(snippet, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == Predictor.from_pretrained(model_dir).classify([long_text])[0]["label"]
+    with pytest.raises(ValueError, match="Sequence length 19 exceeds the position table of 8 positions"):
+        exec(compile(snippet.replace("truncation=True, ", ""), "README.md", "exec"), {})
 
 
 # Runs in a Python where hf_transformer cannot be imported: only transformers' remote-code loading is used.

@@ -155,6 +155,42 @@ def test_without_the_analyzer_loading_says_what_to_install(tokenizer, tmp_path):
     assert result.stderr.strip().splitlines()[-1] == f"ImportError: {MISSING_ANALYZER}"
 
 
+# Each command that loads a folder, run where python-mecab-ko is not installed ({out}: a new folder for its output).
+COMMANDS = {
+    "predict": ["scripts/predict.py", "{folder}", "좋다"],
+    "explore_attention": ["scripts/explore_attention.py", "{folder}", "좋다", "--output", "{out}/page.html"],
+    "plot_attention": ["scripts/plot_attention.py", "attention", "{folder}", "좋다", "--output", "{out}/plot.png"],
+    "push_to_hub": ["scripts/push_to_hub.py", "{folder}", "--repo_id", "your-name/model", "--dry-run", "{out}/up"],
+    "app": ["-m", "hf_transformer.app", "{folder}"],
+}
+WITHOUT_MECAB = """
+import runpy, sys
+sys.modules["mecab"] = None  # as where python-mecab-ko is not installed
+if sys.argv[1] == "-m":
+    sys.argv = sys.argv[2:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", COMMANDS)
+def test_without_the_analyzer_each_command_says_what_to_install_in_one_line(classifier_folder, tmp_path, command):
+    out = tmp_path / "out"
+    out.mkdir()
+    argv = [arg.format(folder=classifier_folder, out=out) for arg in COMMANDS[command]]
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_MECAB, *argv], cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf-home")},
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.strip().splitlines()[-1].endswith(f"{classifier_folder}: {MISSING_ANALYZER}")
+    assert not any(out.iterdir())  # nothing written
+
+
 def test_unknown_segmenter_is_refused():
     with pytest.raises(ValueError, match="segmenter must be one of"):
         train_tokenizer(REVIEWS, vocab_size=100, segmenter="mecab")
@@ -268,7 +304,12 @@ def test_every_entry_point_takes_raw_text_and_gives_the_same_predictions(classif
     assert [reloaded(text)["input_ids"] for text in reviews] == [
         predictor.tokenizer(text)["input_ids"] for text in reviews
     ]
-    piped = pipeline("text-classification", model=str(classifier_folder), truncation=True)(reviews)
+    classify = pipeline("text-classification", model=str(classifier_folder))
+    # transformers' tokenizers cut a text only when asked, in the pipeline's call as in their own; without it the
+    # model names the setting rather than read a part the caller did not choose.
+    with pytest.raises(ValueError, match=r"exceeds the position table of 12 positions .*`truncation=True`"):
+        classify(reviews[-1])
+    piped = classify(reviews, truncation=True)
     assert [result["label"] for result in piped] == labels
     assert [result["score"] for result in piped] == pytest.approx([result["score"] for result in expected], abs=1e-5)
     demo = Demo(classifier_folder)
