@@ -282,6 +282,32 @@ def check_checkpoint_averaging(training_args, count: int) -> None:
         )
 
 
+# Files a run leaves in its folder (`save_run`'s, and the Trainer's state in a checkpoint saved at the top level).
+_RUN_FILES = ("config.json", "model.safetensors", "results.json", "trainer_state.json")
+
+
+def check_output_dir_is_new(training_args) -> None:
+    """Refuses an ``--output_dir`` that holds another run, unless this run resumes (``--resume_from_checkpoint``):
+    the new run would write over that run's model, results and card, and the Trainer's checkpoint rotation
+    (``--save_total_limit``) would delete that run's checkpoints with its own. A folder with other files is used."""
+    if getattr(training_args, "resume_from_checkpoint", None):
+        return
+    folder = Path(training_args.output_dir)
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--output_dir {folder} is a file; give the folder to write the run into")
+    if not folder.is_dir():
+        return
+    checkpoints = _earlier_checkpoints(training_args)
+    held = [name for name in _RUN_FILES if (folder / name).is_file()] + checkpoints[:3]
+    if held:
+        more = ", ..." if len(checkpoints) > 3 else ""
+        raise ValueError(
+            f"--output_dir {folder} holds another run ({', '.join(held)}{more}): this one would write over its model "
+            "and results, and the checkpoint rotation (--save_total_limit) would delete its checkpoints. Give a new "
+            "folder, resume that run with --resume_from_checkpoint, or remove it"
+        )
+
+
 def _earlier_checkpoints(training_args) -> list[str]:
     """The checkpoint folders already in ``--output_dir`` when a run starts rather than resumes, by step."""
     if getattr(training_args, "resume_from_checkpoint", None):

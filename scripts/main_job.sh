@@ -38,6 +38,13 @@ case ${MAIN_JOB_SEGMENTER:-none} in
     mecab-ko) package=".[morphemes]"; segmenter_args=(--segmenter mecab-ko) ;;
     *) echo "MAIN_JOB_SEGMENTER is none or mecab-ko, not ${MAIN_JOB_SEGMENTER}" >&2; exit 2 ;;
 esac
+# An earlier run's folders are never written over (the training scripts refuse them too, after the set-up).
+for folder in "$output_dir-pretrained" "$output_dir"; do
+    if [ -e "$folder/config.json" ] || [ -e "$folder/results.json" ] || compgen -G "$folder/checkpoint-*" > /dev/null; then
+        echo "$folder holds an earlier run: give the job another OUTPUT_DIR (its second argument), or remove it" >&2
+        exit 2
+    fi
+done
 
 if [ ! -x .venv/bin/python ]; then
     python3 -m venv .venv

@@ -10,6 +10,7 @@ from transformers import TrainingArguments
 
 from hf_transformer.cpu import cpu_computes_bfloat16
 from hf_transformer.training import (
+    check_output_dir_is_new,
     end_process_group,
     no_unused_parameters,
     pin_memory_only_with_accelerator,
@@ -136,6 +137,32 @@ def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monk
             + ["--use_cpu", "true", "--bf16", "true", "--report_to", "none"]
         )
     assert checked == [True] and not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("script_name", ["train_translation", "train_classifier", "pretrain_denoising"])
+@pytest.mark.parametrize("earlier", ["checkpoint-3", "config.json", "results.json"])
+def test_training_scripts_refuse_a_folder_holding_another_run_unless_resuming(script_name, earlier, tmp_path):
+    """A new run into an earlier run's folder would write over its model and results, and the checkpoint rotation
+    would delete its checkpoints: refused as the arguments parse, the folder left as it was."""
+    from tests.helpers.launch import load_script
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "notes.txt").write_text("a user's file")
+    script = load_script(script_name)
+    argv = ["--output_dir", str(tmp_path / "run"), "--train_file", str(tmp_path / "unread.jsonl")]
+    argv += ["--report_to", "none", "--save_total_limit", "1"]
+    with pytest.raises(FileNotFoundError, match="unread.jsonl"):  # a folder with other files is used
+        script.main(argv)
+    held = tmp_path / "run" / earlier
+    held.mkdir() if earlier.startswith("checkpoint-") else held.write_text("{}")
+    before = sorted(path.name for path in (tmp_path / "run").iterdir())
+    with pytest.raises(ValueError, match=rf"--output_dir .*run holds another run \({earlier}\).* --resume_from"):
+        script.main(argv)
+    assert sorted(path.name for path in (tmp_path / "run").iterdir()) == before
+    check_output_dir_is_new(TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=str(held)))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError, match="--output_dir .*file is a file"):
+        check_output_dir_is_new(TrainingArguments(output_dir=str(tmp_path / "file")))
 
 
 @pytest.mark.parametrize(

@@ -119,8 +119,9 @@ def headline(scores: dict) -> dict:
 
 
 def check_output_dir(output_dir: str, **folders: list[str]) -> None:
-    """Refuses an ``--output_dir`` that is one of the model folders named by an option (``model_dirs=[...]``): a
-    step's scores go beside the models, never over a training run's or an ensemble's own results.json."""
+    """Refuses an ``--output_dir`` that is one of the model folders named by an option (``model_dirs=[...]``), or
+    another model's folder: a step's scores go beside the models, never over a training run's or an ensemble's own
+    results.json."""
     given = Path(output_dir).resolve()
     for option, named in folders.items():
         if any(Path(folder).resolve() == given for folder in named):
@@ -128,6 +129,11 @@ def check_output_dir(output_dir: str, **folders: list[str]) -> None:
                 f"--output_dir {output_dir} is one of the --{option}: its results.json and test predictions are that "
                 "run's; give a folder of its own"
             )
+    if (given / "config.json").is_file():
+        raise ValueError(
+            f"--output_dir {output_dir} holds a model (config.json): its results.json and test predictions are that "
+            "run's; give a folder of its own"
+        )
 
 
 def check_direction(folders, source_lang: str, target_lang: str, role: str = "--model_dirs") -> None:

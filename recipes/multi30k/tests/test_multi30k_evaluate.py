@@ -70,6 +70,17 @@ def test_evaluate_refuses_to_write_over_a_model_folder_s_own_results(tmp_path):
     assert json.loads((tmp_path / "run" / "results.json").read_text()) == {"bleu": 40.0}
 
 
+def test_evaluate_refuses_to_write_into_another_model_s_folder(tmp_path):
+    # Not one of --model_dirs, but a training run's folder all the same: its results.json stays its own.
+    for name in ("run", "other"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+    (tmp_path / "other" / "results.json").write_text('{"bleu": 40.0}')
+    with pytest.raises(ValueError, match="--output_dir .*other holds a model"):
+        evaluate_step.main(["--model_dirs", str(tmp_path / "run"), "--output_dir", str(tmp_path / "other")])
+    assert json.loads((tmp_path / "other" / "results.json").read_text()) == {"bleu": 40.0}
+
+
 def test_evaluate_refuses_a_model_of_the_other_direction_before_reading_it(tmp_path):
     # A De->En run scored with the default En->De arguments would read English sources as German: a silent 2 BLEU.
     (tmp_path / "de-en").mkdir()

@@ -9,6 +9,8 @@ from another, or model sizes that differ between pretraining and fine-tuning.
 
 import re
 import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 from transformers import HfArgumentParser, TrainingArguments
@@ -118,3 +120,18 @@ def test_main_job_commands_parse_and_fit_together(precision, job):
 def test_main_job_sources_the_recipes_precision_check():
     assert job_arrays(MAIN_JOB)["model_args"]  # the shape it times is the shape it trains (test above)
     assert ". recipes/common/precision_args.sh --task masked-lm" in MAIN_JOB.read_text()
+
+
+@pytest.mark.parametrize("earlier", ["-pretrained/config.json", "/results.json", "/checkpoint-2/"])
+def test_main_job_refuses_an_earlier_run_s_folders_before_any_work(tmp_path, earlier):
+    output = tmp_path / "nsmc"
+    held = Path(f"{output}{earlier}")
+    held.parent.mkdir()
+    held.mkdir() if earlier.endswith("/") else held.write_text("{}")
+    result = subprocess.run(
+        ["bash", str(MAIN_JOB), str(tmp_path / "no-data"), str(output)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2
+    told = f"{held.parent} holds an earlier run: give the job another OUTPUT_DIR (its second argument), or remove it"
+    assert result.stderr.strip() == told
+    assert not Path(f"{output}-data").exists()  # nothing prepared
