@@ -257,6 +257,15 @@ def _encode_labels(dataset_dict: DatasetDict) -> DatasetDict:
                 "name (a string) or every label as a class id (an integer)"
             )
         label_types[split] = dtype
+    if "train" in dataset_dict:
+        taught = set(dataset_dict["train"].unique("label"))
+        for split, dataset in dataset_dict.items():
+            unknown = sorted(set(dataset.unique("label")) - taught, key=str)
+            if unknown:  # a typo ("Positive", "negativ") would become a class of its own, scored but never learnt
+                raise ValueError(
+                    f"the {split} rows have labels no training row has: {_some(unknown)} (the training rows' labels: "
+                    f"{_some(sorted(taught, key=str))})"
+                )
     if set(label_types.values()) <= {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}:
         ids = sorted({label for dataset in dataset_dict.values() for label in dataset.unique("label")})
         if ids and ids != list(range(ids[-1] + 1)):

@@ -168,6 +168,29 @@ def test_integer_labels_must_be_class_ids_from_0(tmp_path, labels, message):
         load_local_dataset(tmp_path / "d.jsonl", text_column="text", label_column="label", cache_dir=tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("test_labels", "message"),
+    [
+        (["negative", "Positive", "negativ"], r"the test rows have labels no training row has: Positive, negativ "),
+        ([0, 1, 2], r"the test rows have labels no training row has: 2 \(the training rows' labels: 0, 1\)"),
+    ],
+)
+def test_a_label_no_training_row_has_is_refused(tmp_path, test_labels, message):
+    # A typo in the test file would be a class of its own: a 4-class model, scored with an F1 over classes it never saw.
+    names = isinstance(test_labels[0], str)
+    train = ["negative", "positive"] * 2 if names else [0, 1] * 2
+    files = {}
+    for split, labels in (("train", train), ("test", test_labels)):
+        rows = [{"text": f"review {i}", "label": label} for i, label in enumerate(labels)]
+        (tmp_path / f"{split}.jsonl").write_text("\n".join(json.dumps(row) for row in rows), "utf-8")
+        files[split] = str(tmp_path / f"{split}.jsonl")
+    with pytest.raises(ValueError, match=message):
+        load_local_dataset(files, text_column="text", label_column="label", cache_dir=tmp_path)
+    files["test"] = files["train"]
+    loaded = load_local_dataset(files, text_column="text", label_column="label", cache_dir=tmp_path)
+    assert loaded["test"]["label"] == loaded["train"]["label"]
+
+
 # --------------------------------------------------------------------------------------------------
 # Tokenizing, collating, batching
 
