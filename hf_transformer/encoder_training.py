@@ -128,6 +128,33 @@ def encoder_config(model_args: EncoderArguments, tokenizer, label_names: list[st
     )
 
 
+# The encoder's settings that shape no weight: a folder trained with others holds tensors of the same names and shapes
+# that compute something else (4 heads read as 2 split each vector otherwise; post-LN weights read as pre-LN).
+ENCODER_LAYOUT = (
+    "num_attention_heads", "encoder_layers", "layer_norm_position", "position_embedding_type", "embedding_layer_norm",
+    "final_layer_norm", "activation_function", "scale_embedding",
+)  # fmt: skip
+
+
+def check_same_encoder_layout(config: TransformerConfig, folder: str | Path) -> None:
+    """Refuses ``--init_from`` ``folder`` where its ``config.json`` gives the encoder another layout than ``config``
+    (a setting the folder does not record is not compared), naming each setting that differs."""
+    import json
+
+    path = Path(folder) / "config.json"
+    saved = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    differ = [
+        f"{name} {saved[name]!r} there, {getattr(config, name)!r} here"
+        for name in ENCODER_LAYOUT
+        if name in saved and saved[name] != getattr(config, name)
+    ]
+    if differ:
+        raise ValueError(
+            f"--init_from {folder}: its encoder was trained with other settings ({'; '.join(differ)}); its weights "
+            "would compute something else here: give the settings it was trained with"
+        )
+
+
 @dataclass
 class TextFileArguments(SplitLimits):
     """Where a run's texts are: local CSV / TSV / JSON(L) files (``hf_transformer.data.load_local_dataset``)."""

@@ -38,6 +38,7 @@ from hf_transformer.encoder_training import (
     EncoderArguments,
     TextFileArguments,
     cap_model_max_length,
+    check_same_encoder_layout,
     encoder_config,
     train_encoder_tokenizer,
 )
@@ -78,6 +79,7 @@ def continue_from(model: TransformerForMaskedLM, folder: str | Path) -> None:
     path = Path(folder) / "model.safetensors"
     if not path.is_file():
         raise FileNotFoundError(f"--init_from {folder}: no model.safetensors there")
+    check_same_encoder_layout(model.config, folder)
     saved = load_file(str(path))
     own = model.state_dict()
     problems = [f"missing {name}" for name in own if name not in saved]

@@ -35,6 +35,7 @@ from hf_transformer.encoder_training import (
     EncoderArguments,
     TextFileArguments,
     cap_model_max_length,
+    check_same_encoder_layout,
     encoder_config,
     train_encoder_tokenizer,
 )
@@ -133,6 +134,7 @@ def load_encoder_weights(model: TransformerForSequenceClassification, folder: st
     path = Path(folder) / "model.safetensors"
     if not path.is_file():
         raise FileNotFoundError(f"--init_from {folder}: no model.safetensors there")
+    check_same_encoder_layout(model.config, folder)
     saved = load_file(str(path))
     own = {name: tensor for name, tensor in model.state_dict().items() if name.startswith(ENCODER_PREFIX)}
     missing = sorted(name for name in own if name not in saved)

@@ -162,10 +162,45 @@ def test_init_from_fails_loudly_on_another_architecture(pretrained, tmp_path):
         train_classifier.load_encoder_weights(model, pretrained_dir)
     deeper = EncoderArguments(d_model=32, num_layers=2, num_heads=2, intermediate_size=64, max_length=32)
     model = TransformerForSequenceClassification(encoder_config(deeper, tokenizer, ["0", "1"]))
-    with pytest.raises(ValueError, match="not in model.safetensors"):
+    with pytest.raises(ValueError, match="other settings \\(encoder_layers 1 there, 2 here\\)"):
         train_classifier.load_encoder_weights(model, pretrained_dir)
+    # Without the folder's config.json, its tensors alone tell the missing layer.
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").write_bytes((pretrained_dir / "model.safetensors").read_bytes())
+    with pytest.raises(ValueError, match="not in model.safetensors"):
+        train_classifier.load_encoder_weights(model, tmp_path / "weights")
     with pytest.raises(FileNotFoundError):
         train_classifier.load_encoder_weights(model, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("setting", "told"),
+    [
+        ({"num_heads": 4}, "num_attention_heads 2 there, 4 here"),
+        ({"layer_norm_position": "post"}, "layer_norm_position 'pre' there, 'post' here; embedding_layer_norm True"),
+        ({"position_embedding_type": "sinusoidal"}, "position_embedding_type 'learned' there, 'sinusoidal' here"),
+    ],
+)
+def test_init_from_refuses_weights_of_the_same_shapes_trained_with_another_layout(pretrained, tmp_path, setting, told):
+    """Tensors of the same names and shapes that compute otherwise: refused by the folder's config, naming the
+    setting, in the classifier and in a continued pretraining alike."""
+    _, pretrained_dir, _ = pretrained
+    from transformers import AutoTokenizer
+
+    from hf_transformer import TransformerForMaskedLM, TransformerForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(pretrained_dir)
+    sizes = dict(d_model=32, num_layers=1, num_heads=2, intermediate_size=64, max_length=32)
+    same = TransformerForSequenceClassification(encoder_config(EncoderArguments(**sizes), tokenizer, ["0", "1"]))
+    assert load_script("train_classifier").load_encoder_weights(same, pretrained_dir) > 0
+    config = encoder_config(EncoderArguments(**sizes | setting), tokenizer, ["0", "1"])
+    with pytest.raises(ValueError, match=f"--init_from .*: its encoder was trained with other settings \\({told}"):
+        load_script("train_classifier").load_encoder_weights(
+            TransformerForSequenceClassification(config), pretrained_dir
+        )
+    with pytest.raises(ValueError, match=told):
+        load_script("pretrain_denoising").continue_from(TransformerForMaskedLM(config), pretrained_dir)
 
 
 @pytest.mark.parametrize("share", ["0", "1.5"])
