@@ -289,7 +289,13 @@ _RUN_FILES = ("config.json", "model.safetensors", "results.json", "trainer_state
 def check_output_dir_is_new(training_args) -> None:
     """Refuses an ``--output_dir`` that holds another run, unless this run resumes (``--resume_from_checkpoint``):
     the new run would write over that run's model, results and card, and the Trainer's checkpoint rotation
-    (``--save_total_limit``) would delete that run's checkpoints with its own. A folder with other files is used."""
+    (``--save_total_limit``) would delete that run's checkpoints with its own. A folder with other files is used.
+    A run of no epochs and no steps, which would save an untrained model as its result, is refused too."""
+    if training_args.max_steps <= 0 and training_args.num_train_epochs <= 0:
+        raise ValueError(
+            f"--num_train_epochs {training_args.num_train_epochs} and --max_steps {training_args.max_steps}: this run "
+            "would save an untrained model; give a number of epochs or of steps"
+        )
     if getattr(training_args, "resume_from_checkpoint", None):
         return
     folder = Path(training_args.output_dir)

@@ -224,6 +224,13 @@ class TranslationFileArguments(SplitLimits):
         kinds = {len(files) for files in (self.train_file, self.validation_file, self.test_file) if files}
         if not kinds <= {1, 2} or len(kinds) != 1:
             raise ValueError("give every split as one table file or every split as two text files (source, target)")
+        for option, files in (
+            ("train", self.train_file),
+            ("validation", self.validation_file),
+            ("test", self.test_file),
+        ):
+            if files and len(files) == 2 and Path(files[0]).resolve() == Path(files[1]).resolve():
+                raise ValueError(f"--{option}_file names one file, {files[0]}, as both the source and the target side")
 
     def files(self) -> dict[str, list[str]]:
         splits = {"train": self.train_file, "validation": self.validation_file, "test": self.test_file}

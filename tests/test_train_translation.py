@@ -115,6 +115,12 @@ def test_splits_given_in_different_forms_are_refused(tmp_path):
         )
     with pytest.raises(ValueError, match="--train_file is required"):
         load_script("train_translation").main(["--output_dir", str(tmp_path), "--validation_file", "v.jsonl"])
+    # One file on both sides would train the model to copy its input.
+    for split in ("train", "validation", "test"):
+        files = {name: ["a.en", "a.de"] for name in ("train", "validation", "test")} | {split: ["a.en", "./a.en"]}
+        argv = ["--output_dir", str(tmp_path)] + [arg for name in files for arg in (f"--{name}_file", *files[name])]
+        with pytest.raises(ValueError, match=f"--{split}_file names one file, a.en, as both the source and the target"):
+            load_script("train_translation").main(argv)
 
 
 @pytest.mark.parametrize("beams", [["--num_beams", "0"], ["--generation_num_beams", "0"]])

@@ -163,6 +163,11 @@ def test_training_scripts_refuse_a_folder_holding_another_run_unless_resuming(sc
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="--output_dir .*file is a file"):
         check_output_dir_is_new(TrainingArguments(output_dir=str(tmp_path / "file")))
+    untrained = argv + ["--num_train_epochs", "0", "--output_dir", str(tmp_path / "new")]
+    with pytest.raises(ValueError, match="--num_train_epochs 0.0 and --max_steps -1: this run would save an untrained"):
+        script.main(untrained)
+    with pytest.raises(FileNotFoundError, match="unread.jsonl"):  # one step is a run
+        script.main(untrained + ["--max_steps", "1"])
 
 
 @pytest.mark.parametrize(
