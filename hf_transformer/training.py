@@ -286,11 +286,11 @@ def check_checkpoint_averaging(training_args, count: int) -> None:
 _RUN_FILES = ("config.json", "model.safetensors", "results.json", "trainer_state.json")
 
 
-def check_output_dir_is_new(training_args) -> None:
-    """Refuses an ``--output_dir`` that holds another run, unless this run resumes (``--resume_from_checkpoint``):
-    the new run would write over that run's model, results and card, and the Trainer's checkpoint rotation
-    (``--save_total_limit``) would delete that run's checkpoints with its own. A folder with other files is used.
-    A run of no epochs and no steps, which would save an untrained model as its result, is refused too."""
+def check_new_run(training_args) -> None:
+    """Refuses a run that would train nothing (no epochs and no steps: its result an untrained model), and an
+    ``--output_dir`` that holds another run unless this one resumes (``--resume_from_checkpoint``): the new run would
+    write over that run's model, results and card, and the Trainer's checkpoint rotation (``--save_total_limit``)
+    would delete that run's checkpoints with its own. A folder with other files is used."""
     if training_args.max_steps <= 0 and training_args.num_train_epochs <= 0:
         raise ValueError(
             f"--num_train_epochs {training_args.num_train_epochs} and --max_steps {training_args.max_steps}: this run "

@@ -24,7 +24,7 @@ from .training import (
     AVERAGE_CHECKPOINTS_HELP,
     SplitLimits,
     check_checkpoint_averaging,
-    check_output_dir_is_new,
+    check_new_run,
     save_run,
 )
 
@@ -182,7 +182,7 @@ def check_translation_arguments(training_args: TranslationTrainingArguments) -> 
         raise ValueError("BLEU needs generated text: keep --predict_with_generate on")
     if training_args.generation_num_beams is not None and training_args.generation_num_beams < 1:
         raise ValueError(f"--generation_num_beams must be at least 1, got {training_args.generation_num_beams}")
-    check_output_dir_is_new(training_args)
+    check_new_run(training_args)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
 
 

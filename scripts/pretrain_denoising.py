@@ -46,7 +46,7 @@ from hf_transformer.hub import CardText
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.trainer import LengthGroupedTrainer
 from hf_transformer.training import (
-    check_output_dir_is_new,
+    check_new_run,
     end_process_group,
     one_tokenizer,
     process_report,
@@ -186,7 +186,7 @@ def evaluate(trainer, model, tokenized, tokenizer, pretrain_args, seed: int) -> 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, PretrainingArguments, TrainingArguments))
     model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    check_output_dir_is_new(training_args)
+    check_new_run(training_args)
     model_args.check_folders()
     set_up_training_process(training_args)
     training_args.prediction_loss_only = True  # logits of masked positions only: nothing to gather

@@ -47,7 +47,7 @@ from hf_transformer.training import (
     AVERAGE_CHECKPOINTS_HELP,
     average_this_runs_checkpoints,
     check_checkpoint_averaging,
-    check_output_dir_is_new,
+    check_new_run,
     end_process_group,
     one_tokenizer,
     process_report,
@@ -333,7 +333,7 @@ def score(trainer, model, tokenizer, tokenized, training_args, started: float) -
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, ClassifierTrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    check_output_dir_is_new(training_args)
+    check_new_run(training_args)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     if training_args.ngram_refit_with_validation and not training_args.ngram_buckets:
         raise ValueError("--ngram_refit_with_validation refits the n-gram score: give --ngram_buckets too")

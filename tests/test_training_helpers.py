@@ -10,7 +10,7 @@ from transformers import TrainingArguments
 
 from hf_transformer.cpu import cpu_computes_bfloat16
 from hf_transformer.training import (
-    check_output_dir_is_new,
+    check_new_run,
     end_process_group,
     no_unused_parameters,
     pin_memory_only_with_accelerator,
@@ -159,10 +159,10 @@ def test_training_scripts_refuse_a_folder_holding_another_run_unless_resuming(sc
     with pytest.raises(ValueError, match=rf"--output_dir .*run holds another run \({earlier}\).* --resume_from"):
         script.main(argv)
     assert sorted(path.name for path in (tmp_path / "run").iterdir()) == before
-    check_output_dir_is_new(TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=str(held)))
+    check_new_run(TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=str(held)))
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="--output_dir .*file is a file"):
-        check_output_dir_is_new(TrainingArguments(output_dir=str(tmp_path / "file")))
+        check_new_run(TrainingArguments(output_dir=str(tmp_path / "file")))
     untrained = argv + ["--num_train_epochs", "0", "--output_dir", str(tmp_path / "new")]
     with pytest.raises(ValueError, match="--num_train_epochs 0.0 and --max_steps -1: this run would save an untrained"):
         script.main(untrained)
