@@ -25,11 +25,33 @@ import hf_transformer  # noqa: F401  (registers the Auto classes and the morphem
 TIE = 1e-5
 
 
+def read_reviews(folder: Path, test_file: Path) -> list[dict]:
+    """``test_file``'s rows (JSON lines with ``text`` and ``label``), or ValueError naming what is wrong: a file
+    that is not such lines, no rows, or labels the folder's model does not name (scored, they would all count wrong)."""
+    lines = [line for line in test_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        rows = [json.loads(line) for line in lines]
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{test_file}: not JSON lines ({error}); give recipes.nsmc.prepare's test.jsonl") from None
+    if not rows:
+        raise ValueError(f"{test_file}: no reviews in it")
+    if not all(isinstance(row, dict) and {"text", "label"} <= row.keys() for row in rows):
+        raise ValueError(f"{test_file}: each line must hold a review's text and label")
+    names = set(json.loads((folder / "config.json").read_text(encoding="utf-8"))["id2label"].values())
+    unknown = sorted({str(row["label"]) for row in rows} - names)
+    if unknown:
+        raise ValueError(
+            f"{test_file}: labels {', '.join(unknown[:4])} are not the model's ({', '.join(sorted(names))}): "
+            "another file's labels, or written otherwise than the run read them"
+        )
+    return rows
+
+
 def pipeline_accuracy(folder: Path, test_file: Path, batch_size: int = 256) -> dict:
     """The pipeline's predictions for every review of ``test_file`` (JSON lines with ``text`` and ``label``)."""
     from transformers import pipeline
 
-    rows = [json.loads(line) for line in test_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = read_reviews(folder, test_file)
     classify = pipeline("text-classification", model=str(folder), truncation=True)
     started = time.time()
     scored = classify([row["text"] for row in rows], batch_size=batch_size, top_k=None)  # every label, likeliest first
@@ -53,9 +75,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("test_file", type=Path, help="the test reviews the run scored (recipes.nsmc.prepare's)")
     parser.add_argument("--batch_size", type=int, default=256)
     args = parser.parse_args(argv)
+    for path in (args.folder / "results.json", args.folder / "config.json", args.test_file):
+        if not path.is_file():
+            parser.error(
+                f"{path}: no such file (a classifier folder saved by scripts/train_classifier.py, and its test)"
+            )
     recorded = json.loads((args.folder / "results.json").read_text())
     if "test_accuracy" not in recorded:  # before classifying every review
         parser.error(f"{args.folder}/results.json holds no test_accuracy: the run was trained without --test_file")
+    try:
+        read_reviews(args.folder, args.test_file)  # before classifying every review
+    except ValueError as error:
+        parser.error(str(error))
     result = pipeline_accuracy(args.folder, args.test_file, args.batch_size)
     result["recorded_accuracy"] = recorded["test_accuracy"]
     result["reviews_apart"] = round(abs(result["accuracy"] - result["recorded_accuracy"]) * result["reviews"])

@@ -2,6 +2,7 @@
 beside the one its run recorded."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -84,3 +85,30 @@ def test_integer_labels_are_read_as_the_folder_names_them_and_a_run_without_test
     with pytest.raises(SystemExit):
         pipeline_accuracy.main([str(folder), str(test_file)])
     assert "holds no test_accuracy: the run was trained without --test_file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("rows", "told"),
+    [
+        ([{"text": "좋다", "label": 1}], r"labels 1 are not the model's \(negative, positive\)"),
+        ([{"review": "좋다", "label": "positive"}], "each line must hold a review's text and label"),
+        ([], "no reviews in it"),
+        ("id\tdocument\tlabel\n1\t좋다\t1\n", "not JSON lines"),
+        (None, "test.jsonl: no such file"),
+    ],
+)
+def test_a_test_file_the_folder_cannot_be_scored_on_is_refused_in_one_line_before_scoring(tmp_path, capsys, rows, told):
+    # Labels 0/1 against a model of negative/positive would score every review wrong: accuracy 0, silently.
+    folder, test_file, accuracy = make_folder(tmp_path)
+    (folder / "results.json").write_text(json.dumps({"test_accuracy": accuracy}))
+    if rows is None:
+        test_file.unlink()
+    else:
+        text = rows if isinstance(rows, str) else "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+        test_file.write_text(text)
+    with pytest.raises(SystemExit) as raised:
+        pipeline_accuracy.main([str(folder), str(test_file)])
+    assert raised.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert re.search(told, error[-1]) and "Traceback" not in "\n".join(error), error
+    assert not (folder / "pipeline_accuracy.json").exists()
