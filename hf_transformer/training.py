@@ -296,7 +296,10 @@ def check_new_run(training_args) -> None:
             f"--num_train_epochs {training_args.num_train_epochs} and --max_steps {training_args.max_steps}: this run "
             "would save an untrained model; give a number of epochs or of steps"
         )
-    if getattr(training_args, "resume_from_checkpoint", None):
+    checkpoint = getattr(training_args, "resume_from_checkpoint", None)
+    if checkpoint:
+        if isinstance(checkpoint, str):
+            _check_checkpoint(checkpoint)
         return
     folder = Path(training_args.output_dir)
     if folder.exists() and not folder.is_dir():
@@ -312,6 +315,19 @@ def check_new_run(training_args) -> None:
             "and results, and the checkpoint rotation (--save_total_limit) would delete its checkpoints. Give a new "
             "folder, resume that run with --resume_from_checkpoint, or remove it"
         )
+
+
+def _check_checkpoint(checkpoint: str) -> None:
+    """``--resume_from_checkpoint`` names a checkpoint the Trainer saved (its ``trainer_state.json`` there), or a
+    ValueError says what it names instead: nothing, or a run's folder (with the checkpoints it holds)."""
+    folder = Path(checkpoint)
+    if not folder.is_dir():
+        raise ValueError(f"--resume_from_checkpoint {checkpoint}: no such folder (a run's checkpoint-<step> folder)")
+    if not (folder / "trainer_state.json").is_file():
+        inside = [path.name for path in folder.glob("checkpoint-*") if path.name[11:].isdigit() and path.is_dir()]
+        inside.sort(key=lambda name: int(name[11:]))
+        held = f"; it holds {', '.join(inside[-3:])}: give one of them" if inside else ""
+        raise ValueError(f"--resume_from_checkpoint {checkpoint} is not a checkpoint (no trainer_state.json){held}")
 
 
 def _earlier_checkpoints(training_args) -> list[str]:

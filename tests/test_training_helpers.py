@@ -159,7 +159,15 @@ def test_training_scripts_refuse_a_folder_holding_another_run_unless_resuming(sc
     with pytest.raises(ValueError, match=rf"--output_dir .*run holds another run \({earlier}\).* --resume_from"):
         script.main(argv)
     assert sorted(path.name for path in (tmp_path / "run").iterdir()) == before
-    check_new_run(TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=str(held)))
+    (tmp_path / "run" / "checkpoint-4").mkdir()
+    (tmp_path / "run" / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    checkpoint = str(tmp_path / "run" / "checkpoint-4")
+    check_new_run(TrainingArguments(output_dir=str(tmp_path / "run"), resume_from_checkpoint=checkpoint))
+    for given, told in (("run", r"run is not a checkpoint \(no trainer_state.json\); it holds .*checkpoint-4: give"),
+                        ("missing", "missing: no such folder")):  # fmt: skip
+        resumed = argv + ["--resume_from_checkpoint", str(tmp_path / given)]
+        with pytest.raises(ValueError, match=f"--resume_from_checkpoint .*{told}"):
+            script.main(resumed)
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="--output_dir .*file is a file"):
         check_new_run(TrainingArguments(output_dir=str(tmp_path / "file")))
