@@ -257,17 +257,18 @@ def _encode_labels(dataset_dict: DatasetDict) -> DatasetDict:
                 "name (a string) or every label as a class id (an integer)"
             )
         label_types[split] = dtype
-    if "train" in dataset_dict:
-        taught = set(dataset_dict["train"].unique("label"))
-        for split, dataset in dataset_dict.items():
-            unknown = sorted(set(dataset.unique("label")) - taught, key=str)
+    labels = {split: set(dataset.unique("label")) for split, dataset in dataset_dict.items()}
+    if "train" in labels:
+        taught = labels["train"]
+        for split, found in labels.items():
+            unknown = sorted(found - taught, key=str)
             if unknown:  # a typo ("Positive", "negativ") would become a class of its own, scored but never learnt
                 raise ValueError(
                     f"the {split} rows have labels no training row has: {_some(unknown)} (the training rows' labels: "
                     f"{_some(sorted(taught, key=str))})"
                 )
     if set(label_types.values()) <= {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"}:
-        ids = sorted({label for dataset in dataset_dict.values() for label in dataset.unique("label")})
+        ids = sorted(set().union(*labels.values()))
         if ids and ids != list(range(ids[-1] + 1)):
             missing = sorted(set(range(max(ids[-1] + 1, 0))) - set(ids))
             raise ValueError(
@@ -276,7 +277,7 @@ def _encode_labels(dataset_dict: DatasetDict) -> DatasetDict:
                 + ". Number the classes from 0, or write the labels as names (strings)."
             )
         return dataset_dict
-    names = sorted({str(label) for dataset in dataset_dict.values() for label in dataset.unique("label")})
+    names = sorted({str(label) for found in labels.values() for label in found})
     dataset_dict = dataset_dict.cast_column("label", Value("string"))
     return dataset_dict.cast_column("label", ClassLabel(names=names))
 

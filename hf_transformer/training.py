@@ -324,19 +324,22 @@ def _check_checkpoint(checkpoint: str) -> None:
     if not folder.is_dir():
         raise ValueError(f"--resume_from_checkpoint {checkpoint}: no such folder (a run's checkpoint-<step> folder)")
     if not (folder / "trainer_state.json").is_file():
-        inside = [path.name for path in folder.glob("checkpoint-*") if path.name[11:].isdigit() and path.is_dir()]
-        inside.sort(key=lambda name: int(name[11:]))
+        inside = [path.name for path in _checkpoint_folders(folder)]
         held = f"; it holds {', '.join(inside[-3:])}: give one of them" if inside else ""
         raise ValueError(f"--resume_from_checkpoint {checkpoint} is not a checkpoint (no trainer_state.json){held}")
+
+
+def _checkpoint_folders(folder: str | Path) -> list[Path]:
+    """The Trainer's ``checkpoint-<step>`` folders in ``folder``, by step."""
+    found = [path for path in Path(folder).glob("checkpoint-*") if path.is_dir() and path.name[11:].isdigit()]
+    return sorted(found, key=lambda path: int(path.name[11:]))
 
 
 def _earlier_checkpoints(training_args) -> list[str]:
     """The checkpoint folders already in ``--output_dir`` when a run starts rather than resumes, by step."""
     if getattr(training_args, "resume_from_checkpoint", None):
         return []
-    folder = Path(training_args.output_dir)
-    found = [path for path in folder.glob("checkpoint-*") if path.is_dir() and path.name[11:].isdigit()]
-    return [path.name for path in sorted(found, key=lambda path: int(path.name[11:]))]
+    return [path.name for path in _checkpoint_folders(training_args.output_dir)]
 
 
 def _checkpoints_saved(training_args, strategy: str) -> int | None:
@@ -378,12 +381,11 @@ def average_this_runs_checkpoints(model: torch.nn.Module, training_args, started
 def last_checkpoints(output_dir: str | Path, count: int, *, written_since: float | None = None) -> list[Path]:
     """The ``count`` latest ``checkpoint-<step>`` folders the Trainer saved in ``output_dir``, oldest first; with
     ``written_since``, only those whose state the Trainer wrote since then."""
-    folders = [p for p in Path(output_dir).glob("checkpoint-*") if p.is_dir() and p.name.split("-")[-1].isdigit()]
+    folders = _checkpoint_folders(output_dir)
     earlier = []
     if written_since is not None:
         earlier = [p for p in folders if not _written_since(p, written_since)]
         folders = [p for p in folders if p not in earlier]
-    folders.sort(key=lambda p: int(p.name.split("-")[-1]))
     if len(folders) < count:
         left = f" ({', '.join(sorted(p.name for p in earlier))} of an earlier run left there)" if earlier else ""
         raise ValueError(

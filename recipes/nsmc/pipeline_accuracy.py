@@ -47,11 +47,10 @@ def read_reviews(folder: Path, test_file: Path) -> list[dict]:
     return rows
 
 
-def pipeline_accuracy(folder: Path, test_file: Path, batch_size: int = 256) -> dict:
-    """The pipeline's predictions for every review of ``test_file`` (JSON lines with ``text`` and ``label``)."""
+def pipeline_accuracy(folder: Path, rows: list[dict], batch_size: int = 256) -> dict:
+    """The pipeline's predictions for every review of ``rows`` (`read_reviews`'), scored against their labels."""
     from transformers import pipeline
 
-    rows = read_reviews(folder, test_file)
     classify = pipeline("text-classification", model=str(folder), truncation=True)
     started = time.time()
     scored = classify([row["text"] for row in rows], batch_size=batch_size, top_k=None)  # every label, likeliest first
@@ -84,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     if "test_accuracy" not in recorded:  # before classifying every review
         parser.error(f"{args.folder}/results.json holds no test_accuracy: the run was trained without --test_file")
     try:
-        read_reviews(args.folder, args.test_file)  # before classifying every review
+        rows = read_reviews(args.folder, args.test_file)  # before classifying every review
     except ValueError as error:
         parser.error(str(error))
-    result = pipeline_accuracy(args.folder, args.test_file, args.batch_size)
+    result = pipeline_accuracy(args.folder, rows, args.batch_size)
     result["recorded_accuracy"] = recorded["test_accuracy"]
     result["reviews_apart"] = round(abs(result["accuracy"] - result["recorded_accuracy"]) * result["reviews"])
     (args.folder / "pipeline_accuracy.json").write_text(json.dumps(result, indent=2) + "\n")
