@@ -60,12 +60,46 @@ def has_text(*columns: str) -> Callable[[dict[str, list]], list[bool]]:
     return keep
 
 
+class MissingColumnError(KeyError, ValueError):
+    """A dataset or data file without a column the caller named: a ``KeyError`` (a column looked up), and a
+    ``ValueError`` (a refusal of the input, one line from a command; ``hf_transformer.commands``)."""
+
+    def __str__(self) -> str:  # the message as written, not KeyError's quoted repr of it
+        return str(self.args[0]) if self.args else ""
+
+
+def not_utf8(path: str | os.PathLike, error: UnicodeDecodeError) -> str:
+    """The message for a text file that is not UTF-8 (a Korean file saved as cp949 / EUC-KR, say)."""
+    return (
+        f"{path} is not UTF-8 text ({error.reason}): save it as UTF-8, e.g. "
+        f"`iconv -f cp949 -t utf-8 {path} > utf8-{Path(path).name}` for a Korean file in cp949"
+    )
+
+
+def _unreadable(files: Mapping[str, list[str]], error: Exception) -> str:
+    """What a data file that datasets could not read has wrong: the first file that is not UTF-8, else the parser's
+    complaint (a broken JSON line, a row of too many fields), with the files read."""
+    for path in chain.from_iterable(files.values()):
+        with open(path, encoding="utf-8") as stream:
+            try:
+                while stream.read(1 << 24):
+                    pass
+            except UnicodeDecodeError as not_text:
+                return not_utf8(path, not_text)
+    cause = error.__cause__ or error.__context__ or error
+    reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+    return f"cannot read {', '.join(chain.from_iterable(files.values()))}: {reason}"
+
+
 def read_sentence_lines(path: str | os.PathLike) -> list[str]:
     """A file of one sentence per line (a corpus side, a system's output), split at "\n" only (a "\r\n" ending is
     one line end): a U+2028, a lone "\r" or another separator `str.splitlines` or universal newlines split at stays
     inside its sentence, so that the two sides of a parallel corpus stay aligned line for line."""
     with open(path, encoding="utf-8", newline="") as stream:  # newline="": no "\r" read as a line end
-        text = stream.read()
+        try:
+            text = stream.read()
+        except UnicodeDecodeError as error:
+            raise ValueError(not_utf8(path, error)) from error
     return [line.removesuffix("\r") for line in text.removesuffix("\n").split("\n")] if text else []
 
 
@@ -207,13 +241,17 @@ def load_local_dataset(
     empty = [p for paths in files.values() for p in paths if Path(p).stat().st_size == 0]
     if empty:
         raise ValueError(f"data file(s) with nothing in them: {empty}")
-    raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **options)
+    try:
+        raw = datasets.load_dataset(builder, data_files=files, cache_dir=cache_dir, **options)
+    except datasets.exceptions.DatasetGenerationError as error:  # datasets' wrapper of its reader's complaint
+        raise ValueError(_unreadable(files, error)) from error
 
     wanted = [source_column, target_column] if seq2seq else [c for c in (text_column, label_column) if c is not None]
     for split, dataset in raw.items():
         absent = [column for column in wanted if column not in dataset.column_names]
         if absent:
-            raise KeyError(f"{files[split]} has no column(s) {absent}; its columns are {dataset.column_names}")
+            columns = dataset.column_names
+            raise MissingColumnError(f"{files[split]} has no column(s) {absent}; its columns are {columns}")
 
     result = {}
     for split, dataset in raw.items():
@@ -332,7 +370,7 @@ def tokenize_classification(
         )
     max_length = resolve_max_length(tokenizer, max_length)
     if text_column not in dataset.column_names:
-        raise KeyError(f"the dataset has no column {text_column!r}; its columns are {dataset.column_names}")
+        raise MissingColumnError(f"the dataset has no column {text_column!r}; its columns are {dataset.column_names}")
     has_label = label_column in dataset.column_names
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
@@ -499,12 +537,12 @@ def _encode_pairs(tokenizer, sources, targets, max_source_length: int, max_targe
 def _check_languages(dataset: Dataset, source_lang: str, target_lang: str) -> None:
     """A clear error when the dataset has no `translation` column holding both languages."""
     if "translation" not in dataset.column_names:
-        raise KeyError(f"the dataset has no 'translation' column; its columns are {dataset.column_names}")
+        raise MissingColumnError(f"the dataset has no 'translation' column; its columns are {dataset.column_names}")
     languages = dataset.features["translation"]
     languages = getattr(languages, "languages", None) or list(languages)
     absent = [lang for lang in (source_lang, target_lang) if lang not in languages]
     if absent:
-        raise KeyError(f"the translation column has no language(s) {absent}; it has {list(languages)}")
+        raise MissingColumnError(f"the translation column has no language(s) {absent}; it has {list(languages)}")
 
 
 # Padding a batch: `tokenizer.pad`'s result, built in torch. `tokenizer.pad` walks every row and value in Python and
@@ -652,7 +690,7 @@ def sequence_lengths(dataset: Dataset, columns: Sequence[str] = ("input_ids", "l
 
     present = [column for column in columns if column in dataset.column_names]
     if not present:
-        raise KeyError(f"the dataset has none of the columns {list(columns)}; tokenize it first")
+        raise MissingColumnError(f"the dataset has none of the columns {list(columns)}; tokenize it first")
     table = dataset.with_format("arrow")[:]
     lengths = [pc.list_value_length(table.column(column)) for column in present]
     longest = lengths[0]

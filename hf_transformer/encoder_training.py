@@ -7,8 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .configuration_transformer import TransformerConfig
-from .folders import looks_like_a_path
-from .training import SplitLimits
+from .training import SplitLimits, check_tokenizer_source, check_validation_size
 
 __all__ = ["EncoderArguments", "TextFileArguments", "cap_model_max_length", "encoder_config", "train_encoder_tokenizer"]
 
@@ -64,8 +63,10 @@ class EncoderArguments:
         mistyped --init_from would otherwise be looked up on the Hub after that work)."""
         if self.init_from is not None and not Path(self.init_from).is_dir():
             raise FileNotFoundError(f"--init_from {self.init_from}: no such folder (a pretraining run's output folder)")
-        if self.tokenizer is not None and looks_like_a_path(self.tokenizer) and not Path(self.tokenizer).is_dir():
-            raise FileNotFoundError(f"--tokenizer {self.tokenizer}: no such folder")
+        if self.tokenizer is not None:
+            check_tokenizer_source(self.tokenizer)
+        elif self.init_from is not None:  # the pretraining folder's tokenizer is the run's
+            check_tokenizer_source(self.init_from, "--init_from")
 
     def model_settings(self) -> dict:
         """The encoder's sizes and layout as `TransformerConfig` settings (its vocabulary comes from the tokenizer)."""
@@ -178,6 +179,7 @@ class TextFileArguments(SplitLimits):
 
     def __post_init__(self):
         super().__post_init__()
+        check_validation_size(self.validation_size)
         if not self.train_file:
             raise ValueError("--train_file is required: the training rows (CSV, TSV, JSON or JSONL)")
 

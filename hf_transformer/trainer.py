@@ -15,6 +15,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .data import ResumablePass, ShuffledLengthGroupedSampler, sequence_lengths
+from .training import check_resumed_model
 
 __all__ = ["LengthGroupedTrainer", "OrderKeepingSeq2SeqTrainer", "PASS_ORDER_FILE", "PassOrderSampler"]
 
@@ -73,6 +74,8 @@ class _PassOrderMixin:
         folder = resume_from_checkpoint
         if folder is True:
             folder = get_last_checkpoint(self.args.output_dir)  # as transformers resolves it
+        if isinstance(folder, str) and folder and hasattr(self.model, "config"):
+            check_resumed_model(self.model.config, folder)
         saved = Path(folder) / PASS_ORDER_FILE if isinstance(folder, str) and folder else None
         self._resumed_order = torch.load(saved).tolist() if saved is not None and saved.is_file() else None
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)

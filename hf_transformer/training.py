@@ -40,6 +40,13 @@ class SplitLimits:
         return {"train": self.max_train_samples, "validation": self.max_eval_samples, "test": self.max_test_samples}
 
 
+def check_validation_size(share: float) -> None:
+    """``--validation_size``, the share of the training rows held out where no validation file is given, lies
+    strictly between 0 and 1 (datasets would refuse it only once the files are read)."""
+    if not 0 < share < 1:
+        raise ValueError(f"--validation_size is the share of the training rows held out, between 0 and 1; got {share}")
+
+
 def pin_memory_only_with_accelerator(training_args) -> None:
     """Turn ``dataloader_pin_memory`` off when no accelerator is present.
 
@@ -113,6 +120,19 @@ def end_process_group() -> None:
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
+def check_tokenizer_source(path: str, option: str = "--tokenizer") -> None:
+    """Refuses, before any text is read, a tokenizer ``path`` (given as ``option``) that is a folder holding no
+    tokenizer, or a path to no folder; a name that could be a Hub id is left to the Hub."""
+    from .folders import looks_like_a_path
+
+    folder = Path(path)
+    if folder.is_dir():
+        if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+            raise ValueError(f"{option} {path}: the folder holds no tokenizer ({' or '.join(_TOKENIZER_FILES)})")
+    elif looks_like_a_path(path) or folder.exists():
+        raise FileNotFoundError(f"{option} {path}: no such folder")
+
+
 def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: str | None = None):
     """The tokenizer of a run, identical in every process and across a resume.
 
@@ -123,7 +143,13 @@ def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: st
     ``build()`` in process 0, whose files are broadcast to the other processes.
     """
     if tokenizer_path:
-        return AutoTokenizer.from_pretrained(tokenizer_path)
+        check_tokenizer_source(tokenizer_path)
+        try:
+            return AutoTokenizer.from_pretrained(tokenizer_path)
+        except OSError as error:  # a name that is no folder here, looked up on the Hub: offline, or no such repo
+            reason = str(error).strip().splitlines()[0]
+            message = f"{tokenizer_path}: no such tokenizer folder, and no Hub tokenizer that loads ({reason})"
+            raise OSError(message) from error
     checkpoint = getattr(training_args, "resume_from_checkpoint", None)
     if isinstance(checkpoint, str) and checkpoint:
         folder = Path(checkpoint)
@@ -291,6 +317,7 @@ def check_new_run(training_args) -> None:
     ``--output_dir`` that holds another run unless this one resumes (``--resume_from_checkpoint``): the new run would
     write over that run's model, results and card, and the Trainer's checkpoint rotation (``--save_total_limit``)
     would delete that run's checkpoints with its own. A folder with other files is used."""
+    check_optimizer_numbers(training_args)
     if training_args.max_steps <= 0 and training_args.num_train_epochs <= 0:
         raise ValueError(
             f"--num_train_epochs {training_args.num_train_epochs} and --max_steps {training_args.max_steps}: this run "
@@ -317,6 +344,29 @@ def check_new_run(training_args) -> None:
         )
 
 
+def check_optimizer_numbers(training_args) -> None:
+    """Refuses the Trainer's numbers that torch or the data loader would refuse only once the data is read and the
+    tokenizer trained: a negative learning rate, weight decay or epsilon, an Adam beta outside [0, 1), and batches or
+    accumulation of fewer than one row or step."""
+    wrong = [
+        f"--{name} {getattr(training_args, name)} (at least 0)"
+        for name in ("learning_rate", "weight_decay", "adam_epsilon")
+        if getattr(training_args, name) < 0
+    ]
+    wrong += [
+        f"--{name} {getattr(training_args, name)} (from 0 to below 1)"
+        for name in ("adam_beta1", "adam_beta2")
+        if not 0 <= getattr(training_args, name) < 1
+    ]
+    wrong += [
+        f"--{name} {getattr(training_args, name)} (at least 1)"
+        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps")
+        if getattr(training_args, name) < 1
+    ]
+    if wrong:
+        raise ValueError(f"impossible training numbers: {'; '.join(wrong)}")
+
+
 def _check_checkpoint(checkpoint: str) -> None:
     """``--resume_from_checkpoint`` names a checkpoint the Trainer saved (its ``trainer_state.json`` there), or a
     ValueError says what it names instead: nothing, or a run's folder (with the checkpoints it holds)."""
@@ -327,6 +377,37 @@ def _check_checkpoint(checkpoint: str) -> None:
         inside = [path.name for path in _checkpoint_folders(folder)]
         held = f"; it holds {', '.join(inside[-3:])}: give one of them" if inside else ""
         raise ValueError(f"--resume_from_checkpoint {checkpoint} is not a checkpoint (no trainer_state.json){held}")
+
+
+# Config entries that are no setting of the model: where and how it was saved, what a forward call returns by default,
+# and the loss a classifier's first labelled batch chose (problem_type).
+_NOT_MODEL_SETTINGS = {
+    "_name_or_path", "architectures", "auto_map", "dtype", "torch_dtype", "transformers_version", "output_attentions",
+    "output_hidden_states", "return_dict", "use_cache", "problem_type", "fused_output_loss",
+}  # fmt: skip
+
+
+def check_resumed_model(config, checkpoint: str | Path) -> None:
+    """Refuses to resume from ``checkpoint`` a model built with other settings than the checkpoint's model (its
+    ``config.json``), naming each: another width or depth would fail inside torch's ``load_state_dict`` in the
+    middle of ``Trainer.train``, and other heads, dropout or layout would silently go on training the checkpoint's
+    weights as another model. A checkpoint without a config is left to the Trainer."""
+    import json
+
+    if not (Path(checkpoint) / "config.json").is_file():
+        return
+    saved = type(config).from_pretrained(checkpoint).to_dict()
+    ours, saved = (json.loads(json.dumps(settings)) for settings in (config.to_dict(), saved))  # keys as JSON has them
+    differ = [
+        f"{name} {saved.get(name)!r} there, {ours.get(name)!r} here"
+        for name in sorted(set(ours) | set(saved))
+        if name not in _NOT_MODEL_SETTINGS and ours.get(name) != saved.get(name)
+    ]
+    if differ:
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint}: its model was built with other settings ({'; '.join(differ)}): "
+            "resume with the arguments the run was started with"
+        )
 
 
 def _checkpoint_folders(folder: str | Path) -> list[Path]:

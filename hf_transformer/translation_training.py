@@ -25,6 +25,8 @@ from .training import (
     SplitLimits,
     check_checkpoint_averaging,
     check_new_run,
+    check_tokenizer_source,
+    check_validation_size,
     save_run,
 )
 
@@ -87,6 +89,11 @@ class TranslationModelArguments:
         # Refused before training: the final scoring, after it, would fail on it.
         if self.num_beams < 1:
             raise ValueError(f"--num_beams must be at least 1, got {self.num_beams}")
+        # The sizes and layout as the config will check them (`d_model` a multiple of the heads, a layout's name),
+        # over a stand-in vocabulary: refused as the command is parsed, not after the data is read.
+        TransformerConfig(vocab_size=1000, **self.model_settings())
+        if self.tokenizer is not None:
+            check_tokenizer_source(self.tokenizer)
 
     def new_tokenizer(self, pairs: Sequence[Mapping[str, str]], source: str, target: str, **options):
         """A tokenizer trained on both sides of the training ``pairs`` (every source, then every target), of
@@ -105,6 +112,15 @@ class TranslationModelArguments:
     def config(self, tokenizer) -> TransformerConfig:
         return TransformerConfig(
             vocab_size=len(tokenizer),
+            **self.model_settings(),
+            pad_token_id=tokenizer.pad_token_id,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
+
+    def model_settings(self) -> dict:
+        """The model's sizes and layout as `TransformerConfig` settings (its vocabulary comes from the tokenizer)."""
+        return dict(
             d_model=self.d_model,
             n_layer=self.num_layers,
             num_attention_heads=self.num_heads,
@@ -123,9 +139,6 @@ class TranslationModelArguments:
             label_smoothing=self.label_smoothing,
             init_method=self.init_method,
             layer_norm_epsilon=1e-6,
-            pad_token_id=tokenizer.pad_token_id,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
         )
 
     def new_model(self, tokenizer):
@@ -219,6 +232,7 @@ class TranslationFileArguments(SplitLimits):
 
     def __post_init__(self):
         super().__post_init__()
+        check_validation_size(self.validation_size)
         if not self.train_file:
             raise ValueError("--train_file is required: the training pairs (a table file, or two text files)")
         kinds = {len(files) for files in (self.train_file, self.validation_file, self.test_file) if files}

@@ -33,6 +33,7 @@ import torch
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_transformer import TransformerForMaskedLM
+from hf_transformer.commands import parse_arguments, run_command
 from hf_transformer.data import masked_token_collator, sequence_lengths, tokenize_classification
 from hf_transformer.encoder_training import (
     EncoderArguments,
@@ -185,7 +186,7 @@ def evaluate(trainer, model, tokenized, tokenizer, pretrain_args, seed: int) -> 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, PretrainingArguments, TrainingArguments))
-    model_args, data_args, pretrain_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, pretrain_args, training_args = parse_arguments(parser, argv)
     check_new_run(training_args)
     model_args.check_folders()
     set_up_training_process(training_args)
@@ -232,5 +233,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     restart_waiting_passively_when_busy()  # before any work: torch's OpenMP threads sleep on a busy machine
-    main()
+    run_command(main)
     end_process_group()

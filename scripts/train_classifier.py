@@ -30,6 +30,7 @@ import torch
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
+from hf_transformer.commands import parse_arguments, run_command
 from hf_transformer.data import classification_collator, rows_by_length, sorted_by_length, tokenize_classification
 from hf_transformer.encoder_training import (
     EncoderArguments,
@@ -332,7 +333,7 @@ def score(trainer, model, tokenizer, tokenized, training_args, started: float) -
 
 def main(argv: list[str] | None = None) -> dict:
     parser = HfArgumentParser((EncoderArguments, TextFileArguments, ClassifierTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args = parse_arguments(parser, argv)
     check_new_run(training_args)
     check_checkpoint_averaging(training_args, training_args.average_checkpoints)
     if training_args.ngram_refit_with_validation and not training_args.ngram_buckets:
@@ -384,5 +385,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     restart_waiting_passively_when_busy()  # before any work: torch's OpenMP threads sleep on a busy machine
-    main()
+    run_command(main)
     end_process_group()

@@ -32,6 +32,7 @@ import time
 
 from transformers import HfArgumentParser, set_seed
 
+from hf_transformer.commands import parse_arguments, run_command
 from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.metrics import require_scorers, select_and_score, translation_metrics
 from hf_transformer.openmp import restart_waiting_passively_when_busy
@@ -62,7 +63,7 @@ logger = logging.getLogger("train_translation")
 def parse(argv: list[str] | None):
     """The arguments, checked before any work; the process set up for training."""
     parser = HfArgumentParser((TranslationModelArguments, TranslationFileArguments, TranslationTrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args = parse_arguments(parser, argv)
     set_up_training_process(training_args)
     check_translation_arguments(training_args)
     require_scorers()  # before any training: the scores come at the first evaluation
@@ -166,5 +167,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     restart_waiting_passively_when_busy()  # before any work: torch's OpenMP threads sleep on a busy machine
-    main()
+    run_command(main)
     end_process_group()

@@ -1,6 +1,8 @@
 """scripts/train_classifier.py end to end on generated reviews in local files."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -322,6 +324,16 @@ def test_impossible_ngram_settings_are_refused_before_any_data_is_read(tmp_path,
         (["--init_from", "runs/no-such-pretraining"], FileNotFoundError, "--init_from runs/no-such-pretraining: no"),
         (["--tokenizer", "./no/such/tokenizer"], FileNotFoundError, "--tokenizer ./no/such/tokenizer: no such folder"),
         (["--max_eval_samples", "0"], ValueError, "--max_eval_samples is a number of rows, at least 1; got 0"),
+        (["--validation_size", "1.5"], ValueError, "--validation_size is the share .* between 0 and 1; got 1.5"),
+        (["--validation_size", "0"], ValueError, "--validation_size is the share .* between 0 and 1; got 0.0"),
+        (
+            ["--learning_rate", "-1", "--per_device_eval_batch_size", "0", "--adam_beta2", "1"],
+            ValueError,
+            r"impossible training numbers: --learning_rate -1.0 \(at least 0\); --adam_beta2 1.0 \(from 0 to below "
+            r"1\); --per_device_eval_batch_size 0 \(at least 1\)",
+        ),
+        (["--tokenizer", str(Path(__file__).parent)], ValueError, "tests: the folder holds no tokenizer"),
+        (["--init_from", str(Path(__file__).parent)], ValueError, "--init_from .*tests: the folder holds no tokenizer"),
     ],
 )
 def test_impossible_encoder_settings_and_missing_folders_are_refused_before_any_data_is_read(
@@ -394,6 +406,20 @@ def test_a_resumed_run_s_card_gives_the_learning_rate_its_restored_schedule_trai
     arguments += ["--save_steps", "3", "--max_steps", "6", "--logging_steps", "1", "--lr_scheduler_type", "constant"]
     train_classifier = load_script("train_classifier")
     train_classifier.main(["--output_dir", str(tmp_path / "first"), *arguments, "--learning_rate", "2e-3"])
+    checkpoint = ["--resume_from_checkpoint", str(tmp_path / "first" / "checkpoint-3")]
+    # Resumed with another model: another width fails inside torch's load_state_dict, other heads (the same shapes)
+    # would train the checkpoint's weights as another model; both refused before training, the settings named.
+    refused = {
+        "--d_model 64": "d_model 32 there, 64 here; head_dim 16 there, 32 here",
+        "--num_heads 4 --dropout 0.2": "classifier_dropout 0.1 there, 0.2 here; dropout 0.1 there, 0.2 here; head_dim "
+        "16 there, 8 here; num_attention_heads 2 there, 4 here",
+    }
+    for other, named in refused.items():
+        with pytest.raises(
+            ValueError, match=re.escape(f"checkpoint-3: its model was built with other settings ({named})")
+        ):
+            train_classifier.main(["--output_dir", str(tmp_path / "other"), *arguments, *checkpoint, *other.split()])
+    assert not (tmp_path / "other" / "model.safetensors").exists()
     resumed = tmp_path / "resumed"
     train_classifier.main(
         ["--output_dir", str(resumed), *arguments, "--learning_rate", "5e-2"]

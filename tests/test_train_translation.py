@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
@@ -123,10 +124,21 @@ def test_splits_given_in_different_forms_are_refused(tmp_path):
             load_script("train_translation").main(argv)
 
 
-@pytest.mark.parametrize("beams", [["--num_beams", "0"], ["--generation_num_beams", "0"]])
-def test_a_beam_count_below_one_is_refused_before_training(tmp_path, beams):
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (["--num_beams", "0"], "--num_beams must be at least 1, got 0"),
+        (["--generation_num_beams", "0"], "--generation_num_beams must be at least 1, got 0"),
+        (["--num_heads", "3"], r"`d_model` \(32\) must be divisible by `num_attention_heads` \(3\)"),
+        (["--layer_norm_position", "Pre"], "layer_norm_position"),
+        (["--validation_size", "2"], "--validation_size is the share .* between 0 and 1; got 2.0"),
+        (["--learning_rate", "-1"], r"impossible training numbers: --learning_rate -1.0 \(at least 0\)"),
+        (["--tokenizer", str(Path(__file__).parent)], "tests: the folder holds no tokenizer"),
+    ],
+)
+def test_impossible_settings_are_refused_before_the_data_is_read(tmp_path, given, message):
     # The files do not exist: a refusal after reading them would be a FileNotFoundError.
-    with pytest.raises(ValueError, match=f"{beams[0]} must be at least 1, got 0"):
+    with pytest.raises(ValueError, match=message):
         load_script("train_translation").main(
-            ["--output_dir", str(tmp_path), "--train_file", "a.en", "a.de", *TINY_MODEL, *beams]
+            ["--output_dir", str(tmp_path), "--train_file", "a.en", "a.de", *TINY_MODEL, *given]
         )

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from transformers import HfArgumentParser
 
+from hf_transformer.commands import parse_arguments, run_command
 from recipes.multi30k.data import DataArguments
 from recipes.multi30k.rerank import ENGINE_DEFAULTS, load, model_folders, recorded_setting, weights_sha256
 from recipes.multi30k.reranking import candidates, mbr_utilities, rerank, score_both_ways
@@ -359,7 +360,7 @@ def _teacher_translations(folder: Path, sources: list[str], source_lang: str, ta
 
 def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    args, data_args = HfArgumentParser((DistillArguments, DataArguments)).parse_args_into_dataclasses(args=argv)
+    args, data_args = parse_arguments(HfArgumentParser((DistillArguments, DataArguments)), argv)
     if (args.num_beams is not None and args.num_beams < 1) or args.batch_size < 1 or args.chunk_size < 1:
         raise ValueError("--num_beams, --batch_size and --chunk_size must be 1 or more")
     sources = [pair[data_args.source_lang] for pair in data_args.splits()["train"]["translation"]]
@@ -373,4 +374,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -26,6 +26,7 @@ import torch
 from transformers import HfArgumentParser, Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
+from hf_transformer.commands import parse_arguments, run_command
 from hf_transformer.data import seq2seq_collator, tokenize_translation
 from hf_transformer.ensemble import TransformerEnsemble
 from hf_transformer.metrics import require_scorers
@@ -141,7 +142,7 @@ def save(output_dir: str, results: dict, test_hypotheses: list[str]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args, data_args = HfArgumentParser((EvaluationArguments, DataArguments)).parse_args_into_dataclasses(args=argv)
+    args, data_args = parse_arguments(HfArgumentParser((EvaluationArguments, DataArguments)), argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     require_scorers(SCORERS)
     started = time.time()
@@ -175,4 +176,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

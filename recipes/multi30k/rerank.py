@@ -40,6 +40,7 @@ from transformers import HfArgumentParser
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import Predictor
+from hf_transformer.commands import parse_arguments, run_command
 from hf_transformer.hub import count_parameters
 from hf_transformer.metrics import bleu, require_scorers
 from recipes.multi30k.bleu import SCORERS, bleu_lc_tok
@@ -358,7 +359,7 @@ def load_models(args: RerankArguments, data_args: DataArguments) -> tuple[Predic
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args, data_args = HfArgumentParser((RerankArguments, DataArguments)).parse_args_into_dataclasses(args=argv)
+    args, data_args = parse_arguments(HfArgumentParser((RerankArguments, DataArguments)), argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     require_scorers(SCORERS)
     started = time.time()
@@ -394,4 +395,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from transformers import HfArgumentParser, set_seed
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
+from hf_transformer.commands import parse_arguments, run_command
 from hf_transformer.data import (
     BidirectionalTranslation,
     SubwordSampledTranslation,
@@ -142,7 +143,7 @@ def argument_parser() -> HfArgumentParser:
 
 def parse(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, RecipeTrainingArguments]:
     """The arguments, checked before any work; the process set up for training."""
-    model_args, data_args, training_args = argument_parser().parse_args_into_dataclasses(args=argv)
+    model_args, data_args, training_args = parse_arguments(argument_parser(), argv)
     if data_args.distillation_mix not in MIXES:
         raise ValueError(f"--distillation_mix must be one of {', '.join(MIXES)}, got {data_args.distillation_mix!r}")
     set_up_training_process(training_args)
@@ -334,5 +335,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 if __name__ == "__main__":
     restart_waiting_passively_when_busy()  # before any work: torch's OpenMP threads sleep on a busy machine
-    main()
+    run_command(main)
     end_process_group()
