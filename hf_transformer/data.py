@@ -340,6 +340,53 @@ def resolve_max_length(tokenizer, max_length: int | None) -> int:
     return int(max_length)
 
 
+class TokenizerByContent:
+    """A tokenizer held for a ``Dataset.map`` function, pickled as its class and saved state.
+
+    ``datasets`` fingerprints a map by pickling its function, and pickles a tokenizer it meets there by its
+    attributes, its own ``__getstate__`` bypassed: a tokenizer whose backend runs a step written in Python (the
+    MeCab-ko cut of ``MorphemeTokenizerFast``) cannot be pickled so, and the map gets a random fingerprint, never
+    reused, each run writing its result to the cache again. Held in this, the tokenizer is pickled from its saved
+    form, so a map's fingerprint follows the tokenizer's content (and the function's code and other settings, as
+    ``datasets`` hashes them), and the map's worker processes rebuild it from that form."""
+
+    __slots__ = ("tokenizer",)
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __reduce__(self):
+        return _rebuilt_tokenizer_holder, (type(self.tokenizer), _saved_state(self.tokenizer))
+
+
+def _saved_state(tokenizer) -> dict:
+    """What pickling ``tokenizer`` keeps (its ``__getstate__``, the morpheme tokenizer's saved backend), with the
+    backend's truncation and padding left out (each call sets its own, which would change the fingerprint) and no
+    per-call caches."""
+    from tokenizers import Tokenizer
+
+    state = dict(tokenizer.__getstate__())
+    backend = state.get("_tokenizer")
+    if isinstance(backend, Tokenizer):
+        backend = Tokenizer.from_str(backend.to_str())
+        backend.no_truncation()
+        backend.no_padding()
+        state["_tokenizer"] = backend
+    for name in ("cache", "deprecation_warnings"):
+        if isinstance(state.get(name), dict):
+            state[name] = {}
+    return state
+
+
+def _rebuilt_tokenizer_holder(cls, state: dict) -> TokenizerByContent:
+    tokenizer = cls.__new__(cls)
+    if hasattr(tokenizer, "__setstate__"):
+        tokenizer.__setstate__(state)
+    else:
+        tokenizer.__dict__.update(state)
+    return TokenizerByContent(tokenizer)
+
+
 def tokenize_classification(
     dataset: Dataset | DatasetDict,
     tokenizer,
@@ -372,9 +419,10 @@ def tokenize_classification(
     if text_column not in dataset.column_names:
         raise MissingColumnError(f"the dataset has no column {text_column!r}; its columns are {dataset.column_names}")
     has_label = label_column in dataset.column_names
+    held = TokenizerByContent(tokenizer)  # the map's fingerprint follows the tokenizer's content
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
-        encoded = tokenizer(batch[text_column], truncation=True, max_length=max_length)
+        encoded = held.tokenizer(batch[text_column], truncation=True, max_length=max_length)
         if has_label:
             # Passed through rather than kept: datasets casts a kept column of a filtered or split
             # dataset one row at a time, which made tokenizing a 150,000-row dataset 3x slower.
@@ -422,11 +470,12 @@ def tokenize_translation(
     max_source_length = resolve_max_length(tokenizer, max_source_length)
     max_target_length = resolve_max_length(tokenizer, max_target_length)
     _check_languages(dataset, source_lang, target_lang)
+    held = TokenizerByContent(tokenizer)  # the map's fingerprint follows the tokenizer's content
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
         pairs = batch["translation"]
         sources, targets = [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
-        return _encode_pairs(tokenizer, sources, targets, max_source_length, max_target_length)
+        return _encode_pairs(held.tokenizer, sources, targets, max_source_length, max_target_length)
 
     return dataset.map(encode, batched=True, remove_columns=dataset.column_names, num_proc=num_proc, desc="tokenizing")
 
@@ -822,10 +871,12 @@ __all__ = [
     "read_sentence_lines",
     "load_parallel_text",
     "load_local_dataset",
+    "MissingColumnError",
     "first_rows",
     "resolve_max_length",
     "tokenize_classification",
     "tokenize_translation",
+    "TokenizerByContent",
     "SubwordSampledTranslation",
     "BidirectionalTranslation",
     "pad_token_rows",

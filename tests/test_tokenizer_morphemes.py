@@ -105,6 +105,35 @@ def test_datasets_map_fingerprints_and_tokenizes_with_it(tokenizer):
     assert mapped["input_ids"] == [tokenizer(text)["input_ids"] for text in REVIEWS]
 
 
+def test_a_tokenized_data_file_is_cached_by_the_tokenizer_s_content_across_processes(tokenizer, tmp_path):
+    """datasets hashes a tokenizer in a map's function by its attributes and cannot pickle the morpheme step: a random
+    fingerprint each time, a new cache file each run. Through `TokenizerByContent` the same tokenizer and file give
+    the same cache file in another process, another tokenizer another one, and the ids are the tokenizer's."""
+    from hf_transformer.data import load_local_dataset, tokenize_classification
+
+    path = tmp_path / "reviews.jsonl"
+    path.write_text("".join(json.dumps({"text": text}, ensure_ascii=False) + "\n" for text in REVIEWS))
+    tokenizer.save_pretrained(tmp_path / "tokenizer")
+    code = f"""
+        import json
+        from transformers import AutoTokenizer
+        import hf_transformer
+        from hf_transformer.data import load_local_dataset, tokenize_classification
+        tokenizer = AutoTokenizer.from_pretrained({str(tmp_path / "tokenizer")!r})
+        rows = load_local_dataset({str(path)!r}, text_column="text", cache_dir={str(tmp_path / "cache")!r})["train"]
+        print(json.dumps(tokenize_classification(rows, tokenizer, max_length=16).cache_files))
+    """
+    other_process = json.loads(_run(code, tmp_path).stdout.strip().splitlines()[-1])
+    rows = load_local_dataset(path, text_column="text", cache_dir=tmp_path / "cache")["train"]
+    loaded = AutoTokenizer.from_pretrained(tmp_path / "tokenizer")
+    tokenized = tokenize_classification(rows, loaded, max_length=16)
+    assert tokenized.cache_files == other_process and len(other_process) == 1
+    assert tokenized[:]["input_ids"] == [loaded(text, truncation=True, max_length=16)["input_ids"] for text in REVIEWS]
+    for other in (train_tokenizer(REVIEWS * 10, vocab_size=200, model_type="bpe", segmenter="mecab-ko"), loaded):
+        max_length = 16 if other is not loaded else 8
+        assert tokenize_classification(rows, other, max_length=max_length).cache_files != other_process
+
+
 def _run(code: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(cwd / "hf-home")}
     return subprocess.run(

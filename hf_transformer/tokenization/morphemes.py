@@ -93,8 +93,9 @@ class MorphemeTokenizerFast(PreTrainedTokenizerFast):
     ``tokenizer.json`` is written without that step (``tokenizers`` cannot save it) and the class adds it back on
     every load; pickling (``copy.deepcopy``, DataLoader workers, ``datasets.map(num_proc=...)``) goes through the
     same saved form. ``datasets``' fingerprint of a function reads a tokenizer's attributes itself and cannot hash
-    the morpheme step: it takes a random fingerprint, so such a ``map`` computes again rather than reusing its cache
-    (its result is the same)."""
+    the morpheme step: it takes a random fingerprint, so a ``map`` over this tokenizer computes again rather than
+    reusing its cache (its result is the same); the package's maps hold it in ``hf_transformer.data``'s
+    ``TokenizerByContent``, which datasets hashes by the saved form."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
