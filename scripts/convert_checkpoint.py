@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from hf_transformer.commands import run_command
 from hf_transformer.convert import from_book, from_seed
 
 CONVERTERS = {"seed": from_seed, "book": from_book}
@@ -99,4 +100,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

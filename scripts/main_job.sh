@@ -62,16 +62,16 @@ reviews_dir="$output_dir-data"
 model_args=(--max_length 64 --d_model 128 --num_layers 2 --num_heads 4 --intermediate_size 512)
 . recipes/common/wait_policy.sh  # passive OpenMP waiting where other processes keep the cores busy
 
-# bfloat16 autocast where it trains the pretraining's model faster on this machine, else float32
-# (recipes/common/precision_args.sh; the fine-tuning takes the same).
-. recipes/common/precision_args.sh --task masked-lm --vocab_size 16000 --batch_size 128 "${model_args[@]}"
-
 # 1. The reviews as the general scripts read them: 15,000 validation reviews carved from the training file (seed 42),
 #    so that neither pretraining nor model selection ever reads a test review or pretraining a validation one (by
 #    review: NSMC repeats some short texts, such as "최악.", as reviews of their own in its files).
 python -m recipes.nsmc.prepare --data_dir "$data_dir" --output_dir "$reviews_dir" --seed 42
 reviews=(--train_file "$reviews_dir/train.jsonl" --validation_file "$reviews_dir/validation.jsonl" \
     --dataset_name nsmc --language ko)
+
+# bfloat16 autocast where it trains the pretraining's model faster on this machine, else float32
+# (recipes/common/precision_args.sh; the fine-tuning takes the same).
+. recipes/common/precision_args.sh --task masked-lm --vocab_size 16000 --batch_size 128 "${model_args[@]}"
 
 # 2. Masked-token pretraining of the encoder on the training reviews' text. It first trains the tokenizer, 16k BPE
 #    pieces (the same command writes the same tokenizer; MeCab-ko morphemes as a first cut score higher and take twice

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from transformers import HfArgumentParser, TrainingArguments
 
 from hf_transformer.commands import ArgumentsError, parse_arguments, run_command
@@ -90,7 +91,7 @@ def test_a_text_file_that_is_not_utf8_is_named(tmp_path):
 TINY = ["--vocab_size", "60", "--d_model", "16", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "32"]
 
 
-def test_each_training_command_ends_a_refusal_in_one_line(tmp_path):
+def test_each_command_ends_a_refusal_in_one_line(tmp_path):
     """Each command run as a user runs it: the last line of standard error is the refusal, no traceback, status 2,
     nothing written."""
     reviews = write_reviews(tmp_path / "data", 40, seed=0, name="train.jsonl")
@@ -99,38 +100,50 @@ def test_each_training_command_ends_a_refusal_in_one_line(tmp_path):
     cp949 = tmp_path / "reviews.csv"
     cp949.write_bytes("text,label\n좋은 영화,1\n".encode("cp949"))
     (tmp_path / "empty_tokenizer").mkdir()
+    config = tmp_path / "config.json"
+    config.write_text('{"d_model": 32, "n_heads": 2}')
+    state_dict = tmp_path / "weights.pt"
+    torch.save({"weight": torch.zeros(2)}, state_dict)
+    out = tmp_path / "out"
+    training = ["--report_to", "none"]
     commands = {
-        "train_classifier.py": (
-            [str(SCRIPTS / "train_classifier.py"), "--train_file", str(cp949), *TINY],
+        "train_classifier": (
+            [str(SCRIPTS / "train_classifier.py"), "--train_file", str(cp949), *TINY, *training, "--output_dir",
+             str(out)],
             "train_classifier.py: error: " + str(cp949) + " is not UTF-8 text",
         ),
-        "pretrain_denoising.py": (
-            [str(SCRIPTS / "pretrain_denoising.py"), "--train_file", str(reviews), "--validation_size", "1.5", *TINY],
+        "pretrain_denoising": (
+            [str(SCRIPTS / "pretrain_denoising.py"), "--train_file", str(reviews), "--validation_size", "1.5", *TINY,
+             *training, "--output_dir", str(out)],
             "pretrain_denoising.py: error: --validation_size is the share of the training rows held out",
         ),
-        "train_translation.py": (
-            [str(SCRIPTS / "train_translation.py"), "--train_file", str(pairs), *TINY, "--num_heads", "3"],
+        "train_translation": (
+            [str(SCRIPTS / "train_translation.py"), "--train_file", str(pairs), *TINY, "--num_heads", "3", *training,
+             "--output_dir", str(out)],
             "train_translation.py: error: TransformerConfig: `d_model` (16) must be divisible",
         ),
         "recipes.multi30k.train": (
-            ["-m", "recipes.multi30k.train", "--data_dir", str(tmp_path), "--learning_rate", "-1"],
+            ["-m", "recipes.multi30k.train", "--data_dir", str(tmp_path), "--learning_rate", "-1", *training,
+             "--output_dir", str(out)],
             "train.py: error: impossible training numbers: --learning_rate -1.0 (at least 0)",
         ),
-        "train_classifier.py --tokenizer": (
-            [
-                str(SCRIPTS / "train_classifier.py"),
-                "--train_file",
-                str(reviews),
-                "--tokenizer",
-                str(tmp_path / "empty_tokenizer"),
-                *TINY,
-            ],
+        "train_classifier --tokenizer": (
+            [str(SCRIPTS / "train_classifier.py"), "--train_file", str(reviews), "--tokenizer",
+             str(tmp_path / "empty_tokenizer"), *TINY, *training, "--output_dir", str(out)],
             "holds no tokenizer (tokenizer.json or tokenizer_config.json)",
-        ),  # fmt: skip
-    }
+        ),
+        "recipes.nsmc.prepare": (
+            ["-m", "recipes.nsmc.prepare", "--data_dir", str(tmp_path / "no-data"), "--output_dir", str(out)],
+            "the HF_TRANSFORMER_DATA environment variable; now",
+        ),
+        "convert_checkpoint": (
+            [str(SCRIPTS / "convert_checkpoint.py"), "--from", "seed", str(state_dict), str(config), str(out)],
+            "unknown keys ['d_model', 'n_heads']",
+        ),
+    }  # fmt: skip
     running = {
         name: subprocess.Popen(
-            [sys.executable, *argv, "--output_dir", str(tmp_path / "out" / name), "--report_to", "none"],
+            [sys.executable, *argv],
             cwd=REPO,
             env=script_env(),
             stdout=subprocess.PIPE,
@@ -145,4 +158,5 @@ def test_each_training_command_ends_a_refusal_in_one_line(tmp_path):
         assert process.returncode == 2, (name, err[-2000:])
         assert "Traceback" not in err, (name, err[-2000:])
         assert commands[name][1] in lines[-1], (name, lines[-1])
-    assert not (tmp_path / "out").exists()
+    assert not out.exists()
+    assert not (tmp_path / "no-data").exists()

@@ -74,23 +74,33 @@ def download_file(
 ) -> Path:
     """Fetch `url` to `destination` (gunzipped when `gzipped`), checking the sha256 of the result.
 
-    The file appears only when complete and verified, so an interrupted download leaves nothing behind.
+    The file appears only when complete and verified, so an interrupted download leaves nothing behind: neither a
+    partial file nor the folders made for it.
     """
     destination = Path(destination)
+    made = [folder for folder in (destination.parent, *destination.parent.parents) if not folder.exists()]
     destination.parent.mkdir(parents=True, exist_ok=True)
     handle, partial_name = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
     partial = Path(partial_name)
     try:
-        with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
-            source = gzip.GzipFile(fileobj=response) if gzipped else response
-            shutil.copyfileobj(source, out)
-        if sha256 is not None:
-            actual = file_sha256(partial)
-            if actual != sha256:
-                raise ValueError(f"{url} gave a file with sha256 {actual}, expected {sha256}")
-        partial.replace(destination)
-    finally:
-        partial.unlink(missing_ok=True)
+        try:
+            with os.fdopen(handle, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as response:
+                source = gzip.GzipFile(fileobj=response) if gzipped else response
+                shutil.copyfileobj(source, out)
+            if sha256 is not None:
+                actual = file_sha256(partial)
+                if actual != sha256:
+                    raise ValueError(f"{url} gave a file with sha256 {actual}, expected {sha256}")
+            partial.replace(destination)
+        finally:
+            partial.unlink(missing_ok=True)
+    except BaseException:
+        for folder in made:  # innermost first; one another process has filled since is kept
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
     return destination
 
 

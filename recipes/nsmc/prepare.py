@@ -17,6 +17,7 @@ import json
 import logging
 from pathlib import Path
 
+from hf_transformer.commands import run_command
 from recipes.nsmc.data import load_nsmc
 
 SPLITS = ("train", "validation", "test")
@@ -73,4 +74,4 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main, prog=argument_parser().prog)

@@ -58,7 +58,14 @@ def test_failed_download_says_why_and_where_the_file_goes(monkeypatch, tmp_path)
     message = str(caught.value)
     assert "no route to host" in message
     assert str(tmp_path / "multi30k" / "train.en") in message and "gunzip" in message
-    assert list((tmp_path / "multi30k").iterdir()) == []  # no partial file left behind
+    assert not (tmp_path / "multi30k").exists()  # no partial file left behind, nor the folder made for it
+    (tmp_path / "multi30k").mkdir()
+    with pytest.raises(DataFileNotFoundError):
+        load_multi30k(tmp_path / "multi30k" / "..", download=True)
+    assert (tmp_path / "multi30k").is_dir()  # a folder that was there is kept
+    with pytest.raises(DataFileNotFoundError):
+        load_multi30k(tmp_path / "new" / "data", download=True)
+    assert not (tmp_path / "new").exists()
 
 
 def test_download_gunzips_and_checks_the_sha256(monkeypatch, tmp_path):
