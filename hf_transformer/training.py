@@ -396,8 +396,9 @@ def check_resumed_model(config, checkpoint: str | Path) -> None:
 
     if not (Path(checkpoint) / "config.json").is_file():
         return
-    saved = type(config).from_pretrained(checkpoint).to_dict()
-    ours, saved = (json.loads(json.dumps(settings)) for settings in (config.to_dict(), saved))  # keys as JSON has them
+    saved = type(config).from_pretrained(checkpoint)
+    # Both as config.json writes them in full: label ids as strings, dtypes by name.
+    ours, saved = (json.loads(settings.to_json_string(use_diff=False)) for settings in (config, saved))
     differ = [
         f"{name} {saved.get(name)!r} there, {ours.get(name)!r} here"
         for name in sorted(set(ours) | set(saved))

@@ -92,6 +92,10 @@ class TranslationModelArguments:
         # The sizes and layout as the config will check them (`d_model` a multiple of the heads, a layout's name),
         # over a stand-in vocabulary: refused as the command is parsed, not after the data is read.
         TransformerConfig(vocab_size=1000, **self.model_settings())
+
+    def check_folders(self) -> None:
+        """The tokenizer folder named holds a tokenizer: called by the scripts before any text is read (not as the
+        arguments parse: a job's earlier step may write the folder)."""
         if self.tokenizer is not None:
             check_tokenizer_source(self.tokenizer)
 

@@ -66,6 +66,7 @@ def parse(argv: list[str] | None):
     model_args, data_args, training_args = parse_arguments(parser, argv)
     set_up_training_process(training_args)
     check_translation_arguments(training_args)
+    model_args.check_folders()
     require_scorers()  # before any training: the scores come at the first evaluation
     return model_args, data_args, training_args
 

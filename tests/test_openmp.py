@@ -280,7 +280,7 @@ def main_block_calls(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", TRAINING_ENTRY_POINTS, ids=lambda path: str(path.relative_to(REPO)))
 def test_every_training_script_chooses_the_waiting_policy_first(path):
-    assert main_block_calls(path)[:2] == ["restart_waiting_passively_when_busy", "main"]
+    assert main_block_calls(path)[:2] == ["restart_waiting_passively_when_busy", "run_command"]
 
 
 def test_the_suites_worker_processes_wait_passively_unless_the_user_chose(no_setting):

@@ -148,6 +148,7 @@ def parse(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, Recipe
         raise ValueError(f"--distillation_mix must be one of {', '.join(MIXES)}, got {data_args.distillation_mix!r}")
     set_up_training_process(training_args)
     check_translation_arguments(training_args)
+    model_args.check_folders()
     require_scorers(SCORERS)  # before any training: the scores come at the first evaluation
     bidirectional = training_args.bidirectional_epochs
     if bidirectional < 0 or (
