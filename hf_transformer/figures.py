@@ -53,9 +53,24 @@ def use_cjk_font() -> str | None:
     return None
 
 
+def figure_path(output: str | Path) -> Path:
+    """The file a figure is written to: ``output``, with ``.png`` added where it has no suffix (matplotlib would
+    add it and the name told would be wrong); a suffix matplotlib writes no format for is refused, before the
+    figure is drawn."""
+    output = Path(output)
+    if not output.suffix:
+        return output.with_name(output.name + ".png")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if output.suffix[1:].lower() not in formats:
+        raise ValueError(f"{output}: matplotlib writes no {output.suffix} figures; give one of .{', .'.join(formats)}")
+    return output
+
+
 def save_figure(figure, output: str | Path, dpi: int = 100) -> Path:
     """Write a PNG and close the figure; glyphs the fonts lack become one log warning instead of one per glyph."""
-    output = Path(output)
+    output = figure_path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -33,6 +33,7 @@ __all__ = [
     "looks_like_a_path",
     "refusal",
     "refuse_replacing",
+    "check_output_file",
     "task_of",
 ]
 
@@ -88,9 +89,41 @@ def is_adapter_folder(folder) -> bool:
     return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
 
 
+# Files that mark a saved model's (or adapter's) weights: a folder holding one is a model that loads.
+_SAVED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", ADAPTER_CONFIG)
+
+
 def refuse_replacing(source_dir, output_dir, what: str) -> None:
     """Raises before an export writes ``output_dir`` over what it reads: ``source_dir`` itself or a folder holding it
-    (``what`` names the source in the message: "model folder", "adapter folder")."""
+    (``what`` names the source in the message: "model folder", "adapter folder"), or over another saved model (its
+    weights there; an export with ``--force`` replaces an earlier export, never a model)."""
     source, output = Path(source_dir).resolve(), Path(output_dir).resolve()
     if output == source or output in source.parents:
         raise ValueError(f"The output folder {output_dir} would replace the {what} {source_dir}.")
+    held = [name for name in _SAVED_WEIGHTS if (output / name).is_file()]
+    if held:
+        raise ValueError(
+            f"The output folder {output_dir} holds a saved model ({held[0]}): writing there would replace its files; "
+            "give a new folder, or an earlier export's"
+        )
+
+
+def check_output_file(path, option: str = "--output", inputs=()) -> Path:
+    """Refuses, before any work, a file a command would write where it would destroy something: a folder, one of the
+    command's ``inputs`` (files it reads), or a file already in a model or adapter folder (its config, weights,
+    tokenizer, code or card: the folder would no longer load as it was). A new file beside a model's is taken.
+    Returns ``path``."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{option} {path} is a folder; give the file to write")
+    resolved = path.resolve()
+    for source in inputs:
+        if source is not None and Path(source).resolve() == resolved:
+            raise ValueError(f"{option} {path} is the file this command reads; give another file to write")
+    folder = resolved.parent
+    if path.exists() and any((folder / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
+        raise ValueError(
+            f"{option} {path} is a file of the saved model in {path.parent}: writing it would change what the "
+            "folder loads; give a file outside the folder, or a new name"
+        )
+    return path

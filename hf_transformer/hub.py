@@ -787,6 +787,30 @@ def _gradio_version(requirements: list[str]) -> str:
     raise metadata.PackageNotFoundError("gradio: install the demo extra")
 
 
+# What a Space's folder holds: this function's files, and a clone of the Space's repository.
+SPACE_FILES = {"app.py", "requirements.txt", "README.md", "hf_transformer", "model", ".git", ".gitattributes"}
+
+
+def check_space_dir(output_dir) -> None:
+    """Refuses a Space folder that holds anything a Space written here does not (``SPACE_FILES``: a new folder, an
+    earlier Space, or a clone of the Space's repository are taken): a model folder's files, or a source tree whose
+    ``hf_transformer/`` the Space's copy of the package would replace."""
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"--space_dir {output_dir} is a file: give a new folder, or the Space's own")
+    held = sorted(path.name for path in output_dir.iterdir()) if output_dir.is_dir() else []
+    foreign = [name for name in held if name not in SPACE_FILES]
+    package = output_dir / "hf_transformer"
+    if package.exists() and package.resolve() == Path(__file__).resolve().parent:
+        foreign.insert(0, "hf_transformer (this package's own source)")
+    if foreign:
+        shown = ", ".join(foreign[:4]) + (", ..." if len(foreign) > 4 else "")
+        raise ValueError(
+            f"--space_dir {output_dir} holds what no Space written here does ({shown}): it would be mixed with the "
+            "Space's files or written over; give a new folder, or the Space's own"
+        )
+
+
 def write_space(folder, output_dir) -> Path:
     """Writes a Hugging Face Space into ``output_dir``: ``app.py`` (builds the demo app of ``folder``),
     ``requirements.txt`` (the package's requirements and gradio), ``README.md`` (the Space's settings) and this
@@ -801,6 +825,7 @@ def write_space(folder, output_dir) -> Path:
         refuse_replacing(folder, output_dir, "model folder")
     elif looks_like_a_path(str(folder)):
         raise FileNotFoundError(f"No folder at {folder}.")
+    check_space_dir(output_dir)
     # A folder whose tokenizer cuts Korean morphemes needs MeCab-ko in the Space too (a Hub id is not read here).
     requirements = space_requirements(("demo", "morphemes") if local and cuts_morphemes(folder) else ("demo",))
     output_dir.mkdir(parents=True, exist_ok=True)

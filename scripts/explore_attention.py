@@ -20,6 +20,7 @@ from pathlib import Path
 from transformers.utils import logging as transformers_logging
 
 from hf_transformer.attention_view import attention_page
+from hf_transformer.folders import check_output_file
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -31,6 +32,10 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--max_new_tokens", type=int, default=None, help="cap on the model's own output")
     parser.add_argument("--output", required=True, help="the HTML file to write")
     args = parser.parse_args(argv)
+    try:
+        output = check_output_file(args.output)
+    except ValueError as error:
+        parser.error(str(error))
     transformers_logging.set_verbosity_error()
     transformers_logging.disable_progress_bar()
     try:
@@ -45,9 +50,6 @@ def main(argv: list[str] | None = None) -> Path:
         parser.error(str(error).strip().splitlines()[0])
     except ImportError as error:  # a package the folder needs is not installed (its tokenizer's analyzer)
         parser.error(f"{args.model_dir}: {error}")
-    output = Path(args.output)
-    if output.is_dir():
-        parser.error(f"--output {output} is a folder; give the HTML file to write")
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(page, encoding="utf-8")
     print(f"wrote {output} ({len(page.encode('utf-8')) // 1024 + 1} KiB): open it in a browser")

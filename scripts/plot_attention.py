@@ -26,7 +26,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hf_transformer.figures import pyplot, save_figure, use_cjk_font
+from hf_transformer.figures import figure_path, pyplot, save_figure, use_cjk_font
+from hf_transformer.folders import check_output_file
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -138,6 +139,16 @@ def main(argv: list[str] | None = None) -> dict:
 
     parser.add_argument("--dpi", type=int, default=100)
     args = parser.parse_args(argv)
+    numbers = {"--dpi": args.dpi}
+    if args.command == "positions":
+        numbers |= {"--d_model": args.d_model, "--length": args.length}
+    wrong = [f"{option} {value}" for option, value in numbers.items() if value < 1]
+    if wrong:
+        parser.error(f"{', '.join(wrong)}: give 1 or more")
+    try:
+        output = check_output_file(figure_path(args.output))
+    except ValueError as error:
+        parser.error(str(error))
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.INFO)
     font = use_cjk_font()
 
@@ -153,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         figure, panels = plot_positions(args.d_model, args.length)
     size = tuple(int(round(v * args.dpi)) for v in figure.get_size_inches())
-    output = save_figure(figure, args.output, dpi=args.dpi)
+    output = save_figure(figure, output, dpi=args.dpi)
     logger.info("wrote %s (%d panels)", output, len(panels))
     return {"output": str(output), "panels": len(panels), "size": size, "font": font}
 

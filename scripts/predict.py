@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from hf_transformer.folders import ADAPTER_CONFIG, FolderTaskError, looks_like_a_path
+from hf_transformer.folders import ADAPTER_CONFIG, FolderTaskError, check_output_file, looks_like_a_path
 from hf_transformer.inference import Predictor, check_device, format_result, read_lines
 
 
@@ -73,9 +73,19 @@ def read_inputs(args, parser) -> list[str]:
         check_device(args.device, args.engine)
     except ValueError as error:
         parser.error(str(error))
+    if args.output:
+        try:
+            check_output_file(args.output, inputs=[args.input])
+        except ValueError as error:
+            parser.error(str(error))
     if args.input:
-        with open(args.input, encoding="utf-8") as stream:
-            return read_lines(stream)
+        try:
+            with open(args.input, encoding="utf-8") as stream:
+                return read_lines(stream)
+        except UnicodeDecodeError as error:
+            parser.error(f"--input {args.input} is not UTF-8 text ({error.reason}): save it as UTF-8")
+        except OSError as error:  # no such file, a folder
+            parser.error(f"--input {args.input}: {error.strerror or error}")
     return args.texts or read_lines(sys.stdin)
 
 
@@ -117,6 +127,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         predictor.close()
     lines = "".join(format_result(result, as_json=args.json) + "\n" for result in results)
     if args.output:
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
         Path(args.output).write_text(lines, encoding="utf-8")
     else:
         sys.stdout.write(lines)

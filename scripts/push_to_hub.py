@@ -29,6 +29,7 @@ import tempfile
 from pathlib import Path
 
 from hf_transformer import hub
+from hf_transformer.commands import run_command
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -102,8 +103,7 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"push_to_hub: {args.model_dir}: {error}") from None
 
     if args.space_dir:
-        space = hub.write_space(args.repo_id, args.space_dir)
-        print(f"wrote a Space for {args.repo_id} to {space}, not uploaded (hf upload --repo-type space ID {space})")
+        hub.check_space_dir(args.space_dir)  # before any work; the Space is written once the model's folder is
     local_base = hub.local_base_model(args.model_dir)
     if local_base and not args.base_model:
         print(
@@ -117,6 +117,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"dry run: wrote the folder for {args.repo_id} to {folder}; nothing was uploaded")
         for path in sorted(folder.iterdir()):
             print(f"  {path.name}")
+        write_space(args)
         return
 
     try:
@@ -134,7 +135,16 @@ def main(argv: list[str] | None = None) -> None:
             commit_message=args.commit_message,
         )
     print(f"uploaded {args.model_dir} to {url}" + (f" (branch {args.revision})" if args.revision else ""))
+    write_space(args)
+
+
+def write_space(args) -> None:
+    """The Space of the model's repo, where --space_dir asks for it (written last: nothing is left where the folder
+    could not be prepared or uploaded)."""
+    if args.space_dir:
+        space = hub.write_space(args.repo_id, args.space_dir)
+        print(f"wrote a Space for {args.repo_id} to {space}, not uploaded (hf upload --repo-type space ID {space})")
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

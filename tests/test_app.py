@@ -320,6 +320,26 @@ def test_write_space_for_a_hub_id_and_refusals(tmp_path, folders):
     assert hub.SPACE_SERVES == demo_app.SERVES  # a Space shows what the app shows
 
 
+def test_a_space_is_written_only_into_a_new_folder_or_a_space_s_own(tmp_path, folders):
+    """A Space written into a model folder replaced its card; into a source tree it replaced the package's source."""
+    before = {path.name: path.read_bytes() for path in folders["seq2seq"].iterdir() if path.is_file()}
+    with pytest.raises(ValueError, match=r"--space_dir .* holds what no Space written here does \(.*config.json"):
+        hub.write_space("someone/model", folders["seq2seq"])
+    assert {path.name: path.read_bytes() for path in folders["seq2seq"].iterdir() if path.is_file()} == before
+    package_root = Path(hub.__file__).resolve().parents[1]
+    with pytest.raises(ValueError, match=r"hf_transformer \(this package's own source\)"):
+        hub.check_space_dir(package_root)
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(ValueError, match=r"--space_dir .*notes.txt is a file"):
+        hub.write_space("someone/model", tmp_path / "notes.txt")
+    clone = tmp_path / "clone"  # a clone of the Space's own repository, and the Space written there before
+    (clone / ".git").mkdir(parents=True)
+    (clone / ".gitattributes").write_text("")
+    hub.write_space("someone/model", clone)
+    assert hub.write_space("someone/other", clone) == clone
+    assert "MODEL = 'someone/other'" in (clone / "app.py").read_text()
+
+
 def test_push_to_hub_writes_the_space_and_uploads_nothing(tmp_path, folders, monkeypatch, capsys):
     push_to_hub = load_script("push_to_hub")
     monkeypatch.setattr(push_to_hub.hub, "upload", lambda *a, **k: pytest.fail("uploaded"))
@@ -331,3 +351,12 @@ def test_push_to_hub_writes_the_space_and_uploads_nothing(tmp_path, folders, mon
     assert {"app.py", "requirements.txt", "README.md"} <= {path.name for path in space.iterdir()}
     assert "MODEL = 'someone/model'" in (space / "app.py").read_text()
     assert "nothing was uploaded" in capsys.readouterr().out
+    # A model that cannot be prepared leaves no Space behind; a Space folder that is a model's is refused first.
+    with pytest.raises((OSError, ValueError)):
+        push_to_hub.main([str(tmp_path / "absent"), "--repo_id", "a/b", "--dry-run", str(tmp_path / "u2"),
+                          "--space_dir", str(tmp_path / "space2")])  # fmt: skip
+    assert not (tmp_path / "space2").exists()
+    with pytest.raises(ValueError, match="holds what no Space written here does"):
+        push_to_hub.main([str(folders["seq2seq"]), "--repo_id", "a/b", "--dry-run", str(tmp_path / "u3"),
+                          "--space_dir", str(folders["classifier"])])  # fmt: skip
+    assert not (tmp_path / "u3").exists()

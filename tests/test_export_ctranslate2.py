@@ -442,6 +442,11 @@ def test_an_existing_output_folder_needs_force(tmp_path, tokenizer):
         with pytest.raises(ValueError, match="replace the model folder"):
             to_ctranslate2(folder, output, force=True)
     assert (folder / "config.json").is_file()
+    # Another saved model: CTranslate2's force deletes the folder first, so it is refused whatever --force says.
+    other = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "other-model")
+    with pytest.raises(ValueError, match=r"holds a saved model \(model.safetensors\)"):
+        to_ctranslate2(folder, other, force=True)
+    assert (other / "model.safetensors").is_file()
 
 
 @pytest.mark.slow

@@ -345,6 +345,13 @@ def test_output_folders_that_would_lose_files_are_refused(classifier_dir, tmp_pa
     with pytest.raises(FileExistsError, match="already holds files; pass force=True"):
         to_onnx(classifier_dir, taken)
     assert to_onnx(classifier_dir, taken, force=True) == taken and (taken / "classifier.onnx").is_file()
+    other = tmp_path / "other-model"  # another saved model: its config and tokenizer would be replaced
+    other.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        (other / name).write_bytes((classifier_dir / name).read_bytes())
+    with pytest.raises(ValueError, match=r"holds a saved model \(model.safetensors\)"):
+        to_onnx(classifier_dir, other, force=True)
+    assert sorted(path.name for path in other.iterdir()) == ["config.json", "model.safetensors"]
     # The command line says what is wrong in one line, without a traceback.
     for folder in (str(tmp_path / "no-model"), str(classifier_dir)):
         with pytest.raises(SystemExit) as raised:

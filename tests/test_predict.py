@@ -229,3 +229,40 @@ def test_a_device_that_cannot_be_used_is_refused_in_one_line(
         load_script("predict").main([str(folder), "a dog .", "--device", device, "--engine", engine])
     error = capsys.readouterr().err
     assert f"error: device '{device}' is {told}" in error and "Traceback" not in error
+
+
+def test_no_command_writes_over_its_input_or_a_saved_model_s_files(classifier_dir, tmp_path, capsys):
+    """predict's --output that is its --input, explore_attention's or plot_attention's --output that is a file of the
+    model folder: refused in one line before any work, the files as they were."""
+    inputs = tmp_path / "reviews.txt"
+    inputs.write_text("좋은 영화\n", encoding="utf-8")
+    before = {path.name: path.read_bytes() for path in classifier_dir.iterdir() if path.is_file()}
+    calls = {
+        "predict": [str(classifier_dir), "--input", str(inputs), "--output", str(inputs)],
+        "explore_attention": [str(classifier_dir), "좋은 영화", "--output", str(classifier_dir / "config.json")],
+        "plot_attention": ["attention", str(classifier_dir), "좋은 영화", "--output", str(classifier_dir / "x.txt")],
+    }
+    told = {
+        "predict": f"--output {inputs} is the file this command reads",
+        "explore_attention": "config.json is a file of the saved model in",
+        "plot_attention": "x.txt: matplotlib writes no .txt figures",
+    }
+    for script, argv in calls.items():
+        with pytest.raises(SystemExit) as ended:
+            load_script(script).main(argv)
+        assert ended.value.code == 2
+        assert told[script] in capsys.readouterr().err.strip().splitlines()[-1]
+    assert inputs.read_text(encoding="utf-8") == "좋은 영화\n"
+    assert {path.name: path.read_bytes() for path in classifier_dir.iterdir() if path.is_file()} == before
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("café\n".encode("latin-1"))
+    with pytest.raises(SystemExit):
+        load_script("predict").main([str(classifier_dir), "--input", str(latin1)])
+    assert f"--input {latin1} is not UTF-8 text" in capsys.readouterr().err
+    # A figure without a suffix is written as the PNG matplotlib makes of it, and named so.
+    plotted = load_script("plot_attention").main(["positions", "--d_model", "8", "--length", "4", "--output",
+                                                  str(tmp_path / "table")])  # fmt: skip
+    assert plotted["output"] == str(tmp_path / "table.png") and (tmp_path / "table.png").is_file()
+    with pytest.raises(SystemExit):
+        load_script("plot_attention").main(["positions", "--d_model", "0", "--output", str(tmp_path / "t.png")])
+    assert "--d_model 0: give 1 or more" in capsys.readouterr().err

@@ -430,6 +430,12 @@ def test_a_file_where_the_tokenizer_folder_would_go_is_refused_before_the_traini
     assert taken.read_text(encoding="utf-8") == "keep"
     with pytest.raises(NotADirectoryError, match="is a file"):
         train_tokenizer(CORPUS, vocab_size=VOCAB_SIZE, save_directory=taken)
+    model = tmp_path / "model"  # a saved model's folder: its tokenizer is the one its weights were trained with
+    model.mkdir()
+    (model / "config.json").write_text("{}", encoding="utf-8")
+    assert cli_main(["-q", "train", str(corpus), "--vocab-size", str(VOCAB_SIZE), "-o", str(model)]) == 1
+    assert "holds a saved model (config.json): a new tokenizer there would replace" in capsys.readouterr().err
+    assert [path.name for path in model.iterdir()] == ["config.json"]
 
 
 @pytest.mark.parametrize("length", ["0", "-5"])

@@ -128,6 +128,12 @@ def check_save_directory(save_directory) -> None:
     logs an error for a file there, and the trained vocabulary would be lost)."""
     if save_directory is not None and Path(save_directory).exists() and not Path(save_directory).is_dir():
         raise NotADirectoryError(f"{save_directory} is a file: give the folder to save the tokenizer to")
+    held = [name for name in ("config.json", "adapter_config.json") if Path(save_directory or "", name).is_file()]
+    if save_directory is not None and held:
+        raise ValueError(
+            f"{save_directory} holds a saved model ({held[0]}): a new tokenizer there would replace the one its "
+            "weights were trained with; give a folder of its own"
+        )
 
 
 def wrap_tokenizer(

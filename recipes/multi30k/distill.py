@@ -215,6 +215,14 @@ def saved_record(output_dir: Path, record: dict) -> dict | None:
     """The record of an earlier run in ``output_dir`` (None if none), checked against this run's."""
     record_path = output_dir / RECORD_FILE
     if not record_path.is_file():
+        # A translation file no record accounts for is not this step's (a corpus's own train.<lang>, say): kept.
+        output = f"train.{record['target_lang']}"
+        unrecorded = [name for name in (output, f"{output}.partial") if (output_dir / name).exists()]
+        if unrecorded:
+            raise ValueError(
+                f"{output_dir} holds {unrecorded[0]} but no {RECORD_FILE}: it is no distillation's, and this one would "
+                "write over it; give another --output_dir"
+            )
         return None
     saved = json.loads(record_path.read_text(encoding="utf-8"))
     check_reusable(saved, record, output_dir)

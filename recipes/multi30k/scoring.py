@@ -134,6 +134,11 @@ def check_output_dir(output_dir: str, **folders: list[str]) -> None:
             f"--output_dir {output_dir} holds a model (config.json): its results.json and test predictions are that "
             "run's; give a folder of its own"
         )
+    if (given / "results.json").is_file():
+        raise ValueError(
+            f"--output_dir {output_dir} holds an earlier run's results.json: this one would write over it and its "
+            "test predictions; give a new folder, or remove that one"
+        )
 
 
 def check_direction(folders, source_lang: str, target_lang: str, role: str = "--model_dirs") -> None:
