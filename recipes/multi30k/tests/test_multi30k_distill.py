@@ -167,6 +167,15 @@ def test_a_folder_decoded_otherwise_is_refused(tmp_path, data_dir, teacher, chan
     assert named in str(error.value)
 
 
+def test_a_folder_holding_a_translation_file_no_record_accounts_for_is_refused(tmp_path, data_dir, teacher):
+    # The corpus's own folder given as --output_dir: its train.de was replaced by the teacher's translations.
+    corpus = data_dir / "multi30k" / "train.de"
+    before = corpus.read_bytes()
+    with pytest.raises(ValueError, match=r"multi30k holds train.de but no distillation.json: it is no distillation's"):
+        distill.main(distill_args(teacher, data_dir / "multi30k", "--data_dir", str(data_dir)))
+    assert corpus.read_bytes() == before
+
+
 def test_another_teachers_weights_are_refused(tmp_path, data_dir, teacher):
     output_dir = tmp_path / "distilled"
     distill.main(distill_args(teacher, output_dir, "--data_dir", str(data_dir), "--max_train_samples", "10"))

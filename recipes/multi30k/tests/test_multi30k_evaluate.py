@@ -81,6 +81,17 @@ def test_evaluate_refuses_to_write_into_another_model_s_folder(tmp_path):
     assert json.loads((tmp_path / "other" / "results.json").read_text()) == {"bleu": 40.0}
 
 
+def test_evaluate_refuses_to_write_over_an_earlier_evaluation_s_results(tmp_path):
+    # An earlier ensemble's scores (no model there): written over, they were lost.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.json").write_text("{}")
+    (tmp_path / "ensemble").mkdir()
+    (tmp_path / "ensemble" / "results.json").write_text('{"bleu": 41.0}')
+    with pytest.raises(ValueError, match="--output_dir .*ensemble holds an earlier run's results.json"):
+        evaluate_step.main(["--model_dirs", str(tmp_path / "run"), "--output_dir", str(tmp_path / "ensemble")])
+    assert json.loads((tmp_path / "ensemble" / "results.json").read_text()) == {"bleu": 41.0}
+
+
 def test_evaluate_refuses_a_model_of_the_other_direction_before_reading_it(tmp_path):
     # A De->En run scored with the default En->De arguments would read English sources as German: a silent 2 BLEU.
     (tmp_path / "de-en").mkdir()
