@@ -20,6 +20,7 @@ from pathlib import Path
 from transformers.utils import logging as transformers_logging
 
 from hf_transformer.attention_view import attention_page
+from hf_transformer.commands import run_command
 from hf_transformer.folders import check_output_file
 
 
@@ -57,4 +58,4 @@ def main(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -26,6 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hf_transformer.commands import run_command
 from hf_transformer.figures import figure_path, pyplot, save_figure, use_cjk_font
 from hf_transformer.folders import check_output_file
 
@@ -170,4 +171,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

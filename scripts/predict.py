@@ -21,6 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from hf_transformer.commands import run_command
 from hf_transformer.folders import ADAPTER_CONFIG, FolderTaskError, check_output_file, looks_like_a_path
 from hf_transformer.inference import Predictor, check_device, format_result, read_lines
 
@@ -135,4 +136,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -91,6 +91,7 @@ def test_a_text_file_that_is_not_utf8_is_named(tmp_path):
 TINY = ["--vocab_size", "60", "--d_model", "16", "--num_layers", "1", "--num_heads", "2", "--intermediate_size", "32"]
 
 
+@pytest.mark.slow
 def test_each_command_ends_a_refusal_in_one_line(tmp_path):
     """Each command run as a user runs it: the last line of standard error is the refusal, no traceback, status 2,
     nothing written."""

@@ -105,6 +105,7 @@ def test_datasets_map_fingerprints_and_tokenizes_with_it(tokenizer):
     assert mapped["input_ids"] == [tokenizer(text)["input_ids"] for text in REVIEWS]
 
 
+@pytest.mark.slow
 def test_a_tokenized_data_file_is_cached_by_the_tokenizer_s_content_across_processes(tokenizer, tmp_path):
     """datasets hashes a tokenizer in a map's function by its attributes and cannot pickle the morpheme step: a random
     fingerprint each time, a new cache file each run. Through `TokenizerByContent` the same tokenizer and file give

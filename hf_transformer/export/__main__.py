@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..commands import run_command
 from . import to_ctranslate2, to_onnx
 
 
@@ -36,4 +37,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

@@ -43,6 +43,7 @@ import logging
 import re
 from pathlib import Path
 
+from hf_transformer.commands import run_command
 from recipes.common.plotting import plot_curves, read_log_history, save, use_cjk_font
 
 logger = logging.getLogger("collect_results")
@@ -426,4 +427,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

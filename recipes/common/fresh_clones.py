@@ -32,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from hf_transformer.commands import run_command
 from hf_transformer.cpu import cpu_description
 from hf_transformer.openmp import USER_SETTINGS
 from recipes.common.corpus_files import file_sha256
@@ -215,4 +216,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

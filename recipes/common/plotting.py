@@ -24,6 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from hf_transformer.commands import run_command
 from hf_transformer.figures import CJK_FONTS, use_cjk_font  # noqa: E402, F401  (this module's API too)
 from hf_transformer.figures import save_figure as save  # noqa: E402
 
@@ -125,4 +126,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

@@ -19,6 +19,7 @@ import json
 import sys
 from pathlib import Path
 
+from hf_transformer.commands import run_command
 from hf_transformer.data import read_sentence_lines
 from hf_transformer.metrics import paired_bootstrap, require_scorers
 from recipes.common.corpus_files import ensure_corpus_file
@@ -88,4 +89,4 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

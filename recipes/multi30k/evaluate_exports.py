@@ -33,8 +33,11 @@ import torch
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
+from hf_transformer.commands import run_command
+from hf_transformer.folders import SEQ2SEQ
 from hf_transformer.inference import input_length_limit
 from hf_transformer.metrics import bleu
+from hf_transformer.saved_folder import read_folder
 from recipes.multi30k.bleu import bleu_lc_tok
 from recipes.multi30k.data import load_multi30k
 from recipes.multi30k.scoring import tokenised_references
@@ -101,6 +104,21 @@ def argument_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Before any work: a translation folder with its tokenizer, counts of 1 or more, and an --output whose table
+    beside it (the same name, .md) is not the output itself."""
+    try:
+        read_folder(args.model_dir, hub=False).check("recipes.multi30k.evaluate_exports", (SEQ2SEQ,), tokenizer=True)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    counts = {"--max_samples": args.max_samples, "--batch_size": args.batch_size}
+    wrong = [f"{option} {value}" for option, value in counts.items() if value is not None and value < 1]
+    if wrong:
+        parser.error(f"{', '.join(wrong)}: give 1 or more")
+    if Path(args.output).suffix.lower() == ".md":
+        parser.error(f"--output {args.output}: give the JSON file (its Markdown table is written beside it, as .md)")
+
+
 def direction(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[str, str]:
     """The source and target language: as given, else as the folder's results.json names them."""
     results = Path(args.model_dir) / "results.json"
@@ -117,7 +135,7 @@ class TestSet:
 
     def __init__(self, args: argparse.Namespace, source: str, target: str, tokenizer, config):
         pairs = load_multi30k(args.data_dir, source_lang=source, target_lang=target)["test"]["translation"]
-        pairs = pairs[: args.max_samples] if args.max_samples else pairs
+        pairs = pairs[: args.max_samples] if args.max_samples is not None else pairs
         self.sources, self.references = [pair[source] for pair in pairs], [pair[target] for pair in pairs]
         try:
             self.tokenized_references = tokenised_references(self.references, "test", target, args.data_dir)
@@ -243,6 +261,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argument_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    check_arguments(parser, args)
     source, target = direction(parser, args)
     model_dir = Path(args.model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -302,4 +321,4 @@ def markdown(report: dict) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

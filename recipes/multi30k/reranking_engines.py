@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from hf_transformer import Predictor
+from hf_transformer.commands import run_command
 from recipes.multi30k.reranking import candidates, score_both_ways
 
 ENGINES = ("torch", "ctranslate2")
@@ -109,4 +110,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

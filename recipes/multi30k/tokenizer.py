@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from hf_transformer.commands import run_command
 from hf_transformer.tokenization import train_tokenizer
 from hf_transformer.tokenization.train import MODEL_TYPES
 from recipes.multi30k.data import load_multi30k
@@ -56,4 +57,4 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    run_command(main)

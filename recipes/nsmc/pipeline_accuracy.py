@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import hf_transformer  # noqa: F401  (registers the Auto classes and the morpheme tokenizer)
+from hf_transformer.commands import run_command
 
 # Two labels' probabilities closer than this are a tie (a logit margin of about 4e-5): far above float32's rounding
 # of these small models' logits (about 1e-6), far below any margin a model means.
@@ -99,4 +100,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_command(main))

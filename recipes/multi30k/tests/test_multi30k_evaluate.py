@@ -101,3 +101,30 @@ def test_evaluate_refuses_a_model_of_the_other_direction_before_reading_it(tmp_p
     ):
         evaluate_step.main(["--model_dirs", str(tmp_path / "de-en"), "--output_dir", str(tmp_path / "scored")])
     assert not (tmp_path / "scored").exists()
+
+
+def test_evaluate_exports_refuses_what_it_cannot_score_before_any_work(tmp_path, capsys):
+    """A classifier's folder (it was loaded as a translator and failed deep inside), counts below 1 (0 sentences read
+    as all of them), and an --output whose Markdown table would be written over it: one line each."""
+    from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
+    from recipes.multi30k import evaluate_exports
+    from tests.helpers.models import sentence_tokenizer, tiny_config
+
+    classifier, translator = tmp_path / "classifier", tmp_path / "translator"
+    TransformerForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(classifier)
+    TransformerForConditionalGeneration(tiny_config()).save_pretrained(translator)
+    cases = {
+        "classifier": ([str(classifier)], "serves translation (seq2seq)"),
+        "no tokenizer": ([str(translator)], "tokenizer"),
+    }
+    for name, (argv, told) in cases.items():
+        with pytest.raises(SystemExit):
+            evaluate_exports.main([*argv, "--source_lang", "en", "--target_lang", "de"])
+        assert told in capsys.readouterr().err, name
+    sentence_tokenizer().save_pretrained(translator)
+    for extra, told in ((["--max_samples", "0"], "--max_samples 0: give 1 or more"),
+                        (["--output", str(tmp_path / "table.md")], "give the JSON file")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            evaluate_exports.main([str(translator), "--source_lang", "en", "--target_lang", "de", *extra])
+        assert told in capsys.readouterr().err
+    assert not (tmp_path / "table.md").exists()
