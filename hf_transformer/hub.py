@@ -694,6 +694,24 @@ def local_base_model(model_dir: str | os.PathLike) -> str | None:
     return base if isinstance(base, str) and Path(base).is_dir() else None
 
 
+def check_tokenizer_fits(tokenizer, config, name) -> None:
+    """Refuses a tokenizer (``name`` in the message) whose ids the model cannot read as it was trained to: more tokens
+    than its token table, or other ids for its padding, start or end token."""
+    if len(tokenizer) > config.vocab_size:
+        raise ValueError(
+            f"the tokenizer of {name} has {len(tokenizer)} tokens and the model's token table {config.vocab_size}: "
+            "it is not the tokenizer the model was trained with"
+        )
+    differ = [
+        f"{token} {getattr(tokenizer, token)} there, {getattr(config, token)} in the model"
+        for token in ("pad_token_id", "bos_token_id", "eos_token_id")
+        if None not in (getattr(tokenizer, token), getattr(config, token))
+        and getattr(tokenizer, token) != getattr(config, token)
+    ]
+    if differ:
+        raise ValueError(f"the tokenizer of {name} is not the model's: {'; '.join(differ)}")
+
+
 def prepare_folder(
     model_dir: str | os.PathLike,
     out_dir: str | os.PathLike,
@@ -715,6 +733,11 @@ def prepare_folder(
     # Loaded before anything is written: one that cannot load here (its analyzer not installed) leaves no half folder.
     tokenizer_path = tokenizer_dir if tokenizer_dir is not None else described.tokenizer
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path) if tokenizer_path is not None else None
+    if tokenizer is not None:
+        check_tokenizer_fits(tokenizer, model.config, tokenizer_path)
+    missing = [str(path) for path in results_files if not Path(path).is_file()]
+    if missing:
+        raise FileNotFoundError(f"results file(s) not found: {', '.join(missing)}")
 
     if out_dir.exists() and any(out_dir.iterdir()):
         # Never clear a folder here: it may be the model folder itself or hold other work.

@@ -639,3 +639,19 @@ def test_the_usage_snippet_generates_with_the_folder_s_length_or_the_whole_table
     plain, with_length = (hub.model_card(tmp_path / name) for name in ("plain", "with-length"))
     assert "num_beams=4, max_new_tokens=64)" in plain
     assert "max_new_tokens" not in with_length and "Decoding: max_length 65" in with_length
+
+
+def test_dry_run_refuses_another_model_s_tokenizer_and_a_results_file_that_is_not_there(saved, tmp_path):
+    """A tokenizer of another size packaged with the model gave every text other ids; a --results file mistyped was
+    left out of the card without a word."""
+    from tests.helpers.models import sentence_tokenizer
+
+    other = tmp_path / "other-tokenizer"
+    sentence_tokenizer().save_pretrained(other)
+    with pytest.raises(ValueError, match=r"other-tokenizer has \d+ tokens and the model's token table \d+: it is not"):
+        push_to_hub.main([str(saved["model_dir"]), "--repo_id", REPO_ID, "--dry-run", str(tmp_path / "a"),
+                          "--tokenizer", str(other)])  # fmt: skip
+    with pytest.raises(FileNotFoundError, match="results file\\(s\\) not found: .*absent.json"):
+        push_to_hub.main([str(saved["model_dir"]), "--repo_id", REPO_ID, "--dry-run", str(tmp_path / "b"),
+                          "--results", str(tmp_path / "absent.json")])  # fmt: skip
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
