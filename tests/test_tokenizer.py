@@ -400,6 +400,12 @@ def test_cli_reports_missing_input(tmp_path, capsys):
         cli_main(["-q", "train", str(table), "--output", str(tmp_path / "out")])
     assert cli_main(["-q", "encode", str(tmp_path / "no-tokenizer"), "a text"]) == 1
     assert capsys.readouterr().err.strip() == f"error: no tokenizer folder at {tmp_path / 'no-tokenizer'}"
+    (tmp_path / "empty").mkdir()  # transformers' answer was to install sentencepiece or tiktoken
+    assert cli_main(["-q", "encode", str(tmp_path / "empty"), "a text"]) == 1
+    assert (
+        capsys.readouterr().err.strip()
+        == f"error: {tmp_path / 'empty'} holds no tokenizer (tokenizer.json or tokenizer_config.json)"
+    )
     # One line, not a traceback: a column of numbers, and a vocabulary too small for the text's characters.
     numbers = tmp_path / "n.jsonl"
     numbers.write_text('{"text": 3}\n{"text": 4}\n', encoding="utf-8")

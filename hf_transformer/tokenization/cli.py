@@ -108,8 +108,13 @@ def command_encode(args: argparse.Namespace) -> None:
 
     from ..folders import looks_like_a_path
 
-    if not Path(args.tokenizer_dir).exists() and looks_like_a_path(args.tokenizer_dir):
+    folder = Path(args.tokenizer_dir)
+    if not folder.exists() and looks_like_a_path(args.tokenizer_dir):
         raise FileNotFoundError(f"no tokenizer folder at {args.tokenizer_dir}")
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{args.tokenizer_dir} is a file: give the tokenizer's folder")
+    if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise FileNotFoundError(f"{args.tokenizer_dir} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_dir)
     for text in args.texts:
         print(_show(tokenizer, text))
