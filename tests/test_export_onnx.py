@@ -420,6 +420,13 @@ def test_int8_export_quantizes_the_projections_and_decodes(translator, batch, tm
         assert sum(same) >= len(same) - 1, (num_beams, expected, got)
 
 
+def test_without_onnx_runtime_the_export_says_what_to_install_and_writes_nothing(classifier_dir, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as where it is not installed
+    with pytest.raises(ImportError, match=r'ONNX export needs onnx and onnxruntime .*pip install -e "\.\[export\]"'):
+        to_onnx(classifier_dir, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_unknown_quantization_is_refused(classifier_dir, tmp_path):
     with pytest.raises(ValueError, match="quantization='int4'"):
         to_onnx(classifier_dir, tmp_path / "out", quantization="int4")

@@ -259,6 +259,11 @@ def to_onnx(
     refuse_replacing(model_dir, output_dir, "model folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not force:
         raise FileExistsError(f"{output_dir} already holds files; pass force=True (--force) to write into it.")
+    try:  # before the output folder is made: each graph is checked with ONNX Runtime
+        import onnx  # noqa: F401
+        import onnxruntime  # noqa: F401
+    except ImportError as error:
+        raise ImportError(f'ONNX export needs onnx and onnxruntime ({error}): pip install -e ".[export]"') from error
     import torch
     from torch.export import Dim
 
