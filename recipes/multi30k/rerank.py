@@ -41,8 +41,10 @@ from transformers import HfArgumentParser
 import hf_transformer  # noqa: F401  (registers the Auto classes)
 from hf_transformer import Predictor
 from hf_transformer.commands import parse_arguments, run_command
+from hf_transformer.folders import SEQ2SEQ
 from hf_transformer.hub import count_parameters
 from hf_transformer.metrics import bleu, require_scorers
+from hf_transformer.saved_folder import read_folder
 from recipes.multi30k.bleu import SCORERS, bleu_lc_tok
 from recipes.multi30k.data import DataArguments
 from recipes.multi30k.reranking import (
@@ -338,6 +340,8 @@ def load_models(args: RerankArguments, data_args: DataArguments) -> tuple[Predic
     check_direction(args.channel_model_dirs, target, source, "--channel_model_dirs")  # p(source | candidate)
     forward_dirs, ensemble_length_penalty = model_folders(args.model_dirs)
     channel_dirs, _ = model_folders(args.channel_model_dirs)
+    for folder in (*forward_dirs, *channel_dirs):  # a classifier loads as a Predictor, and failed at the scoring
+        read_folder(folder).check(PROGRAM, (SEQ2SEQ,))
     forward = load(forward_dirs, args.batch_size, args.device, args.engine, args.quantization)
     channel = load(channel_dirs, args.batch_size, args.device, args.engine, args.quantization)
     length_penalty = args.length_penalty

@@ -269,9 +269,15 @@ def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch
     kept.write_text(json.dumps(saved_lists))
     with pytest.raises(ValueError, match="not those of these 40 test sentences"):
         choose_again("--num_candidates", "3")
-    # Refused before any model is read: a model of the other direction (as forward or as channel), an output
-    # folder that is a model's own, a negative grid value.
+    # Refused before any model is read: a model of the other direction (as forward or as channel), a classifier as
+    # the channel (it loaded, and failed only once the n-best lists were decoded), an output folder that is a
+    # model's own, a negative grid value.
+    from hf_transformer import TransformerForSequenceClassification
+    from tests.helpers.models import tiny_config
+
+    TransformerForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(tmp_path / "classifier")
     refused = [
+        (["--channel_model_dirs", str(tmp_path / "classifier")], "serves translation \\(seq2seq\\)"),
         (["--model_dirs", str(tmp_path / "de-en")], "--model_dirs .*de-en translates de -> en .*not en -> de"),
         (
             ["--channel_model_dirs", str(tmp_path / "en-de")],
