@@ -241,13 +241,15 @@ def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch
 
     # The n-best lists and their scores are kept: choosing again from them, MBR included, decodes nothing, and the
     # settings both runs share score as before.
-    def choose_again(*options: str) -> dict:
+    runs = iter(range(100))
+
+    def choose_again(*options: str) -> dict:  # each into a folder of its own (an earlier run's is refused)
         return rerank_step.main(
             [
                 "--model_dirs", str(tmp_path / "en-de"), "--channel_model_dirs", str(tmp_path / "de-en"),
-                "--output_dir", str(tmp_path / "again"), "--data_dir", str(data_dir), "--source_lang", "en",
-                "--target_lang", "de", "--channel_weights", "0", "1", "--length_exponents", "0.5", "1",
-                "--candidates_from", str(tmp_path / "reranked"), *options,
+                "--output_dir", str(tmp_path / f"again-{next(runs)}"), "--data_dir", str(data_dir),
+                "--source_lang", "en", "--target_lang", "de", "--channel_weights", "0", "1",
+                "--length_exponents", "0.5", "1", "--candidates_from", str(tmp_path / "reranked"), *options,
             ]
         )  # fmt: skip
 
