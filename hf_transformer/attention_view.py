@@ -116,8 +116,11 @@ def run_model(
     position table; a translator's text or target longer than it, or ``pad_to`` past it, raises ``ValueError`` in one
     line, as do an empty text or target, a target for a model without a decoder to read it, and counts below 1."""
     _check_arguments(text, target, num_beams, max_new_tokens, pad_to)
-    if task != SEQ2SEQ and target is not None:
-        raise ValueError(f"target applies to a seq2seq model; this one is a {task} model")
+    if task != SEQ2SEQ:  # settings of the model's own output: a model without a decoder would ignore them
+        given = [name for name, value in (("target", target), ("num_beams", num_beams if num_beams != 1 else None),
+                 ("max_new_tokens", max_new_tokens)) if value is not None]  # fmt: skip
+        if given:
+            raise ValueError(f"{' and '.join(given)} applies to a seq2seq model; this one is a {task} model")
     config = model.config
     # As the Predictor reads a text: at most the smaller of the position table and the tokenizer's `model_max_length`.
     limit = input_length_limit(config, tokenizer)

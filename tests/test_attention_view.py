@@ -287,6 +287,7 @@ def test_the_command_writes_the_page(folders, tmp_path, capsys):
         (["{folder}", ""], "the text is empty"),
         (["{folder}", "a", "--num_beams", "0"], "num_beams must be an integer of at least 1"),
         (["{unweighted}", "a man"], "model.safetensors"),  # a config without weights: transformers' OSError
+        (["{classifier}", "a man", "--num_beams", "4"], "num_beams applies to a seq2seq model"),  # was ignored
     ],
 )
 def test_the_command_refuses_bad_input_in_one_line(folders, tmp_path, args, message):
@@ -295,6 +296,7 @@ def test_the_command_refuses_bad_input_in_one_line(folders, tmp_path, args, mess
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (unweighted / name).write_bytes((folders["seq2seq"] / name).read_bytes())
     names = {"missing": str(tmp_path / "missing"), "folder": str(folders["seq2seq"]), "unweighted": str(unweighted)}
+    names["classifier"] = str(folders["classifier"])
     argv = [arg.format(**names) for arg in args] + ["--output", str(tmp_path / "page.html")]
     completed = subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True)
     assert completed.returncode == 2
