@@ -16,6 +16,7 @@ import torch.distributed as dist
 from transformers import AutoTokenizer, TrainerCallback
 
 from .cpu import BFLOAT16_CPU_FLAGS, cpu_computes_bfloat16
+from .saved_folder import TOKENIZER_FILES, tokenizer_place
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +117,6 @@ def end_process_group() -> None:
         dist.destroy_process_group()
 
 
-# Files `save_pretrained` writes for a fast tokenizer; any one of them marks a folder that holds a tokenizer.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
 def check_tokenizer_source(path: str, option: str = "--tokenizer") -> None:
     """Refuses, before any text is read, a tokenizer ``path`` (given as ``option``) that is a folder holding no
     tokenizer, or a path to no folder; a name that could be a Hub id is left to the Hub."""
@@ -127,8 +124,8 @@ def check_tokenizer_source(path: str, option: str = "--tokenizer") -> None:
 
     folder = Path(path)
     if folder.is_dir():
-        if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
-            raise ValueError(f"{option} {path}: the folder holds no tokenizer ({' or '.join(_TOKENIZER_FILES)})")
+        if tokenizer_place(folder) is None:
+            raise ValueError(f"{option} {path}: the folder holds no tokenizer ({' or '.join(TOKENIZER_FILES)})")
     elif looks_like_a_path(path) or folder.exists():
         raise FileNotFoundError(f"{option} {path}: no such folder")
 
@@ -153,9 +150,9 @@ def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: st
     checkpoint = getattr(training_args, "resume_from_checkpoint", None)
     if isinstance(checkpoint, str) and checkpoint:
         folder = Path(checkpoint)
-        if not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        if tokenizer_place(folder) is None:
             raise ValueError(
-                f"Resuming from {checkpoint}, which holds no tokenizer ({' or '.join(_TOKENIZER_FILES)}): a newly "
+                f"Resuming from {checkpoint}, which holds no tokenizer ({' or '.join(TOKENIZER_FILES)}): a newly "
                 "trained one would give other token ids to the saved weights. Pass --tokenizer with the "
                 "tokenizer the run was started with."
             )

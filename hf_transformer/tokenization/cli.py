@@ -107,14 +107,15 @@ def command_encode(args: argparse.Namespace) -> None:
     from transformers import AutoTokenizer
 
     from ..folders import looks_like_a_path
+    from ..saved_folder import TOKENIZER_FILES, tokenizer_place
 
     folder = Path(args.tokenizer_dir)
     if not folder.exists() and looks_like_a_path(args.tokenizer_dir):
         raise FileNotFoundError(f"no tokenizer folder at {args.tokenizer_dir}")
     if folder.exists() and not folder.is_dir():
         raise NotADirectoryError(f"{args.tokenizer_dir} is a file: give the tokenizer's folder")
-    if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
-        raise FileNotFoundError(f"{args.tokenizer_dir} holds no tokenizer (tokenizer.json or tokenizer_config.json)")
+    if folder.is_dir() and tokenizer_place(folder) is None:
+        raise FileNotFoundError(f"{args.tokenizer_dir} holds no tokenizer ({' or '.join(TOKENIZER_FILES)})")
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_dir)
     for text in args.texts:
         print(_show(tokenizer, text))
