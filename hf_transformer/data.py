@@ -95,6 +95,8 @@ def read_sentence_lines(path: str | os.PathLike) -> list[str]:
     """A file of one sentence per line (a corpus side, a system's output), split at "\n" only (a "\r\n" ending is
     one line end): a U+2028, a lone "\r" or another separator `str.splitlines` or universal newlines split at stays
     inside its sentence, so that the two sides of a parallel corpus stay aligned line for line."""
+    if Path(path).is_dir():
+        raise ValueError(f"{path} is a folder; give a file of one sentence per line")
     with open(path, encoding="utf-8", newline="") as stream:  # newline="": no "\r" read as a line end
         try:
             text = stream.read()

@@ -11,6 +11,9 @@ from pathlib import Path
 
 CLASSIFICATION, SEQ2SEQ, MASKED_LM = "classification", "seq2seq", "masked-lm"
 ADAPTER_CONFIG = "adapter_config.json"
+# A saved model's weights, in one file or sharded (``save_pretrained``), or as torch's pickle (older folders).
+WEIGHTS_FILE, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
+TORCH_WEIGHTS = "pytorch_model.bin"
 # What each task's folder holds, as the refusals name it.
 TASK_NAMES = {SEQ2SEQ: "translation (seq2seq)", CLASSIFICATION: "classification", MASKED_LM: "masked-token"}
 # The saved class's name ends in one of these (`config.architectures`, written by `save_pretrained`).
@@ -24,6 +27,9 @@ _TASK_OF_CLASS = {
 
 __all__ = [
     "ADAPTER_CONFIG",
+    "TORCH_WEIGHTS",
+    "WEIGHTS_FILE",
+    "WEIGHTS_INDEX",
     "CLASSIFICATION",
     "MASKED_LM",
     "SEQ2SEQ",
@@ -34,6 +40,7 @@ __all__ = [
     "refusal",
     "refuse_replacing",
     "check_output_file",
+    "saved_model_config",
     "task_of",
 ]
 
@@ -89,8 +96,14 @@ def is_adapter_folder(folder) -> bool:
     return (folder / ADAPTER_CONFIG).is_file() and not (folder / "config.json").is_file()
 
 
+def saved_model_config(folder) -> str | None:
+    """The file that makes ``folder`` a saved model (``config.json``) or adapter (``adapter_config.json``), or None:
+    a file written there could change what the folder loads."""
+    return next((name for name in ("config.json", ADAPTER_CONFIG) if (Path(folder) / name).is_file()), None)
+
+
 # Files that mark a saved model's (or adapter's) weights: a folder holding one is a model that loads.
-_SAVED_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", ADAPTER_CONFIG)
+_SAVED_WEIGHTS = (WEIGHTS_FILE, WEIGHTS_INDEX, TORCH_WEIGHTS, ADAPTER_CONFIG)
 
 
 def refuse_replacing(source_dir, output_dir, what: str) -> None:
@@ -121,7 +134,7 @@ def check_output_file(path, option: str = "--output", inputs=()) -> Path:
         if source is not None and Path(source).resolve() == resolved:
             raise ValueError(f"{option} {path} is the file this command reads; give another file to write")
     folder = resolved.parent
-    if path.exists() and any((folder / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
+    if path.exists() and saved_model_config(folder):
         raise ValueError(
             f"{option} {path} is a file of the saved model in {path.parent}: writing it would change what the "
             "folder loads; give a file outside the folder, or a new name"

@@ -28,7 +28,18 @@ import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .folders import ADAPTER_CONFIG, CLASSIFICATION, MASKED_LM, SEQ2SEQ, looks_like_a_path, refusal, task_of
+from .folders import (
+    ADAPTER_CONFIG,
+    CLASSIFICATION,
+    MASKED_LM,
+    SEQ2SEQ,
+    TORCH_WEIGHTS,
+    WEIGHTS_FILE,
+    WEIGHTS_INDEX,
+    looks_like_a_path,
+    refusal,
+    task_of,
+)
 
 __all__ = [
     "ADAPTER",
@@ -49,8 +60,6 @@ CTRANSLATE2_WEIGHTS = "model.bin"
 # A CTranslate2 folder's config.json is CTranslate2's own; the model's configuration is kept beside it under this name.
 CTRANSLATE2_MODEL_CONFIG = "transformer_config.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-WEIGHTS_FILE, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
-TORCH_WEIGHTS = "pytorch_model.bin"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
 
 # This package's heads and the Auto class that loads each.

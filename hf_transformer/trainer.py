@@ -5,6 +5,7 @@ helpers does not import transformers' Trainer."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import datasets
@@ -15,7 +16,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from .data import ResumablePass, ShuffledLengthGroupedSampler, sequence_lengths
-from .training import check_resumed_model
+from .training import RESUME_SETTINGS_FILE, check_resumed_model, check_resumed_settings, resume_settings
 
 __all__ = ["LengthGroupedTrainer", "OrderKeepingSeq2SeqTrainer", "PASS_ORDER_FILE", "PassOrderSampler"]
 
@@ -59,16 +60,32 @@ class _KeepPassOrder(TrainerCallback):
             torch.save(torch.tensor(sampler.order, dtype=torch.int64), folder / PASS_ORDER_FILE)
 
 
+class _KeepResumeSettings(TrainerCallback):
+    """Writes the run's `hf_transformer.training.resume_settings` into each checkpoint."""
+
+    def __init__(self, trainer: _PassOrderMixin):
+        self.trainer = trainer
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir():
+            settings = resume_settings(args, self.trainer.train_dataset)
+            (folder / RESUME_SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
+
+
 class _PassOrderMixin:
     """For a `Trainer` subclass: a checkpoint saved in the middle of a pass over length-grouped batches keeps that
     pass's order (``PASS_ORDER_FILE``), and a run resumed from it goes on in it, so that it trains as it would have
-    without the interruption. Other samplers (transformers' random one is seeded per epoch) resume as they do."""
+    without the interruption. Other samplers (transformers' random one is seeded per epoch) resume as they do. A run
+    resumed with another model or other data settings than the checkpoint's is refused before it trains, each named
+    (`hf_transformer.training.check_resumed_model`, `~hf_transformer.training.check_resumed_settings`)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._pass_order_sampler: ResumablePass | None = None
         self._resumed_order: list[int] | None = None
         self.add_callback(_KeepPassOrder(self))
+        self.add_callback(_KeepResumeSettings(self))
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
         folder = resume_from_checkpoint
@@ -76,6 +93,8 @@ class _PassOrderMixin:
             folder = get_last_checkpoint(self.args.output_dir)  # as transformers resolves it
         if isinstance(folder, str) and folder and hasattr(self.model, "config"):
             check_resumed_model(self.model.config, folder)
+        if isinstance(folder, str) and folder:
+            check_resumed_settings(resume_settings(self.args, self.train_dataset), folder)
         saved = Path(folder) / PASS_ORDER_FILE if isinstance(folder, str) and folder else None
         self._resumed_order = torch.load(saved).tolist() if saved is not None and saved.is_file() else None
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)

@@ -130,15 +130,10 @@ def check_tokenizer_source(path: str, option: str = "--tokenizer") -> None:
         raise FileNotFoundError(f"{option} {path}: no such folder")
 
 
-def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: str | None = None):
-    """The tokenizer of a run, identical in every process and across a resume.
-
-    Unigram training is not deterministic from run to run (its pieces keep their ids, but their scores differ
-    slightly), so a tokenizer trained independently in each process, or again when a run is resumed, could cut a
-    text otherwise under the same weights. Order:
-    ``tokenizer_path`` when given; else the tokenizer saved in the checkpoint being resumed; else
-    ``build()`` in process 0, whose files are broadcast to the other processes.
-    """
+def given_tokenizer(training_args, tokenizer_path: str | None = None):
+    """The tokenizer a run is given: ``tokenizer_path`` when given (a folder, or a name looked up on the Hub), else the
+    tokenizer saved in the checkpoint being resumed; None for a run that trains its own. The scripts call it before
+    they read the rows, so that a wrong name fails at once."""
     if tokenizer_path:
         check_tokenizer_source(tokenizer_path)
         try:
@@ -157,6 +152,20 @@ def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: st
                 "tokenizer the run was started with."
             )
         return AutoTokenizer.from_pretrained(folder)
+    return None
+
+
+def one_tokenizer(training_args, build: Callable[[], object], tokenizer_path: str | None = None):
+    """The tokenizer of a run, identical in every process and across a resume.
+
+    Unigram training is not deterministic from run to run (its pieces keep their ids, but their scores differ
+    slightly), so a tokenizer trained independently in each process, or again when a run is resumed, could cut a
+    text otherwise under the same weights. Order: the `given_tokenizer` (``tokenizer_path``, or the checkpoint's);
+    else ``build()`` in process 0, whose files are broadcast to the other processes.
+    """
+    given = given_tokenizer(training_args, tokenizer_path)
+    if given is not None:
+        return given
 
     # Reading world_size sets up the process group (TrainingArguments does it lazily).
     if training_args.world_size == 1 or not dist.is_initialized():
@@ -405,6 +414,41 @@ def check_resumed_model(config, checkpoint: str | Path) -> None:
         raise ValueError(
             f"--resume_from_checkpoint {checkpoint}: its model was built with other settings ({'; '.join(differ)}): "
             "resume with the arguments the run was started with"
+        )
+
+
+# Beside the model's settings, what a run resumed from a checkpoint must share with the run that saved it, kept in the
+# checkpoint as JSON (the Trainer's training_args.bin is a pickle).
+RESUME_SETTINGS_FILE = "resume_settings.json"
+_RESUME_SETTING_NAMES = {"seed": "--seed", "data_seed": "--data_seed", "train_rows": "training rows"}
+
+
+def resume_settings(training_args, train_dataset) -> dict:
+    """The settings ``RESUME_SETTINGS_FILE`` keeps: the seeds, which carve the validation rows out of a training file
+    where no validation file is given (another seed would go on training on rows the first part scored as validation)
+    and draw each pass's order, and the number of training rows (another data file or split, another pass length)."""
+    rows = len(train_dataset) if train_dataset is not None and hasattr(train_dataset, "__len__") else None
+    return {"seed": training_args.seed, "data_seed": training_args.data_seed, "train_rows": rows}
+
+
+def check_resumed_settings(settings: dict, checkpoint: str | Path) -> None:
+    """Refuses to resume from ``checkpoint`` with other `resume_settings` than those it was saved with, naming each;
+    a checkpoint without ``RESUME_SETTINGS_FILE`` is left to the Trainer."""
+    import json
+
+    path = Path(checkpoint) / RESUME_SETTINGS_FILE
+    if not path.is_file():
+        return
+    saved = json.loads(path.read_text())
+    differ = [
+        f"{_RESUME_SETTING_NAMES.get(name, name)} {saved[name]!r} there, {value!r} here"
+        for name, value in settings.items()
+        if name in saved and saved[name] != value
+    ]
+    if differ:
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint}: its run had other data settings ({'; '.join(differ)}): resume "
+            "with the data and the seed the run was started with"
         )
 
 

@@ -49,6 +49,7 @@ from hf_transformer.trainer import LengthGroupedTrainer
 from hf_transformer.training import (
     check_new_run,
     end_process_group,
+    given_tokenizer,
     one_tokenizer,
     process_report,
     save_run,
@@ -137,6 +138,10 @@ def card_text(model_args, data_args: TextFileArguments, results: dict, settings:
 
 def load_texts_and_tokenizer(model_args, data_args: TextFileArguments, training_args):
     """The training and validation texts, tokenized (rows of one token or none left out), and the tokenizer."""
+    # A given tokenizer loads, and is checked, before the rows are read: a wrong one fails at once.
+    tokenizer = given_tokenizer(training_args, model_args.tokenizer or model_args.init_from)
+    if tokenizer is not None and tokenizer.mask_token_id is None:
+        raise ValueError("the tokenizer has no mask token ([MASK]); train one with tokenizer.train_tokenizer")
     splits = data_args.splits(training_args.seed, labels=False)
     splits = {name: splits[name] for name in ("train", "validation")}  # a test file is not read
     logger.info("texts: %s (labels and test rows are not read)", {k: len(v) for k, v in splits.items()})
@@ -144,10 +149,9 @@ def load_texts_and_tokenizer(model_args, data_args: TextFileArguments, training_
     def train_new_tokenizer():
         return train_encoder_tokenizer(model_args, splits["train"]["text"])
 
-    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
+    if tokenizer is None:
+        tokenizer = one_tokenizer(training_args, train_new_tokenizer)
     tokenizer = cap_model_max_length(tokenizer, model_args.max_length)
-    if tokenizer.mask_token_id is None:
-        raise ValueError("the tokenizer has no mask token ([MASK]); train one with tokenizer.train_tokenizer")
     tokenized = {
         name: tokenize_classification(part, tokenizer, max_length=model_args.max_length)
         for name, part in splits.items()

@@ -50,6 +50,7 @@ from hf_transformer.training import (
     check_checkpoint_averaging,
     check_new_run,
     end_process_group,
+    given_tokenizer,
     one_tokenizer,
     process_report,
     save_run,
@@ -202,13 +203,16 @@ def count_rows(results: dict, what: str) -> dict[str, str]:
 
 def load_encoder_and_data(model_args, data_args, training_args):
     """The rows, the run's tokenizer and their tokenized form."""
+    # A given tokenizer loads before the rows are read: a wrong name or folder fails at once.
+    tokenizer = given_tokenizer(training_args, model_args.tokenizer or model_args.init_from)
     splits = data_args.splits(training_args.seed)
     logger.info("rows: %s", {split: len(rows) for split, rows in splits.items()})
 
     def train_new_tokenizer():
         return train_encoder_tokenizer(model_args, splits["train"]["text"])
 
-    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer or model_args.init_from)
+    if tokenizer is None:
+        tokenizer = one_tokenizer(training_args, train_new_tokenizer)
     tokenizer = cap_model_max_length(tokenizer, model_args.max_length)
     return splits, tokenizer, tokenize_classification(splits, tokenizer, max_length=model_args.max_length)
 

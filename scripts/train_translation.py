@@ -40,6 +40,7 @@ from hf_transformer.trainer import OrderKeepingSeq2SeqTrainer
 from hf_transformer.training import (
     average_this_runs_checkpoints,
     end_process_group,
+    given_tokenizer,
     one_tokenizer,
     process_report,
     score_in_float32,
@@ -72,14 +73,14 @@ def parse(argv: list[str] | None):
 
 
 def load_tokenizer(model_args: TranslationModelArguments, data_args: TranslationFileArguments, training_args, splits):
-    """The given tokenizer, else one trained on both sides of the training pairs; the same in every process and
-    for a resumed run (hf_transformer.training.one_tokenizer)."""
+    """A tokenizer trained on both sides of the training pairs, the same in every process (a given one, or a resumed
+    run's, is loaded before the pairs are read: hf_transformer.training.given_tokenizer)."""
     source, target = data_args.source_column, data_args.target_column
 
     def train_new_tokenizer():
         return model_args.new_tokenizer(splits["train"]["translation"], source, target)
 
-    return one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
+    return one_tokenizer(training_args, train_new_tokenizer)
 
 
 def build_trainer(model, tokenizer, tokenized, compute_metrics, training_args) -> OrderKeepingSeq2SeqTrainer:
@@ -138,9 +139,11 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.time()
     set_seed(training_args.seed)
     source, target = data_args.source_column, data_args.target_column
+    tokenizer = given_tokenizer(training_args, model_args.tokenizer)  # before the pairs: a wrong one fails at once
     splits = data_args.splits(training_args.seed)
     logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
-    tokenizer = load_tokenizer(model_args, data_args, training_args, splits)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(model_args, data_args, training_args, splits)
     lengths = dict(max_source_length=model_args.max_source_length, max_target_length=model_args.max_target_length)
     tokenized = tokenize_translation(splits, tokenizer, source_lang=source, target_lang=target, **lengths)
     metric = translation_metrics(tokenizer, splits, tokenized, target)

@@ -420,6 +420,45 @@ def test_int8_export_quantizes_the_projections_and_decodes(translator, batch, tm
         assert sum(same) >= len(same) - 1, (num_beams, expected, got)
 
 
+def test_a_quantization_that_fails_on_one_graph_leaves_no_folder_of_mixed_graphs(translator, tmp_path, monkeypatch):
+    """The decoder's quantization failing after the encoder's: in place, both float32 graphs stay as they were; into
+    a new folder, nothing is left; from to_onnx, the float32 export stays whole and the error says so."""
+    from hf_transformer.export import onnx_export, quantize_onnx
+
+    model, fp32_folder = translator
+    quantize_int8 = onnx_export._quantize_int8
+
+    def failing_on_the_decoder(path):
+        quantized = quantize_int8(path)
+        if path.name == "decoder.onnx":
+            raise RuntimeError("the quantizer broke")
+        return quantized
+
+    monkeypatch.setattr(onnx_export, "_quantize_int8", failing_on_the_decoder)
+    in_place = tmp_path / "in-place"
+    in_place.mkdir()
+    for file in fp32_folder.iterdir():
+        (in_place / file.name).write_bytes(file.read_bytes())
+    with pytest.raises(RuntimeError, match="the quantizer broke"):
+        quantize_onnx(in_place, in_place)
+    assert sorted(path.name for path in in_place.iterdir()) == sorted(path.name for path in fp32_folder.iterdir())
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        assert (in_place / graph).read_bytes() == (fp32_folder / graph).read_bytes()
+    with pytest.raises(RuntimeError, match="the quantizer broke"):
+        quantize_onnx(fp32_folder, tmp_path / "int8")
+    assert not (tmp_path / "int8").exists()
+
+    model.save_pretrained(tmp_path / "model")
+    for file in fp32_folder.glob("tokenizer*"):
+        (tmp_path / "model" / file.name).write_bytes(file.read_bytes())
+    told = r"holds the float32 export, but its int8 quantization failed \(RuntimeError: the quantizer broke\)"
+    with pytest.raises(RuntimeError, match=told):
+        to_onnx(tmp_path / "model", tmp_path / "export", quantization="int8")
+    assert not list((tmp_path / "export").glob("*.int8.onnx"))
+    for graph in ("encoder.onnx", "decoder.onnx"):
+        assert _op_count(tmp_path / "export" / graph, "MatMulInteger") == 0
+
+
 def test_without_onnx_runtime_the_export_says_what_to_install_and_writes_nothing(classifier_dir, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as where it is not installed
     with pytest.raises(ImportError, match=r'ONNX export needs onnx and onnxruntime .*pip install -e "\.\[export\]"'):

@@ -420,6 +420,12 @@ def test_a_resumed_run_s_card_gives_the_learning_rate_its_restored_schedule_trai
         ):
             train_classifier.main(["--output_dir", str(tmp_path / "other"), *arguments, *checkpoint, *other.split()])
     assert not (tmp_path / "other" / "model.safetensors").exists()
+    # Another seed carves other validation rows out of the training file: the resumed part would train on rows the
+    # first part scored as validation. Refused, as are other training rows (a shorter pass).
+    data_refused = {"--seed 43": "--seed 0 there, 43 here", "--max_train_samples 50": "training rows 72 there, 50 here"}
+    for other, named in data_refused.items():
+        with pytest.raises(ValueError, match=re.escape(f"checkpoint-3: its run had other data settings ({named})")):
+            train_classifier.main(["--output_dir", str(tmp_path / "other"), *arguments, *checkpoint, *other.split()])
     resumed = tmp_path / "resumed"
     train_classifier.main(
         ["--output_dir", str(resumed), *arguments, "--learning_rate", "5e-2"]

@@ -140,6 +140,18 @@ def test_training_scripts_check_bf16_before_any_work(script_name, tmp_path, monk
 
 
 @pytest.mark.parametrize("script_name", ["train_translation", "train_classifier", "pretrain_denoising"])
+def test_training_scripts_load_a_given_tokenizer_before_reading_the_rows(script_name, tmp_path):
+    """A tokenizer name that is no folder here is looked up on the Hub (offline in the tests): its failure comes
+    before the rows are read (here, a missing training file), not after a long read."""
+    from tests.helpers.launch import load_script
+
+    argv = ["--output_dir", str(tmp_path / "run"), "--train_file", str(tmp_path / "unread.jsonl")]
+    argv += ["--report_to", "none", "--tokenizer", "no_such_tokenizer_name"]
+    with pytest.raises(OSError, match="no_such_tokenizer_name: no such tokenizer folder, and no Hub tokenizer"):
+        load_script(script_name).main(argv)
+
+
+@pytest.mark.parametrize("script_name", ["train_translation", "train_classifier", "pretrain_denoising"])
 @pytest.mark.parametrize("earlier", ["checkpoint-3", "config.json", "results.json"])
 def test_training_scripts_refuse_a_folder_holding_another_run_unless_resuming(script_name, earlier, tmp_path):
     """A new run into an earlier run's folder would write over its model and results, and the checkpoint rotation

@@ -201,9 +201,9 @@ def _export(module, args, path: Path, input_names, output_names, dynamic_shapes,
                 )
 
 
-def _quantize_int8(path: Path) -> None:
-    """Rewrites the graph at ``path`` with int8 weights (ONNX Runtime's dynamic quantization) and checks that
-    ONNX Runtime loads it."""
+def _quantize_int8(path: Path) -> Path:
+    """The graph at ``path`` with int8 weights (ONNX Runtime's dynamic quantization), written beside it
+    (``<stem>.int8.onnx``) once ONNX Runtime loads it; returns that file."""
     import onnxruntime
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -221,7 +221,7 @@ def _quantize_int8(path: Path) -> None:
     finally:
         root.setLevel(level)
     onnxruntime.InferenceSession(str(quantized), providers=["CPUExecutionProvider"])
-    quantized.replace(path)
+    return quantized
 
 
 def to_onnx(
@@ -332,7 +332,14 @@ def to_onnx(
             if file.is_file():
                 shutil.copy2(file, output_dir / file.name)
     if quantization:
-        quantize_onnx(output_dir, output_dir, quantization)
+        try:
+            quantize_onnx(output_dir, output_dir, quantization)
+        except Exception as error:  # the float32 export stays, whole: it need not be made again
+            raise RuntimeError(
+                f"to_onnx: {output_dir} holds the float32 export, but its {quantization} quantization failed "
+                f"({type(error).__name__}: {error}); once that is mended, quantize_onnx({str(output_dir)!r}, ...) "
+                "quantizes it without exporting again"
+            ) from error
     return output_dir
 
 
@@ -362,15 +369,29 @@ def quantize_onnx(onnx_dir, output_dir, quantization: str = "int8") -> Path:
             f"quantize_onnx: quantization={quantization!r} is not supported for graphs whose weights are in external "
             f"data files ({onnx_dir} holds a model of over {EXTERNAL_DATA_BYTES >> 20} MiB)"
         )
+    copied: list[Path] = []
+    made = not output_dir.exists()
     if output_dir.resolve() != onnx_dir.resolve():
         if output_dir.is_dir() and any(output_dir.iterdir()):  # as to_onnx without force: never mixed with others
             raise FileExistsError(f"quantize_onnx: {output_dir} already holds files; give a new or empty folder")
         output_dir.mkdir(parents=True, exist_ok=True)
         for file in onnx_dir.iterdir():
             if file.is_file():
-                shutil.copy2(file, output_dir / file.name)
-    for graph in graphs:
-        _quantize_int8(output_dir / graph)
+                copied.append(Path(shutil.copy2(file, output_dir / file.name)))
+    # All graphs or none: each quantized beside its float32 form first, which they replace only once every one is
+    # quantized and loads, so that a failure leaves no folder of mixed graphs (nor a copy that looks quantized).
+    quantized: list[Path] = []
+    try:
+        for graph in graphs:
+            quantized.append(_quantize_int8(output_dir / graph))
+    except BaseException:
+        for path in [*quantized, *(output_dir / f"{Path(graph).stem}.int8.onnx" for graph in graphs), *copied]:
+            path.unlink(missing_ok=True)
+        if made:
+            output_dir.rmdir()
+        raise
+    for graph, path in zip(graphs, quantized):
+        path.replace(output_dir / graph)
     return output_dir
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
+from ..folders import saved_model_config
 from .morphemes import SEGMENTER, MorphemeTokenizerFast, saved_pre_tokenizer, with_morphemes
 
 logger = logging.getLogger(__name__)
@@ -128,10 +129,10 @@ def check_save_directory(save_directory) -> None:
     logs an error for a file there, and the trained vocabulary would be lost)."""
     if save_directory is not None and Path(save_directory).exists() and not Path(save_directory).is_dir():
         raise NotADirectoryError(f"{save_directory} is a file: give the folder to save the tokenizer to")
-    held = [name for name in ("config.json", "adapter_config.json") if Path(save_directory or "", name).is_file()]
-    if save_directory is not None and held:
+    held = saved_model_config(save_directory) if save_directory is not None else None
+    if held:
         raise ValueError(
-            f"{save_directory} holds a saved model ({held[0]}): a new tokenizer there would replace the one its "
+            f"{save_directory} holds a saved model ({held}): a new tokenizer there would replace the one its "
             "weights were trained with; give a folder of its own"
         )
 

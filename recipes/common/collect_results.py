@@ -380,9 +380,54 @@ def flatten_records(runs: list[dict], output_dir: Path) -> list[dict]:
     return records
 
 
+_MANIFEST_KEYS = {"title": str, "machine": str, "figures": str, "intro": list, "targets": dict, "runs": list}
+_ENTRY_KEYS = {"dir": str, "name": str, "note": str, "task": str}
+_TARGET_KEYS = {"metric": str, "split": str, "value": (int, float)}
+
+
+def _kind(expected) -> str:
+    names = {str: "text", list: "a list", dict: "an object", (int, float): "a number"}
+    return names.get(expected, str(expected))
+
+
+def _check_fields(where: str, found, keys: dict, required: tuple[str, ...] = ()) -> None:
+    """Refuses an object with a key not in ``keys`` (a typo would be ignored), a value of another kind, or a
+    ``required`` key missing, naming it."""
+    if not isinstance(found, dict):
+        raise ValueError(f"{where} is not a JSON object")
+    for key, value in found.items():
+        if key not in keys:
+            raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(keys)})")
+        if not isinstance(value, keys[key]) or isinstance(value, bool):
+            raise ValueError(f"{where}: {key!r} must be {_kind(keys[key])}, got {value!r}")
+    missing = [key for key in required if key not in found]
+    if missing:
+        raise ValueError(f"{where}: no {', '.join(map(repr, missing))}")
+
+
+def read_manifest(path: Path) -> dict:
+    """The manifest, its keys and their kinds checked before any run is read (see the module's docstring)."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"--manifest {path} is not JSON ({error})") from error
+    _check_fields(f"--manifest {path}", manifest, _MANIFEST_KEYS, required=("runs",))
+    for number, entry in enumerate(manifest["runs"], start=1):
+        _check_fields(f"--manifest {path}: run {number}", entry, _ENTRY_KEYS, required=("dir",))
+    for task, target in manifest.get("targets", {}).items():
+        _check_fields(f"--manifest {path}: the target of {task}", target, _TARGET_KEYS, _TARGET_KEYS)
+    if not all(isinstance(paragraph, str) for paragraph in manifest.get("intro", [])):
+        raise ValueError(f"--manifest {path}: 'intro' must be a list of paragraphs (text)")
+    names = [entry.get("name", Path(entry["dir"]).name) for entry in manifest["runs"]]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(f"--manifest {path}: two runs named {', '.join(twice)} (their records would mix)")
+    return manifest
+
+
 def write_outputs(manifest_path: Path, output_dir: Path, base: Path, command: str) -> list[dict]:
     """Collect the manifest's runs and write ``results.json``, ``notes.md`` and the curves into ``output_dir``."""
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_manifest(manifest_path)
     output_dir.mkdir(parents=True, exist_ok=True)
     figures = output_dir / manifest.get("figures", "curves")
     use_cjk_font()  # Hangul in titles, when a CJK font is installed

@@ -186,7 +186,16 @@ def main(argv: list[str] | None = None) -> int:
     present = [str(path) for path in earlier if path.exists()]
     if present:
         parser.error(f"an earlier series' files are there ({', '.join(present[:3])}): give another --output or --keep")
-    commit, changed = head_commit(args.repo)
+    for option, folder in (("--keep", args.keep), ("--log_dir", log_dir)):
+        if folder is not None and folder.exists() and not folder.is_dir():
+            parser.error(f"{option} {folder} is a file; give a folder")
+    if args.workdir is not None and not args.workdir.is_dir():
+        parser.error(f"--workdir {args.workdir}: no such folder")
+    try:
+        commit, changed = head_commit(args.repo)
+    except subprocess.CalledProcessError as error:
+        reason = (error.stderr or "").strip().splitlines()
+        parser.error(f"--repo {args.repo}: not a git repository ({reason[0] if reason else error})")
     if changed:
         print(f"the working tree of {args.repo} has changes the clones will not have: they run {commit[:7]}")
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from hf_transformer.commands import run_command
 from hf_transformer.data import read_sentence_lines
+from hf_transformer.folders import check_output_file
 from hf_transformer.metrics import paired_bootstrap, require_scorers
 from recipes.common.corpus_files import ensure_corpus_file
 from recipes.multi30k.bleu import SCORERS, paired_bootstrap_lc_tok
@@ -77,6 +78,8 @@ def table(figures: dict[str, list[dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     args = argument_parser().parse_args(argv)
+    if args.output:
+        check_output_file(args.output, inputs=args.outputs)  # before the resampling, which takes a while
     try:
         figures = compare(args.outputs, args.data_dir, args.target_lang, args.split, args.samples)
     except (ValueError, FileNotFoundError) as error:

@@ -274,6 +274,7 @@ def decode_and_score(
         )
         logger.info("%s: scoring %d candidates both ways", split, sum(map(len, nbest)))
         scored[split] = (nbest, *score_both_ways(forward, channel, split_sources, nbest))
+    output_dir.mkdir(parents=True, exist_ok=True)  # made when there is something to write: a refusal leaves none
     save_candidates(output_dir / CANDIDATES_FILE, decoding, sources, scored)
     return scored
 
@@ -320,6 +321,7 @@ def rerank_splits(scored: dict, chosen: dict, scorer: Scorer, utilities: dict) -
 
 
 def save(output_dir: Path, results: dict, test_outputs: list[str]) -> None:
+    output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "results.json").write_text(json.dumps(results, indent=2, ensure_ascii=False))
     (output_dir / "test_predictions.txt").write_text("\n".join(test_outputs) + "\n", encoding="utf-8")
     logger.info(
@@ -373,7 +375,6 @@ def main(argv: list[str] | None = None) -> dict:
     has_lc_tok_validation = "validation" in scorer.tokenized_references
     selection = "bleu_lc_tok" if lowercases(forward.tokenizer) and has_lc_tok_validation else "bleu"
     output_dir = Path(args.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     source_lang = data_args.source_lang
     sources = {split: [pair[source_lang] for pair in splits[split]["translation"]] for split in ("validation", "test")}
     scored = decode_and_score(args, forward, channel, decoding, sources, output_dir)

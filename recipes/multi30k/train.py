@@ -48,6 +48,7 @@ from hf_transformer.training import (
     BidirectionalEpochs,
     average_this_runs_checkpoints,
     end_process_group,
+    given_tokenizer,
     one_tokenizer,
     process_report,
     set_up_training_process,
@@ -161,16 +162,29 @@ def parse(argv: list[str] | None) -> tuple[ModelArguments, DataArguments, Recipe
     return model_args, data_args, training_args
 
 
+def given_lowercasing_tokenizer(model_args: ModelArguments, training_args):
+    """The given tokenizer (or a resumed run's; hf_transformer.training.given_tokenizer), loaded and checked before
+    the pairs are read; None for a run that trains its own."""
+    tokenizer = given_tokenizer(training_args, model_args.tokenizer)
+    if tokenizer is not None:
+        check_lowercasing(tokenizer, model_args)
+    return tokenizer
+
+
 def load_tokenizer(model_args: ModelArguments, data_args: DataArguments, training_args, splits):
-    """One tokenizer for every process and for a resumed run (hf_transformer.training.one_tokenizer): the given
-    one, else one trained on both sides of the training pairs."""
+    """One tokenizer for every process (hf_transformer.training.one_tokenizer), trained on both sides of the
+    training pairs."""
 
     def train_new_tokenizer():
         pairs = splits["train"]["translation"]
         source, target = data_args.source_lang, data_args.target_lang
         return model_args.new_tokenizer(pairs, source, target, lowercase=model_args.lowercase)
 
-    tokenizer = one_tokenizer(training_args, train_new_tokenizer, model_args.tokenizer)
+    return check_lowercasing(one_tokenizer(training_args, train_new_tokenizer), model_args)
+
+
+def check_lowercasing(tokenizer, model_args: ModelArguments):
+    """``tokenizer``, refused where --lowercase asks for one that lowercases and it keeps case."""
     if model_args.lowercase and not lowercases(tokenizer):
         given = model_args.tokenizer or "the run's own"
         raise ValueError(
@@ -302,9 +316,11 @@ def main(argv: list[str] | None = None) -> dict:
     model_args, data_args, training_args = parse(argv)
     started = time.time()
     set_seed(training_args.seed)
+    tokenizer = given_lowercasing_tokenizer(model_args, training_args)  # before the pairs: a wrong one fails at once
     splits = data_args.splits()
     logger.info("pairs: %s", {split: len(rows) for split, rows in splits.items()})
-    tokenizer = load_tokenizer(model_args, data_args, training_args, splits)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(model_args, data_args, training_args, splits)
     tokenized = tokenize(splits, tokenizer, model_args, data_args)
     metric, has_lc_tok_validation = split_metrics(splits, tokenized, tokenizer, data_args)
     model = model_args.new_model(tokenizer)

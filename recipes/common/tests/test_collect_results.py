@@ -185,6 +185,33 @@ def test_a_run_without_results_is_an_error(tmp_path):
         collect(["--manifest", str(tmp_path / "manifest.json"), "--output_dir", str(tmp_path / "out")])
 
 
+@pytest.mark.parametrize(
+    ("manifest", "told"),
+    [
+        ([{"dir": "runs/a"}], "is not a JSON object"),
+        ({"title": "x"}, "no 'runs'"),
+        ({"runs": [{"dir": "runs/a"}], "intr": ["typo"]}, "unknown key 'intr' \\(known: title, machine, "),
+        ({"runs": [{"name": "a"}]}, "run 1: no 'dir'"),
+        ({"runs": [{"dir": "runs/a", "nte": "typo"}]}, "run 1: unknown key 'nte'"),
+        ({"runs": [{"dir": "runs/a"}, {"dir": 3}]}, "run 2: 'dir' must be text, got 3"),
+        ({"runs": [], "intro": "one paragraph"}, "'intro' must be a list"),
+        ({"runs": [], "intro": [["nested"]]}, "'intro' must be a list of paragraphs"),
+        ({"runs": [], "targets": {"nsmc_sentiment": {"metric": "accuracy", "split": "test"}}}, "no 'value'"),
+        ({"runs": [], "targets": {"t": {"metric": "bleu", "split": "test", "value": "38"}}}, "'value' must be a num"),
+        ({"runs": [{"dir": "a/x"}, {"dir": "b/x"}]}, "two runs named x"),
+    ],
+)
+def test_a_manifest_of_another_shape_is_refused_naming_what_is_wrong(manifest, told, tmp_path):
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match=f"--manifest {path}.*{told}"):
+        collect(["--manifest", str(path), "--output_dir", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()  # refused before anything is written
+    path.write_text("{'runs': []}")
+    with pytest.raises(ValueError, match="is not JSON"):
+        collect(["--manifest", str(path), "--output_dir", str(tmp_path / "out")])
+
+
 def test_the_manifest_names_the_task_a_general_script_recorded_and_each_part_is_recorded(tmp_path):
     results = {
         **CLASSIFIER, "task": "text_classification", "test_encoder_accuracy": 0.84, "eval_encoder_accuracy": 0.83,

@@ -126,6 +126,20 @@ def test_a_job_that_is_not_in_the_repository_or_no_run_is_refused(repo, tmp_path
     with pytest.raises(SystemExit):
         fresh_clones.main([*argv, "--runs", "0", "--", "scripts/job.sh"])
     assert "--runs must be at least 1, not 0" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    not_git = tmp_path / "not-git"
+    (not_git / "scripts").mkdir(parents=True)
+    (not_git / "scripts" / "job.sh").write_text(JOB)
+    for options, said in (
+        (["--keep", str(tmp_path / "a-file")], "--keep {} is a file; give a folder"),
+        (["--log_dir", str(tmp_path / "a-file")], "--log_dir {} is a file; give a folder"),
+        (["--workdir", str(tmp_path / "absent")], "--workdir {}: no such folder"),
+        (["--repo", str(not_git)], "--repo {}: not a git repository (fatal: not a git repository"),
+    ):
+        with pytest.raises(SystemExit):
+            fresh_clones.main([*argv, *options, "--", "scripts/job.sh"])
+        assert said.format(options[1]) in capsys.readouterr().err
+    assert (tmp_path / "count.txt").read_text().strip() == "0" and not (tmp_path / "r.md").exists()
 
 
 def test_the_settings_that_change_the_arithmetic_are_named(repo, tmp_path, monkeypatch):

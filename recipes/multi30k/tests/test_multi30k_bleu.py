@@ -120,6 +120,14 @@ def test_compare_scores_output_files_both_ways(tmp_path):
     with pytest.raises(SystemExit, match=f"{files[1]}: 199 lines but 200 references"):
         compare.main([*arguments, "--output", str(tmp_path / "none.json")])
     assert not (tmp_path / "none.json").exists()
+    # A folder given as an output, or as the file to write, or the figures written over an output: named, before
+    # any resampling.
+    with pytest.raises(SystemExit, match=f"{tmp_path / 'out'} is a folder; give a file of one sentence per line"):
+        compare.main([str(tmp_path / "out"), *arguments])
+    with pytest.raises(ValueError, match="--output .*out is a folder; give the file to write"):
+        compare.main([*arguments, "--output", str(tmp_path / "out")])
+    with pytest.raises(ValueError, match="--output .* is the file this command reads"):
+        compare.main([*arguments, "--output", str(files[0])])
 
 
 def test_a_blank_line_dropped_from_a_split_leaves_each_row_its_own_tokenised_reference(tmp_path):

@@ -357,3 +357,4 @@ def test_rerank_chooses_on_validation_and_scores_test_once(tmp_path, monkeypatch
     assert kept["engine"] == "ctranslate2"
     with pytest.raises(ValueError, match="engine 'ctranslate2' there, 'torch' here"):
         on("torch", "again-torch", "--candidates_from", str(tmp_path / "reranked-ct2"))
+    assert not (tmp_path / "again-torch").exists()  # a refusal leaves no folder behind

@@ -306,6 +306,11 @@ def test_lowercase_with_a_tokenizer_that_keeps_case_is_refused_before_training(t
     with pytest.raises(ValueError, match="--lowercase asks for a tokenizer that lowercases"):
         script.main(["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments])
     assert not (tmp_path / "model" / "model.safetensors").exists()
+    # The given tokenizer is loaded and checked before the pairs are read: refused the same without them.
+    for name in ("train.en", "train.de"):
+        (tmp_path / "data" / "multi30k" / name).unlink()
+    with pytest.raises(ValueError, match="--lowercase asks for a tokenizer that lowercases"):
+        script.main(["--output_dir", str(tmp_path / "model"), "--data_dir", str(tmp_path / "data"), *arguments])
 
 
 @pytest.mark.slow
