@@ -415,7 +415,7 @@ def read_manifest(path: Path) -> dict:
     for number, entry in enumerate(manifest["runs"], start=1):
         _check_fields(f"--manifest {path}: run {number}", entry, _ENTRY_KEYS, required=("dir",))
     for task, target in manifest.get("targets", {}).items():
-        _check_fields(f"--manifest {path}: the target of {task}", target, _TARGET_KEYS, _TARGET_KEYS)
+        _check_fields(f"--manifest {path}: the target of {task}", target, _TARGET_KEYS, tuple(_TARGET_KEYS))
     if not all(isinstance(paragraph, str) for paragraph in manifest.get("intro", [])):
         raise ValueError(f"--manifest {path}: 'intro' must be a list of paragraphs (text)")
     names = [entry.get("name", Path(entry["dir"]).name) for entry in manifest["runs"]]
