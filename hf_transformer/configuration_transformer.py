@@ -550,6 +550,13 @@ class TransformerConfig(PretrainedConfig):
                 "`classifier_ngram_order`."
             )
 
+    def validate_labels(self) -> None:
+        # The classifier's logits are indexed 0..num_labels-1 and each is named by `id2label`: an id outside that
+        # range, or one missing, would fail by a bare KeyError in every entry point. A saved config is read as it is.
+        ids = sorted(int(key) for key in (self.id2label or {}))
+        if ids and ids != list(range(len(ids))) and not _READING_SAVED_CONFIG.get():
+            raise ValueError(f"`id2label` must name the label ids 0 to {len(ids) - 1}, one each; got ids {ids}.")
+
     def validate_vocabularies(self) -> None:
         if self.share_embeddings and self.vocab_size != self.decoder_vocab_size:
             raise ValueError(

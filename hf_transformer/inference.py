@@ -38,8 +38,15 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
-from .folders import CLASSIFICATION, SEQ2SEQ, task_of
-from .pipelines import PIPELINE_TASK, TranslationPipeline, generation_length, input_length_limit, register_pipeline
+from .folders import CLASSIFICATION, SEQ2SEQ, check_output_file, task_of
+from .pipelines import (
+    PIPELINE_TASK,
+    TranslationPipeline,
+    generated_ids,
+    generation_length,
+    input_length_limit,
+    register_pipeline,
+)
 from .saved_folder import CTRANSLATE2, SavedFolder, read_folder
 
 __all__ = [
@@ -282,7 +289,11 @@ class Predictor:
 
     def predict_file(self, source: str | Path, target: str | Path, *, progress: bool = True, **options) -> int:
         """One result per line of `source`, written to `target` line for line (translations, or label TAB score;
-        a blank line for a blank one); the number of lines written."""
+        a blank line for a blank one); the number of lines written. Refused before any work: a `target` that is
+        `source` itself, a folder, a file of a saved model's folder, or in a folder that does not exist."""
+        check_output_file(target, "target", inputs=[source])
+        if not Path(target).resolve().parent.is_dir():
+            raise FileNotFoundError(f"target {target}: its folder {Path(target).parent} does not exist")
         with open(source, encoding="utf-8") as stream:
             lines = read_lines(stream)
         results = self(lines, progress=progress, **options)
@@ -350,7 +361,7 @@ class Predictor:
                 options["max_new_tokens"] = length
             else:
                 options["max_length"] = length + 1  # counts the start token
-            generated = self.model.generate(**batch.to(self.model.device), **options)
+            generated = generated_ids(self.model.generate(**batch.to(self.model.device), **options))
         decoded = [text.strip() for text in self.tokenizer.batch_decode(generated, skip_special_tokens=True)]
         # num_return_sequences: that many candidates per text, one text's after the other, best first.
         per_text = len(decoded) // len(texts)

@@ -18,7 +18,14 @@ from .folders import SEQ2SEQ, check_task
 
 PIPELINE_TASK = "hf-transformer-translation"
 
-__all__ = ["PIPELINE_TASK", "TranslationPipeline", "generation_length", "input_length_limit", "register_pipeline"]
+__all__ = [
+    "PIPELINE_TASK",
+    "TranslationPipeline",
+    "generated_ids",
+    "generation_length",
+    "input_length_limit",
+    "register_pipeline",
+]
 
 
 def input_length_limit(config, tokenizer) -> int:
@@ -26,6 +33,13 @@ def input_length_limit(config, tokenizer) -> int:
     `model_max_length` (a tokenizer trained by hand may keep a default longer than the model's table)."""
     limits = [config.max_position_embeddings, getattr(tokenizer, "model_max_length", None)]
     return min(limit for limit in limits if isinstance(limit, int) and limit > 0)
+
+
+def generated_ids(output):
+    """The token ids `generate` returned: the ids themselves, or the ``sequences`` of the `ModelOutput` it returns
+    where ``return_dict_in_generate`` is set (in the call or in the folder's generation config), as transformers'
+    text-generation pipeline reads them."""
+    return output.sequences if hasattr(output, "sequences") else output
 
 
 def generation_length(
@@ -124,7 +138,7 @@ class TranslationPipeline(Pipeline):
             generate_kwargs["max_new_tokens"] = length
         else:
             generate_kwargs["max_length"] = length + 1  # counts the start token
-        output_ids = self.model.generate(**model_inputs, **generate_kwargs)  # (B * sequences per text, L)
+        output_ids = generated_ids(self.model.generate(**model_inputs, **generate_kwargs))  # (B * sequences, L)
         # (B, sequences per text, L): the pipeline hands each text its own row of a batch (`batch_size` > 1), so the
         # `num_return_sequences` sequences of one text must be one row, not consecutive rows.
         texts = model_inputs["input_ids"].shape[0]

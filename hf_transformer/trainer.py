@@ -69,7 +69,7 @@ class _KeepResumeSettings(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         if state.is_world_process_zero and folder.is_dir():
-            settings = resume_settings(args, self.trainer.train_dataset)
+            settings = self.trainer._run_resume_settings()
             (folder / RESUME_SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
 
 
@@ -86,15 +86,22 @@ class _PassOrderMixin:
         self._resumed_order: list[int] | None = None
         self.add_callback(_KeepPassOrder(self))
         self.add_callback(_KeepResumeSettings(self))
+        self._resume_settings: dict | None = None
+
+    def _run_resume_settings(self) -> dict:
+        """This run's `hf_transformer.training.resume_settings`, computed once (the digest reads every training row)."""
+        if self._resume_settings is None:
+            self._resume_settings = resume_settings(self.args, self.train_dataset)
+        return self._resume_settings
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
         folder = resume_from_checkpoint
         if folder is True:
             folder = get_last_checkpoint(self.args.output_dir)  # as transformers resolves it
         if isinstance(folder, str) and folder and hasattr(self.model, "config"):
-            check_resumed_model(self.model.config, folder)
+            check_resumed_model(self.model.config, folder, type(self.model).__name__)
         if isinstance(folder, str) and folder:
-            check_resumed_settings(resume_settings(self.args, self.train_dataset), folder)
+            check_resumed_settings(self._run_resume_settings(), folder)
         saved = Path(folder) / PASS_ORDER_FILE if isinstance(folder, str) and folder else None
         self._resumed_order = torch.load(saved).tolist() if saved is not None and saved.is_file() else None
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)

@@ -133,16 +133,25 @@ def check_tokenizer_source(path: str, option: str = "--tokenizer") -> None:
 def given_tokenizer(training_args, tokenizer_path: str | None = None):
     """The tokenizer a run is given: ``tokenizer_path`` when given (a folder, or a name looked up on the Hub), else the
     tokenizer saved in the checkpoint being resumed; None for a run that trains its own. The scripts call it before
-    they read the rows, so that a wrong name fails at once."""
+    they read the rows, so that a wrong name fails at once. A run resumed with ``tokenizer_path`` is refused where that
+    tokenizer is not the checkpoint's (other ids would be read by the saved weights)."""
+    checkpoint = getattr(training_args, "resume_from_checkpoint", None)
     if tokenizer_path:
         check_tokenizer_source(tokenizer_path)
         try:
-            return AutoTokenizer.from_pretrained(tokenizer_path)
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
         except OSError as error:  # a name that is no folder here, looked up on the Hub: offline, or no such repo
             reason = str(error).strip().splitlines()[0]
             message = f"{tokenizer_path}: no such tokenizer folder, and no Hub tokenizer that loads ({reason})"
             raise OSError(message) from error
-    checkpoint = getattr(training_args, "resume_from_checkpoint", None)
+        if isinstance(checkpoint, str) and checkpoint and tokenizer_place(Path(checkpoint)) is not None:
+            saved = AutoTokenizer.from_pretrained(checkpoint)
+            if tokenizer_fingerprint(saved) != tokenizer_fingerprint(tokenizer):
+                raise ValueError(
+                    f"{tokenizer_path} is not the tokenizer of --resume_from_checkpoint {checkpoint} (its pieces or "
+                    "their ids differ): resume with the tokenizer the run was started with"
+                )
+        return tokenizer
     if isinstance(checkpoint, str) and checkpoint:
         folder = Path(checkpoint)
         if tokenizer_place(folder) is None:
@@ -393,16 +402,22 @@ _NOT_MODEL_SETTINGS = {
 }  # fmt: skip
 
 
-def check_resumed_model(config, checkpoint: str | Path) -> None:
+def check_resumed_model(config, checkpoint: str | Path, model_class: str | None = None) -> None:
     """Refuses to resume from ``checkpoint`` a model built with other settings than the checkpoint's model (its
     ``config.json``), naming each: another width or depth would fail inside torch's ``load_state_dict`` in the
     middle of ``Trainer.train``, and other heads, dropout or layout would silently go on training the checkpoint's
-    weights as another model. A checkpoint without a config is left to the Trainer."""
+    weights as another model. A checkpoint of another head than ``model_class`` (another script's) is refused as
+    such. A checkpoint without a config is left to the Trainer."""
     import json
 
     if not (Path(checkpoint) / "config.json").is_file():
         return
     saved = type(config).from_pretrained(checkpoint)
+    if model_class and saved.architectures and model_class not in saved.architectures:
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint} is a checkpoint of {', '.join(saved.architectures)}; this run "
+            f"trains {model_class}: resume a checkpoint of this script's own runs"
+        )
     # Both as config.json writes them in full: label ids as strings, dtypes by name.
     ours, saved = (json.loads(settings.to_json_string(use_diff=False)) for settings in (config, saved))
     differ = [
@@ -420,35 +435,82 @@ def check_resumed_model(config, checkpoint: str | Path) -> None:
 # Beside the model's settings, what a run resumed from a checkpoint must share with the run that saved it, kept in the
 # checkpoint as JSON (the Trainer's training_args.bin is a pickle).
 RESUME_SETTINGS_FILE = "resume_settings.json"
-_RESUME_SETTING_NAMES = {"seed": "--seed", "data_seed": "--data_seed", "train_rows": "training rows"}
+# The training arguments that decide which rows each step reads: the seeds (which also carve the validation rows out
+# of a training file where no validation file is given: another seed would go on training on rows the first part
+# scored as validation), the batch's shape and the order of the rows. A `TrainingArguments` subclass names its own
+# beside them in a ``resume_arguments`` class attribute (the Multi30k recipe: R-Drop, bidirectional epochs). What a
+# resumed run may change: where and how often it logs, saves and evaluates, and how long it trains.
+RESUMED_ARGUMENTS = (
+    "seed", "data_seed", "per_device_train_batch_size", "gradient_accumulation_steps", "train_sampling_strategy",
+)  # fmt: skip
+_RESUME_SETTING_NAMES = {
+    "world_size": "processes",
+    "train_rows": "training rows",
+    "train_rows_sha256": "the training rows' tokens and labels (sha256)",
+}
+
+
+def rows_digest(dataset) -> str | None:
+    """A sha256 of a training set's columns (token ids, labels, ...), by value rather than by how Arrow lays them out;
+    None for a dataset that is not a `datasets.Dataset` (a `BidirectionalTranslation` is read through its
+    ``forward`` rows)."""
+    import datasets
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    dataset = getattr(dataset, "forward", dataset)
+    if not isinstance(dataset, datasets.Dataset):
+        return None
+    table = dataset.with_format("arrow")[:]  # the rows in order, through any indices mapping
+    digest = hashlib.sha256()
+    for name in sorted(table.column_names):
+        column = table.column(name).combine_chunks()
+        digest.update(f"{name}:{column.type}".encode())
+        while pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
+            digest.update(np.asarray(pc.list_value_length(column).to_numpy(zero_copy_only=False)).tobytes())
+            column = pc.list_flatten(column)
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            digest.update("\0".join(map(str, column.to_pylist())).encode())
+        else:
+            digest.update(np.asarray(column.to_numpy(zero_copy_only=False)).tobytes())
+    return digest.hexdigest()
 
 
 def resume_settings(training_args, train_dataset) -> dict:
-    """The settings ``RESUME_SETTINGS_FILE`` keeps: the seeds, which carve the validation rows out of a training file
-    where no validation file is given (another seed would go on training on rows the first part scored as validation)
-    and draw each pass's order, and the number of training rows (another data file or split, another pass length)."""
-    rows = len(train_dataset) if train_dataset is not None and hasattr(train_dataset, "__len__") else None
-    return {"seed": training_args.seed, "data_seed": training_args.data_seed, "train_rows": rows}
+    """The settings ``RESUME_SETTINGS_FILE`` keeps: `RESUMED_ARGUMENTS` and the arguments' own ``resume_arguments``,
+    the number of processes, and the training rows (their number, and a digest of their content: another data file
+    of as many rows, or other distilled targets, would otherwise go on training from the middle of another pass)."""
+    names = (*RESUMED_ARGUMENTS, *getattr(training_args, "resume_arguments", ()))
+    settings = {name: getattr(training_args, name) for name in names}
+    settings["world_size"] = training_args.world_size
+    settings["train_rows"] = len(train_dataset) if hasattr(train_dataset, "__len__") else None
+    settings["train_rows_sha256"] = rows_digest(train_dataset)
+    return {name: value.value if hasattr(value, "value") else value for name, value in settings.items()}  # enums
 
 
 def check_resumed_settings(settings: dict, checkpoint: str | Path) -> None:
     """Refuses to resume from ``checkpoint`` with other `resume_settings` than those it was saved with, naming each;
-    a checkpoint without ``RESUME_SETTINGS_FILE`` is left to the Trainer."""
+    a checkpoint without ``RESUME_SETTINGS_FILE`` (or a setting it does not hold) is left to the Trainer."""
     import json
 
     path = Path(checkpoint) / RESUME_SETTINGS_FILE
     if not path.is_file():
         return
     saved = json.loads(path.read_text())
+
+    def shown(name: str, value) -> str:
+        return value[:12] if name == "train_rows_sha256" and isinstance(value, str) else repr(value)
+
     differ = [
-        f"{_RESUME_SETTING_NAMES.get(name, name)} {saved[name]!r} there, {value!r} here"
+        f"{_RESUME_SETTING_NAMES.get(name, '--' + name)} {shown(name, saved[name])} there, {shown(name, value)} here"
         for name, value in settings.items()
         if name in saved and saved[name] != value
     ]
     if differ:
         raise ValueError(
-            f"--resume_from_checkpoint {checkpoint}: its run had other data settings ({'; '.join(differ)}): resume "
-            "with the data and the seed the run was started with"
+            f"--resume_from_checkpoint {checkpoint}: its run read other rows or batches ({'; '.join(differ)}): "
+            "resume with the data, the seed and the batches the run was started with"
         )
 
 

@@ -245,6 +245,24 @@ def test_a_problem_type_saved_before_it_was_checked_still_loads(tmp_path, caplog
         TransformerConfig(problem_type="regresion")  # typed by a person, it raises
 
 
+def test_label_names_must_name_the_ids_0_to_n_minus_1(tmp_path):
+    """A classifier's logits are indexed 0..n-1: an `id2label` with a gap would fail by a bare KeyError in every
+    entry point. Refused as given and before saving; a saved config is read as it is."""
+    with pytest.raises(ValueError, match=r"`id2label` must name the label ids 0 to 1, one each; got ids \[0, 5\]"):
+        TransformerConfig(num_labels=2, id2label={0: "negative", 5: "positive"})
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4, id2label={0: "a", 1: "b", 2: "c"})
+    assert config.num_labels == 3
+    config.id2label = {0: "a", 3: "b"}
+    with pytest.raises(ValueError, match="id2label"):
+        config.save_pretrained(tmp_path)
+    assert not (tmp_path / "config.json").exists()
+    config.id2label = {0: "a", 1: "b"}
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "id2label": {"0": "a", "3": "b"}}))
+    assert AutoConfig.from_pretrained(tmp_path).id2label == {0: "a", 3: "b"}
+
+
 def test_a_saved_config_with_a_changed_setting_loads_with_it(tmp_path):
     config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4)
     config.dropout, config.problem_type, config.n_layer = 0.3, "regression", 3

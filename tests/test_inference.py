@@ -3,6 +3,9 @@ quantize_dynamic."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import pipeline
@@ -189,6 +192,37 @@ def test_predict_file_writes_one_line_per_input_in_order(translator, tokenizer, 
     expected = one_by_one(model, tokenizer, SENTENCES[:6])
     assert written == [*expected[:3], "", *expected[3:], "", ""]
     assert "translating" in capsys.readouterr().err  # the progress bar
+    # What it would write over, or cannot write, is refused before any translation; nothing is changed.
+    before = source.read_bytes()
+    refused = {
+        source: "is the file this command reads",
+        tmp_path: "is a folder",
+        Path(folder) / "config.json": "is a file of the saved model",
+        tmp_path / "absent" / "out.txt": "its folder .*absent does not exist",
+    }
+    for target, told in refused.items():
+        with pytest.raises((ValueError, FileNotFoundError), match=f"target .*{told}"):
+            predictor.predict_file(source, target, progress=False)
+    assert source.read_bytes() == before and "translating" not in capsys.readouterr().err
+
+
+def test_generate_returning_a_model_output_gives_the_same_translations(translator, tmp_path):
+    """`return_dict_in_generate` makes generate return a ModelOutput instead of the ids: asked in a call, or saved in
+    the folder's generation config, Predictor and the translation pipeline read its sequences and translate alike."""
+    import shutil
+
+    folder, _ = translator
+    texts = SENTENCES[:4]
+    expected = Predictor.from_pretrained(folder).translate(texts)
+    assert Predictor.from_pretrained(folder).translate(texts, return_dict_in_generate=True) == expected
+    saved = tmp_path / "dict-output"
+    shutil.copytree(folder, saved)
+    generation = json.loads((saved / "generation_config.json").read_text())
+    generation.update(return_dict_in_generate=True, output_scores=True)
+    (saved / "generation_config.json").write_text(json.dumps(generation))
+    assert Predictor.from_pretrained(saved).translate(texts) == expected
+    translate = pipeline(PIPELINE_TASK, model=str(saved))
+    assert [row["translation_text"] for row in translate(texts)] == expected
 
 
 def test_a_blank_text_is_not_translated(translator, monkeypatch):

@@ -421,14 +421,33 @@ def test_a_resumed_run_s_card_gives_the_learning_rate_its_restored_schedule_trai
             train_classifier.main(["--output_dir", str(tmp_path / "other"), *arguments, *checkpoint, *other.split()])
     assert not (tmp_path / "other" / "model.safetensors").exists()
     # Another seed carves other validation rows out of the training file: the resumed part would train on rows the
-    # first part scored as validation. Refused, as are other training rows (a shorter pass).
-    data_refused = {"--seed 43": "--seed 0 there, 43 here", "--max_train_samples 50": "training rows 72 there, 50 here"}
+    # first part scored as validation. Refused, as are other training rows (a shorter pass, or as many other rows),
+    # another batch (the steps already taken would be counted in other rows) and another order of the rows.
+    write_reviews(data_dir, 80, seed=7, name="other-train.jsonl")
+    data_refused = {
+        "--seed 43": "--seed 0 there, 43 here",
+        "--max_train_samples 50": "training rows 72 there, 50 here",
+        f"--train_file {data_dir / 'other-train.jsonl'}": "the training rows' tokens and labels (sha256) ",
+        "--per_device_train_batch_size 16": "--per_device_train_batch_size 32 there, 16 here",
+        "--gradient_accumulation_steps 2": "--gradient_accumulation_steps 1 there, 2 here",
+        "--train_sampling_strategy group_by_length": "--train_sampling_strategy 'random' there, 'group_by_length' here",
+    }
     for other, named in data_refused.items():
-        with pytest.raises(ValueError, match=re.escape(f"checkpoint-3: its run had other data settings ({named})")):
+        with pytest.raises(ValueError, match=re.escape(f"checkpoint-3: its run read other rows or batches ({named}")):
             train_classifier.main(["--output_dir", str(tmp_path / "other"), *arguments, *checkpoint, *other.split()])
+    # A tokenizer of the same size whose ids differ from the checkpoint's: the saved weights would read other ids.
+    from hf_transformer.tokenization import train_tokenizer
+
+    other_tokenizer = tmp_path / "other-tokenizer"
+    texts = [json.loads(line)["text"] for line in (data_dir / "other-train.jsonl").read_text().splitlines()]
+    train_tokenizer(texts, vocab_size=200, show_progress=False, save_directory=other_tokenizer)
+    with pytest.raises(ValueError, match=re.escape(f"{other_tokenizer} is not the tokenizer of --resume_from_check")):
+        train_classifier.main(["--output_dir", str(tmp_path / "other"), *arguments, *checkpoint]
+                              + ["--tokenizer", str(other_tokenizer)])  # fmt: skip
+    assert (tmp_path / "first" / "checkpoint-3" / "resume_settings.json").is_file()
     resumed = tmp_path / "resumed"
-    train_classifier.main(
-        ["--output_dir", str(resumed), *arguments, "--learning_rate", "5e-2"]
+    train_classifier.main(  # the run's own tokenizer given again is the checkpoint's: taken
+        ["--output_dir", str(resumed), *arguments, "--learning_rate", "5e-2", "--tokenizer", str(tmp_path / "first")]
         + ["--resume_from_checkpoint", str(tmp_path / "first" / "checkpoint-3")]
     )
     logged = {row["learning_rate"] for row in json.loads((resumed / "log_history.json").read_text()) if "loss" in row}

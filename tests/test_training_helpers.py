@@ -254,3 +254,38 @@ def test_after_mixed_precision_training_the_model_computes_in_float32_again(tmp_
     # Training in bfloat16 left the model's forward under autocast; afterwards it is the float32 forward again.
     assert torch.equal(trained, plain) is (not bf16)
     assert torch.equal(after, plain)
+
+
+def test_a_checkpoint_of_another_head_is_refused_as_such(tmp_path):
+    """A classifier's checkpoint resumed by the pretraining script: no argument would mend the settings that differ,
+    so the refusal names the two heads instead."""
+    from hf_transformer import TransformerConfig, TransformerForSequenceClassification
+    from hf_transformer.training import check_resumed_model
+
+    config = TransformerConfig(vocab_size=40, d_model=16, n_layer=1, num_attention_heads=2, intermediate_size=32)
+    TransformerForSequenceClassification(config).save_pretrained(tmp_path / "checkpoint-3")
+    told = "checkpoint-3 is a checkpoint of TransformerForSequenceClassification; this run trains TransformerForMasked"
+    with pytest.raises(ValueError, match=told):
+        check_resumed_model(config, tmp_path / "checkpoint-3", "TransformerForMaskedLM")
+    check_resumed_model(config, tmp_path / "checkpoint-3", "TransformerForSequenceClassification")
+
+
+def test_the_rows_digest_reads_values_not_layout():
+    """The digest a checkpoint keeps of its training rows: the same rows give the same digest however Arrow holds them
+    (one chunk or several, selected through an index); a changed token or label, or rows in another order, another."""
+    import datasets
+
+    from hf_transformer.data import BidirectionalTranslation
+    from hf_transformer.training import rows_digest
+
+    rows = {"input_ids": [[5, 6, 7], [8, 9], [10]], "label": [0, 1, 0]}
+    whole = datasets.Dataset.from_dict(rows)
+    chunked = datasets.concatenate_datasets([whole.select([0]), whole.select([1, 2])])
+    selected = datasets.Dataset.from_dict({k: v + v for k, v in rows.items()}).select([0, 1, 2])
+    assert rows_digest(whole) == rows_digest(chunked) == rows_digest(selected)
+    assert rows_digest(whole) != rows_digest(datasets.Dataset.from_dict({**rows, "label": [0, 1, 1]}))
+    recut = datasets.Dataset.from_dict({**rows, "input_ids": [[5, 6], [7, 8, 9], [10]]})
+    assert rows_digest(whole) != rows_digest(recut)
+    assert rows_digest(whole) != rows_digest(whole.select([1, 0, 2]))
+    assert rows_digest(BidirectionalTranslation(whole, whole)) == rows_digest(whole)
+    assert rows_digest([{"input_ids": [1]}]) is None

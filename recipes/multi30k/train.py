@@ -96,6 +96,9 @@ class ModelArguments(TranslationModelArguments):
 
 @dataclass
 class RecipeTrainingArguments(TranslationTrainingArguments):
+    # Besides hf_transformer.training.RESUMED_ARGUMENTS, what a resumed run must share with the run it resumes.
+    resume_arguments = ("rdrop_alpha", "bidirectional_epochs")
+
     rdrop_alpha: float = field(
         default=0.0,
         metadata={
