@@ -146,14 +146,44 @@ class SavedFolder:
         try:
             if self.task == CLASSIFICATION and "num_labels" not in load_options and "config" not in load_options:
                 load_options = {**load_options, **self._adapter_label_count()}
-            base_model = auto.from_pretrained(self.base_model, **load_options)
+            base_model, loading = auto.from_pretrained(self.base_model, output_loading_info=True, **load_options)
         except OSError as error:  # a base named like a Hub id that is neither a folder here nor on the Hub
             if Path(self.base_model).exists():
                 raise
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise FolderError(f"{_missing_base(self.path, self.base_model)}; as a Hub id: {first}") from error
+        self._check_adapter_completes(loading["missing_keys"])
         adapted = peft.PeftModel.from_pretrained(base_model, self.path)
         return adapted.merge_and_unload().eval()
+
+    def _check_adapter_completes(self, missing_from_base) -> None:
+        """Refuses an adapter whose model needs weights its base folder lacks and the adapter does not hold (a
+        translation adapter on a masked-token or classifier base: the decoder would be random at every load). A
+        classifier adapter on a pretrained encoder holds its head (peft saves the modules it trains in full)."""
+        if not missing_from_base:
+            return
+        held = set()
+        for name in ADAPTER_WEIGHTS:
+            path = Path(self.path, name)
+            if path.is_file() and path.suffix == ".safetensors":
+                from safetensors import safe_open
+
+                with safe_open(str(path), "pt") as saved:
+                    held = set(saved.keys())
+            elif path.is_file():
+                import torch
+
+                held = set(torch.load(path, map_location="meta", weights_only=True))
+            if held:
+                break
+        lacking = sorted(key for key in missing_from_base if f"base_model.model.{key}" not in held)
+        if lacking:
+            raise FolderError(
+                f"{self.path} is a LoRA adapter ({self.task}) on {self.base_model}, which lacks {len(lacking)} of the "
+                f"weights that model needs ({', '.join(lacking[:3])}{', ...' if len(lacking) > 3 else ''}), and the "
+                "adapter does not hold them: they would be drawn at random at every load. Train the adapter on a base "
+                "folder of this task, or save those modules with it (peft's modules_to_save)"
+            )
 
     def _adapter_label_count(self) -> dict:
         """For a classifier adapter whose head (trained in full, saved beside the adapters) has another number of

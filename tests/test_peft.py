@@ -355,3 +355,30 @@ def test_a_classifier_adapter_of_more_labels_than_its_base_config_loads_with_its
     results = Predictor.from_pretrained(tmp_path / "adapter").classify(TEXTS)
     assert [result["label"] for result in results] == [f"LABEL_{i}" for i in expected.argmax(-1).tolist()]
     assert sorted(results[0]["scores"]) == ["LABEL_0", "LABEL_1", "LABEL_2"]
+
+
+def test_a_translation_adapter_on_a_base_without_a_decoder_is_refused_and_a_classifier_adapter_holds_its_head(
+    folders, tmp_path
+):
+    """A translation adapter trained on a masked-token base: the decoder is not in the base folder nor in the
+    adapter, so every load would draw it at random (refused, naming what is lacking, by every reader). A classifier
+    adapter on the same base holds the head it trained in full: it loads."""
+    from hf_transformer import Predictor, TransformerForMaskedLM
+    from hf_transformer.adapters import merge_adapter
+    from hf_transformer.saved_folder import FolderError
+
+    root, tokenizer, _ = folders
+    torch.manual_seed(0)
+    settings = dict(vocab_size=len(tokenizer), max_position_embeddings=16, init_std=0.1)
+    TransformerForMaskedLM(tiny_config(**settings)).save_pretrained(tmp_path / "mlm")
+    tokenizer.save_pretrained(tmp_path / "mlm")
+    lora(AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "mlm"), "SEQ_2_SEQ_LM").save_pretrained(tmp_path / "mt")
+    told = r"mt is a LoRA adapter \(seq2seq\) on .*mlm, which lacks 52 of the weights that model needs \(model\.decoder"
+    with pytest.raises(FolderError, match=told):
+        Predictor.from_pretrained(tmp_path / "mt")
+    with pytest.raises(FolderError, match=told):
+        merge_adapter(tmp_path / "mt", tmp_path / "merged")
+    assert not (tmp_path / "merged").exists()
+    classifier = lora(AutoModelForSequenceClassification.from_pretrained(tmp_path / "mlm"), "SEQ_CLS")
+    classifier.save_pretrained(tmp_path / "c")
+    assert len(Predictor.from_pretrained(tmp_path / "c").classify(TEXTS)) == len(TEXTS)
