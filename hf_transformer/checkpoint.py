@@ -116,6 +116,52 @@ def refuse_quantized_modules(model) -> None:
         )
 
 
+# The settings a model's modules are built from (their sizes, layout and arithmetic): changed in the config after the
+# model is built, they change nothing in the model, and the folder it saves would load as another model (or not load).
+# The vocabulary sizes are left out: `resize_token_embeddings` changes the model and its config together.
+BUILT_SETTINGS = (
+    "d_model", "encoder_layers", "decoder_layers", "num_attention_heads", "head_dim", "intermediate_size",
+    "max_position_embeddings", "decoder_max_position_embeddings", "position_embedding_type", "layer_norm_position",
+    "activation_function", "scale_embedding", "layer_norm_epsilon", "embedding_layer_norm",
+    "embedding_layer_norm_epsilon", "final_layer_norm", "share_embeddings", "classifier_pooling", "num_labels",
+)  # fmt: skip
+
+
+def built_settings(config) -> dict:
+    return {name: getattr(config, name, None) for name in BUILT_SETTINGS}
+
+
+def refuse_changed_settings(model) -> None:
+    """Raises ``ValueError`` before anything is written when the config now holds other `BUILT_SETTINGS` than the
+    model was built with, naming each."""
+    built = getattr(model, "_built_settings", None)
+    if built is None:
+        return
+    now = built_settings(model.config)
+    changed = [
+        f"{name} {built[name]!r} when built, {now[name]!r} now" for name in BUILT_SETTINGS if now[name] != built[name]
+    ]
+    if changed:
+        raise ValueError(
+            f"save_pretrained: the config was changed after the model was built ({'; '.join(changed)}): the model "
+            "still computes as it was built, and the folder would load as another model. Build a new model from the "
+            "changed config (and load the weights into it) instead."
+        )
+
+
+def refuse_unsavable_generation_config(model) -> None:
+    """Raises before anything is written where transformers would refuse the generation config (a setting it checks
+    strictly when changed) after writing ``config.json``, leaving a folder whose config no longer matches its
+    weights: the generation config is saved to a scratch folder first."""
+    import tempfile
+
+    generation_config = getattr(model, "generation_config", None)
+    if generation_config is None or not model.can_generate():
+        return
+    with tempfile.TemporaryDirectory() as scratch:
+        generation_config.save_pretrained(scratch)
+
+
 def _weight_files(folder) -> dict[str, tuple[int, int]]:
     """The safetensors files of ``folder``: name -> (inode, modification time)."""
     folder = Path(folder)
@@ -172,7 +218,10 @@ class CheckedLoadingMixin:
     ``mark_tied_weights_as_initialized``, ``save_pretrained`` (public) with ``should_save_on_this_rank`` and
     ``dynamic_module_utils.custom_object_save``. ``save_pretrained`` also gives the weight files it writes the
     permissions of the folder's other files (the umask's; safetensors 0.8 writes them 0600), and a folder of a class
-    that has a pipeline its pipeline (:func:`register_folder_pipeline`)."""
+    that has a pipeline its pipeline (:func:`register_folder_pipeline`). ``post_init`` (public) records the settings
+    the modules are built from, and ``save_pretrained`` refuses, before writing anything, a config changed since in
+    one of them (:func:`refuse_changed_settings`) or a generation config transformers would refuse after writing
+    ``config.json`` (:func:`refuse_unsavable_generation_config`)."""
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -200,8 +249,14 @@ class CheckedLoadingMixin:
             self.get_parameter(source)._is_hf_initialized = False
             loading_info.missing_keys.add(source)
 
+    def post_init(self):
+        super().post_init()
+        self._built_settings = built_settings(self.config)
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         refuse_quantized_modules(self)
+        refuse_changed_settings(self)
+        refuse_unsavable_generation_config(self)
         before = _weight_files(save_directory)
         with self._naming_its_pipelines(save_directory, *args, **kwargs):
             result = self._save_with_every_head(save_directory, *args, **kwargs)

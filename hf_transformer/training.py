@@ -438,7 +438,7 @@ RESUME_SETTINGS_FILE = "resume_settings.json"
 # The training arguments that decide which rows each step reads: the seeds (which also carve the validation rows out
 # of a training file where no validation file is given: another seed would go on training on rows the first part
 # scored as validation), the batch's shape and the order of the rows. A `TrainingArguments` subclass names its own
-# beside them in a ``resume_arguments`` class attribute (the Multi30k recipe: R-Drop, bidirectional epochs). What a
+# beside them in a ``resume_arguments`` class attribute (a recipe's R-Drop weight, its bidirectional epochs). What a
 # resumed run may change: where and how often it logs, saves and evaluates, and how long it trains.
 RESUMED_ARGUMENTS = (
     "seed", "data_seed", "per_device_train_batch_size", "gradient_accumulation_steps", "train_sampling_strategy",

@@ -38,11 +38,12 @@ from tests.helpers.models import batch_with_padding, tiny_config
 
 
 def test_a_config_attribute_added_before_saving_survives_loading_and_another_save(tmp_path):
-    model = TransformerForConditionalGeneration(tiny_config())
-    model.config.my_note = "x"
-    # What transformers' `set_config_for_less_flaky_test` sets before saving and reloading.
+    config = tiny_config()
+    # What transformers' `set_config_for_less_flaky_test` sets on a config before its mixins build, save and reload.
     for name in ("rms_norm_eps", "norm_eps", "layer_norm_eps", "batch_norm_eps"):
-        setattr(model.config, name, 1.0)
+        setattr(config, name, 1.0)
+    model = TransformerForConditionalGeneration(config)
+    model.config.my_note = "x"  # an attribute added to a built model's config
     model.save_pretrained(tmp_path / "first")
 
     reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "first")
@@ -81,6 +82,50 @@ def test_the_keys_the_base_class_owns_are_read_off_the_base_class():
     assert {"num_labels", "attn_implementation", "torch_dtype", "output_attentions", "name_or_path"} <= _BASE_KEYS
     config = TransformerConfig(num_labels=3, attn_implementation="eager", output_attentions=True)
     assert config.num_labels == 3 and config._attn_implementation == "eager" and config.output_attentions
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"layer_norm_position": "pre"}, "layer_norm_position 'post' when built, 'pre' now"),
+        ({"activation_function": "gelu"}, "activation_function 'relu' when built, 'gelu' now"),
+        ({"layer_norm_eps": 1.0}, "layer_norm_epsilon 1e-12 when built, 1.0 now"),
+        ({"classifier_pooling": "mean"}, "classifier_pooling 'first' when built, 'mean' now"),
+        ({"d_model": 64}, "d_model 32 when built, 64 now"),
+    ],
+)
+def test_a_config_changed_after_the_model_was_built_is_not_saved_as_the_model_s(change, named, tmp_path):
+    """The modules keep what they were built with: a folder saved with the changed config would load as another model
+    (another layout or arithmetic, silently) or not at all (other sizes). Refused before anything is written; the
+    settings the modules read at each call, and a resized vocabulary, change with the model and save."""
+    model = TransformerForSequenceClassification(
+        tiny_config(num_labels=2, layer_norm_position="post", activation_function="relu", classifier_pooling="first")
+    )
+    for name, value in change.items():
+        setattr(model.config, name, value)
+    with pytest.raises(ValueError, match=f"the config was changed after the model was built \\({named}\\)"):
+        model.save_pretrained(tmp_path / "changed")
+    assert not (tmp_path / "changed").exists()
+    model = TransformerForSequenceClassification(tiny_config(num_labels=2))
+    model.config.id2label = {0: "negative", 1: "positive"}
+    model.config.dropout = 0.3
+    model.resize_token_embeddings(model.config.vocab_size + 8)
+    model.save_pretrained(tmp_path / "saved")
+    assert AutoModelForSequenceClassification.from_pretrained(tmp_path / "saved").config.id2label[1] == "positive"
+
+
+def test_a_generation_config_transformers_would_refuse_is_refused_before_the_folder_changes(tmp_path):
+    # transformers checks a changed generation config as it writes it, after config.json and before the weights: a
+    # resized model saved over its own folder would be left with the new config beside the old weights.
+    model = TransformerForConditionalGeneration(tiny_config())
+    model.save_pretrained(tmp_path)
+    before = {path.name: path.read_bytes() for path in tmp_path.iterdir()}
+    model.resize_token_embeddings(model.config.vocab_size + 8)
+    model.generation_config.num_beams, model.generation_config.num_return_sequences = 2, 3
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        model.save_pretrained(tmp_path)
+    assert {path.name: path.read_bytes() for path in tmp_path.iterdir()} == before
+    AutoModelForSeq2SeqLM.from_pretrained(tmp_path)
 
 
 def test_tokenizer_class_is_a_setting_transformers_reads_and_it_is_saved(tmp_path):
