@@ -613,6 +613,12 @@ class TransformerConfig(PretrainedConfig):
             named = ", ".join(f"`{key}` (did you mean `{close}`?)" for key, close in misspelt.items())
             raise ValueError(f"TransformerConfig has no setting {named}.")
 
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        # Checked before anything is written: transformers writes this file's code beside the config (remote code)
+        # before it checks the settings, which would leave a folder of code without a config.
+        self.validate()
+        return super().save_pretrained(save_directory, *args, **kwargs)
+
     def update(self, config_dict: dict) -> None:
         """`PretrainedConfig.update`, refusing a key that looks like a misspelt setting (``dropuot``) as the
         constructor does, before anything is set; a both-stack depth sets both stacks."""
@@ -686,13 +692,13 @@ class TransformerConfig(PretrainedConfig):
             layer_norm_position="post",
             label_smoothing=0.1,
         )
-        return cls(**{**settings, **overrides})
+        return cls(**_preset(settings, overrides))
 
     @classmethod
     def paper_big(cls, **overrides) -> "TransformerConfig":
         """Transformer big of the paper: d 1024, 16 heads, ffn 4096, dropout 0.3."""
         settings = dict(d_model=1024, num_attention_heads=16, intermediate_size=4096, dropout=0.3)
-        return cls.paper_base(**{**settings, **overrides})
+        return cls.paper_base(**_preset(settings, overrides))
 
     @classmethod
     def seed_tutorial(cls, **overrides) -> "TransformerConfig":
@@ -711,7 +717,36 @@ class TransformerConfig(PretrainedConfig):
             dropout=0.1,
             layer_norm_epsilon=1e-12,
         )
-        return cls(**{**settings, **overrides})
+        return cls(**_preset(settings, overrides))
+
+
+# A preset's settings derived from others (the decoder's from the encoder's, the per-head size from the width and
+# the heads): an override of the source, given without them, derives them again.
+_PRESET_DERIVED = {
+    "decoder_vocab_size": ("vocab_size",),
+    "decoder_max_position_embeddings": ("max_position_embeddings",),
+    "head_dim": ("d_model", "num_attention_heads"),
+}
+
+
+def _preset(settings: dict, overrides: dict) -> dict:
+    """A ready configuration's settings with ``overrides`` over them, in any spelling: a preset setting that an
+    override names by another spelling (``vocab_size`` over the seed's ``n_enc_vocab``) gives way to it, as does one
+    derived from what the override sets; a both-stack depth gives way for the stack an override sets."""
+
+    def fields(key: str) -> set[str]:
+        return {"encoder_layers", "decoder_layers"} if key in _BOTH_STACK_LAYER_ALIASES else {_ALIASES.get(key, key)}
+
+    overridden = set().union(*map(fields, overrides))
+    kept = {}
+    for key, value in settings.items():
+        named = fields(key)
+        derived_from = _PRESET_DERIVED.get(_ALIASES.get(key, key), ())
+        if named & overridden or (derived_from and overridden & set(derived_from)):
+            kept |= {stack: value for stack in named - overridden} if len(named) > 1 else {}
+            continue
+        kept[key] = value
+    return {**kept, **overrides}
 
 
 # Settings whose default is derived from another one: assigning None derives it again, as the constructor does.

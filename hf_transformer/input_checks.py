@@ -103,7 +103,9 @@ def check_sequence_fits(length: int | torch.Tensor, positions: int | None) -> No
         raise ValueError(
             f"Sequence length {length} exceeds the position table of {positions} positions "
             "(max_position_embeddings / decoder_max_position_embeddings); truncate the input "
-            "(`truncation=True` in the tokenizer's or the text-classification pipeline's call keeps its first tokens)."
+            "(`truncation=True` in the tokenizer's or the text-classification pipeline's call keeps its first tokens, "
+            f"as many as the tokenizer's `model_max_length`: where that is above {positions}, set it to {positions} "
+            f"or pass `max_length={positions}` too)."
         )
 
 

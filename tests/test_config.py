@@ -230,7 +230,7 @@ def test_a_config_that_would_not_load_is_not_saved(tmp_path, break_it, named):
     break_it(config)
     with pytest.raises(ValueError, match=named):
         config.save_pretrained(tmp_path)
-    assert not (tmp_path / "config.json").exists()
+    assert not any(tmp_path.iterdir())  # neither the config nor the code written beside it
 
 
 def test_a_problem_type_saved_before_it_was_checked_still_loads(tmp_path, caplog):
@@ -341,6 +341,23 @@ def test_ready_configurations():
     assert seed.to_dict() == TransformerConfig(**SEED_CONFIG_JSON).to_dict()
     assert seed.activation_function == "gelu" and not seed.scale_embedding
     assert TransformerConfig.paper_base(vocab_size=1000).vocab_size == 1000
+
+
+def test_a_ready_configuration_takes_overrides_in_any_spelling():
+    """An override given in another spelling than the preset's (``vocab_size`` over the seed's ``n_enc_vocab``)
+    replaces that setting instead of conflicting with it; what the preset derives from it follows."""
+    seed = TransformerConfig.seed_tutorial(vocab_size=123)
+    assert (seed.vocab_size, seed.decoder_vocab_size, seed.d_model) == (123, 123, 256)
+    assert TransformerConfig.seed_tutorial(n_enc_vocab=123).decoder_vocab_size == 123
+    narrow = TransformerConfig.seed_tutorial(d_model=128)
+    assert (narrow.d_model, narrow.head_dim) == (128, 32)
+    base = TransformerConfig.paper_base(d_hidn=128, encoder_layers=2)
+    assert (base.d_model, base.encoder_layers, base.decoder_layers) == (128, 2, 6)
+    big = TransformerConfig.paper_big(n_enc_vocab=123)
+    assert (big.vocab_size, big.d_model, big.dropout) == (123, 1024, 0.3)
+    assert TransformerConfig.seed_tutorial(n_layer=2).decoder_layers == 2
+    with pytest.raises(ValueError, match="conflicts"):
+        TransformerConfig.seed_tutorial(vocab_size=123, n_enc_vocab=124)  # two spellings given at once still conflict
 
 
 def test_settings_are_checked_by_huggingface_hub_as_transformers_configs_are():
