@@ -458,6 +458,18 @@ def test_ctranslate2_engine_gives_the_torch_translations(translator, tokenizer, 
 
     expected = candidates_batch_by_batch(tokenizer, texts, 3, 2, generate)
     assert [result["translations"] for result in results] == expected
+    # A folder that saves two sequences per text: both engines give each text, blank ones too, two candidates.
+    generation = json.loads((exported / "generation_config.json").read_text())
+    (exported / "generation_config.json").write_text(json.dumps({**generation, "num_return_sequences": 2}))
+    on_ct2 = Predictor.from_pretrained(exported, engine="ctranslate2")([*texts[:2], ""])
+    assert [len(result["translations"]) for result in on_ct2] == [2, 2, 2]
+    torch_folder = tmp_path / "two-sequences"
+    model.generation_config.num_return_sequences = 2
+    model.save_pretrained(torch_folder)
+    tokenizer.save_pretrained(torch_folder)
+    model.generation_config.num_return_sequences = 1
+    on_torch = Predictor.from_pretrained(torch_folder)([*texts[:2], ""])
+    assert [len(result["translations"]) for result in on_torch] == [2, 2, 2]
     with pytest.raises(ValueError, match="already a CTranslate2 model"):
         Predictor.from_pretrained(exported, engine="ctranslate2", quantization="int8")
 

@@ -95,10 +95,11 @@ PATIENCE_FOR_HEURISTIC_STOPPING = 2.0
 """CTranslate2's beam search patience passed for transformers' ``early_stopping=False``: it stops once twice
 ``num_beams`` hypotheses have finished."""
 
-# Settings of a folder's generation_config.json, with their defaults, that make `model.generate` sample, change the
-# scores (logits processors) or return several sequences. `CTranslate2Generator` applies none of them and warns when
-# the folder sets one: CTranslate2's own `repetition_penalty`, `no_repeat_ngram_size` and `suppress_sequences` are
-# not passed for them, their semantics not having been checked against generate's.
+# Settings of a folder's generation_config.json, with their defaults, that make `model.generate` sample or change the
+# scores (logits processors). `CTranslate2Generator` applies none of them and warns when the folder sets one (it
+# returns the saved `num_return_sequences`, as generate does): CTranslate2's own `repetition_penalty`,
+# `no_repeat_ngram_size` and `suppress_sequences` are not passed for them, their semantics not having been checked
+# against generate's.
 IGNORED_GENERATION_SETTINGS = {
     "do_sample": False,
     "no_repeat_ngram_size": 0,
@@ -109,7 +110,6 @@ IGNORED_GENERATION_SETTINGS = {
     "forced_eos_token_id": None,
     "suppress_tokens": None,
     "begin_suppress_tokens": None,
-    "num_return_sequences": 1,
     "encoder_no_repeat_ngram_size": 0,
     "sequence_bias": None,
     "exponential_decay_length_penalty": None,
@@ -586,13 +586,14 @@ class CTranslate2Generator:
         min_new_tokens: int | None = None,
         length_penalty: float | None = None,
         early_stopping: bool | str | None = None,
-        num_return_sequences: int = 1,
+        num_return_sequences: int | None = None,
         return_scores: bool = False,
         max_batch_size: int = 0,
     ):
         """Generated ids per input (``num_return_sequences`` lists per input, one after the other, as
-        ``model.generate`` orders them). With ``return_scores``, also the scores: the sum of the token
-        log-probabilities divided by ``length ** length_penalty`` (HF's ``sequences_scores`` in beam search).
+        ``model.generate`` orders them; by default the folder's generation config's number, as generate). With
+        ``return_scores``, also the scores: the sum of the token log-probabilities divided by
+        ``length ** length_penalty`` (HF's ``sequences_scores`` in beam search).
         ``early_stopping`` as ``model.generate`` takes it: ``True`` stops beam search as generate does, ``False``
         and ``"never"`` as closely as CTranslate2 can (the module's notes)."""
         if texts is not None:
@@ -605,6 +606,8 @@ class CTranslate2Generator:
         num_beams, max_new_tokens, min_new_tokens, length_penalty = self._defaults(
             num_beams, max_new_tokens, min_new_tokens, length_penalty
         )
+        if num_return_sequences is None:
+            num_return_sequences = self.generation_config.get("num_return_sequences") or 1
         if not 1 <= num_return_sequences <= num_beams:  # as generate refuses it; CTranslate2 would return a
             # varying number of hypotheses per input, which a flat list of sequences cannot tell apart
             raise ValueError(
