@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -114,6 +115,26 @@ class EnsembleEncoder(nn.Module):
         return BaseModelOutput(last_hidden_state=torch.cat(states, dim=-1))
 
 
+def _warn_of_other_generation_settings(members) -> None:
+    """The ensemble decodes with member 0's generation settings (beams, lengths, penalties): where another member
+    saved others, a warning names them, so that the order of the folders does not change the translations unseen."""
+    first = members[0].generation_config.to_diff_dict()
+    for index, member in enumerate(members[1:], start=1):
+        theirs = member.generation_config.to_diff_dict()
+        differ = sorted(
+            name
+            for name in set(first) | set(theirs)
+            if name != "transformers_version" and first.get(name) != theirs.get(name)
+        )
+        if differ:
+            shown = "; ".join(f"{name} {theirs.get(name)!r} there, {first.get(name)!r} used" for name in differ)
+            warnings.warn(
+                f"ensemble member {index} saved other generation settings than member 0, whose settings the ensemble "
+                f"uses ({shown}): pass them with the call to choose",
+                stacklevel=3,
+            )
+
+
 class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin):
     """Several :class:`TransformerForConditionalGeneration` over one vocabulary, decoding as one model.
 
@@ -145,6 +166,7 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
         self.config.max_position_embeddings = min(m.config.max_position_embeddings for m in members)
         self.members = nn.ModuleList(members)
         self.generation_config = copy.deepcopy(members[0].generation_config)
+        _warn_of_other_generation_settings(members)
         self.d_models = [member.config.d_model for member in members]
 
     @classmethod

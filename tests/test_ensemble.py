@@ -159,6 +159,19 @@ def test_members_must_share_the_vocabulary_and_special_tokens():
         TransformerEnsemble([random_model(0)]).save_pretrained("anywhere")
 
 
+def test_members_that_saved_other_generation_settings_are_named_and_member_0_s_are_used(recwarn):
+    first, second = random_model(0), random_model(1)
+    first.generation_config.num_beams, second.generation_config.num_beams = 4, 2
+    second.generation_config.max_new_tokens = 9
+    with pytest.warns(UserWarning, match=r"member 1 saved other generation settings .*\(max_new_tokens 9 there, None "
+                      r"used; num_beams 2 there, 4 used\)"):  # fmt: skip
+        ensemble = TransformerEnsemble([first, second])
+    assert ensemble.generation_config.num_beams == 4
+    recwarn.clear()
+    TransformerEnsemble([first, copy.deepcopy(first)])  # alike: nothing to say
+    assert not [w for w in recwarn if "generation settings" in str(w.message)]
+
+
 def test_a_static_cache_is_refused_with_a_clear_error():
     ensemble = TransformerEnsemble([random_model(0), random_model(1)])
     with pytest.raises(ValueError, match="dynamic caches"):
