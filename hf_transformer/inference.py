@@ -138,6 +138,8 @@ class Predictor:
             raise ValueError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
         if task == CLASSIFICATION:
             check_no_generate_options(generate_options)
+        else:
+            check_generate_option_names(generate_options)
         if model is None and config is None:
             raise ValueError("a Predictor without a model needs the model's config (config=...)")
         self.model = model
@@ -179,6 +181,9 @@ class Predictor:
                 )
             if engine != "torch" or quantization is not None:
                 raise ValueError("an ensemble of folders decodes with engine='torch' and without quantization")
+            for index, folder in enumerate(model_dir):
+                if not isinstance(folder, (str, os.PathLike)):
+                    raise TypeError(f"model_dir[{index}] is {type(folder).__name__}, not a folder (a path or Hub id)")
             from .ensemble import TransformerEnsemble
 
             ensemble, tokenizer = TransformerEnsemble.from_folders(model_dir)
@@ -253,8 +258,12 @@ class Predictor:
     def __call__(self, texts: Sequence[str], *, progress: bool = False, **generate_options) -> list[dict]:
         if isinstance(texts, str):
             raise TypeError("texts must be a list of strings; wrap a single text in a list")
+        if isinstance(texts, (bytes, bytearray)) or not isinstance(texts, Iterable):
+            raise TypeError(f"texts must be a list of strings, got {type(texts).__name__}")
         if self.task == CLASSIFICATION:
             check_no_generate_options(generate_options)
+        else:
+            check_generate_option_names(generate_options)
         texts = list(texts)
         for index, text in enumerate(texts):
             if not isinstance(text, str):
@@ -406,3 +415,23 @@ def check_no_generate_options(options: dict) -> None:
         raise TypeError(
             f"a classifier's Predictor takes no option {', '.join(given)} (options of generate, or misspelt)"
         )
+
+
+def check_generate_option_names(options: dict) -> None:
+    """A translator's options are generate's (a generation setting, or an argument of `generate`): a misspelt one
+    (`batch_sise`, `num_beam`) is refused where it is given, naming the setting it is close to, rather than at the
+    first translation."""
+    import difflib
+    import inspect
+
+    from transformers import GenerationConfig, GenerationMixin
+
+    known = set(vars(GenerationConfig())) | set(inspect.signature(GenerationMixin.generate).parameters)
+    unknown = sorted(name for name in options if name not in known or name.startswith("_"))
+    if unknown:
+        named = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            named.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        raise TypeError(f"a translator's Predictor takes no option {', '.join(named)}")
+

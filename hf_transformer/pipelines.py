@@ -51,7 +51,7 @@ def generation_length(
     table = config.decoder_max_position_embeddings or config.max_position_embeddings
     saved = generation_config.to_diff_dict()
     for name, given, least in (("max_new_tokens", max_new_tokens, 1), ("max_length", max_length, 2)):
-        if given is not None and not (isinstance(given, int) and given >= least):
+        if given is not None and (isinstance(given, bool) or not (isinstance(given, int) and given >= least)):
             raise ValueError(f"`{name}` must be an integer of at least {least}, got {given!r}")
     if max_new_tokens is not None:
         wanted = max_new_tokens

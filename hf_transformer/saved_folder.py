@@ -247,7 +247,12 @@ def read_folder(folder, *, hub: bool = True) -> SavedFolder:
     if not path.exists():
         if not hub or looks_like_a_path(name):  # transformers would say "a malformed repo id"
             raise FolderError(f"No folder at {name}.")
-        return _model(name, _config(name), (), tokenizer=name)
+        try:
+            described = _config(name)
+        except OSError as error:  # offline, or no such repo: transformers' paragraph, in one line
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise FolderError(f"No folder at {name}, and no Hub model of that id loads ({reason})") from error
+        return _model(name, described, (), tokenizer=name)
     if not path.is_dir():
         raise FolderError(f"{name} is a file, not a model folder")
     if (path / CTRANSLATE2_WEIGHTS).is_file() and (path / CTRANSLATE2_MODEL_CONFIG).is_file():

@@ -102,6 +102,20 @@ def test_max_length_counts_the_start_token_and_bad_settings_are_refused(translat
     for loaded in (predictor, Predictor.from_pretrained(classifier[0])):
         with pytest.raises(TypeError, match="texts must be strings; texts\\[1\\] is NoneType"):
             loaded([texts[0], None])
+        for wrong in (None, b"a dog", 3):
+            with pytest.raises(TypeError, match=f"texts must be a list of strings, got {type(wrong).__name__}"):
+                loaded(wrong)
+    with pytest.raises(ValueError, match="`max_new_tokens` must be an integer of at least 1, got True"):
+        predictor.translate(texts, max_new_tokens=True)  # a flag is not a length
+    # A misspelt option is refused where it is given, naming the close one, not at the first translation.
+    with pytest.raises(TypeError, match=r"takes no option num_beam \(did you mean num_beams\?\)"):
+        Predictor.from_pretrained(folder, num_beam=2)
+    with pytest.raises(TypeError, match="takes no option batch_sise"):
+        predictor.translate(texts, batch_sise=2)
+    with pytest.raises(TypeError, match=r"model_dir\[1\] is NoneType, not a folder"):
+        Predictor.from_pretrained([folder, None])
+    with pytest.raises(FileNotFoundError, match="No folder at runs/no-such-model, and no Hub model of that id loads"):
+        Predictor.from_pretrained("runs/no-such-model")  # a name like a Hub id, offline in the tests
 
 
 def candidates_batch_by_batch(tokenizer, texts, batch_size, count, generate):
