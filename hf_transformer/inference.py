@@ -434,4 +434,3 @@ def check_generate_option_names(options: dict) -> None:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             named.append(f"{name} (did you mean {close[0]}?)" if close else name)
         raise TypeError(f"a translator's Predictor takes no option {', '.join(named)}")
-
