@@ -159,6 +159,13 @@ class TransformerEnsemble(TransformerPreTrainedModel, TransformerGenerationMixin
                         f"ensemble member {index} has {name}={mine} but member 0 has {name}={first}: members must "
                         "share one vocabulary and its special tokens"
                     )
+        kinds = [(member.dtype, member.device) for member in members]
+        for index, kind in enumerate(kinds):
+            if kind != kinds[0]:
+                raise ValueError(
+                    f"ensemble member {index} computes in {kind[0]} on {kind[1]}, member 0 in {kinds[0][0]} on "
+                    f"{kinds[0][1]}: give members of one dtype on one device (model.to(dtype=..., device=...))"
+                )
         super().__init__(copy.deepcopy(members[0].config))
         # generate caps its length at the decoder position table (TransformerGenerationMixin), and the Predictor and
         # the pipeline cut a text at the encoder's: the shortest member's of each.

@@ -157,6 +157,10 @@ def test_members_must_share_the_vocabulary_and_special_tokens():
         TransformerEnsemble([random_model(0), torch.nn.Linear(2, 2)])
     with pytest.raises(NotImplementedError, match="its members' folders"):
         TransformerEnsemble([random_model(0)]).save_pretrained("anywhere")
+    with pytest.raises(
+        ValueError, match="member 1 computes in torch.bfloat16 on cpu, member 0 in torch.float32 on cpu"
+    ):
+        TransformerEnsemble([random_model(0), random_model(1).to(torch.bfloat16)])
 
 
 def test_members_that_saved_other_generation_settings_are_named_and_member_0_s_are_used(recwarn):

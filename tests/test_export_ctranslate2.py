@@ -3,6 +3,7 @@ that ``model.generate`` decodes, with the same log-probabilities."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -211,6 +212,16 @@ def test_what_generate_refuses_is_refused_and_a_folder_without_lengths_generates
     # would hand a text its neighbour's.
     with pytest.raises(ValueError, match=r"`num_return_sequences` \(6\) must be at least 1 and at most `num_beams`"):
         generator.generate([[5, 6, 2]], num_beams=4, num_return_sequences=6)
+    for option, value, told in (
+        ("num_beams", 0, "`num_beams` must be an integer of at least 1, got 0"),
+        ("num_beams", 2.5, "`num_beams` must be an integer of at least 1, got 2.5"),
+        ("min_new_tokens", -3, "`min_new_tokens` must be an integer of at least 0, got -3"),
+        ("max_new_tokens", True, "`max_new_tokens` must be an integer of at least 1, got True"),
+        ("num_return_sequences", 0, "`num_return_sequences` must be an integer of at least 1, got 0"),
+        ("length_penalty", "x", "`length_penalty` must be a number, got 'x'"),
+    ):  # generate's words, not CTranslate2's bindings' (or a rounded number of beams)
+        with pytest.raises(ValueError, match=re.escape(told)):
+            generator.generate([[5, 6, 2]], **{option: value})
     for bad in (-1, model.config.vocab_size):  # a list index would read -1 as the last token
         with pytest.raises(ValueError, match=f"Token id {bad} is outside the vocabulary"):
             generator.generate([[5, bad, 2]], max_new_tokens=2)

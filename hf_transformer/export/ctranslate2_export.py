@@ -603,6 +603,19 @@ class CTranslate2Generator:
             attention_mask = [[1] * len(row) for row in input_ids]
         if input_ids is None:
             raise ValueError("Give `input_ids` or `texts`.")
+        # As generate checks them (CTranslate2 would round a fraction or fail inside its bindings).
+        for name, value, least in (
+            ("num_beams", num_beams, 1),
+            ("max_new_tokens", max_new_tokens, 1),
+            ("min_new_tokens", min_new_tokens, 0),
+            ("num_return_sequences", num_return_sequences, 1),
+        ):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < least):
+                raise ValueError(f"`{name}` must be an integer of at least {least}, got {value!r}")
+        if length_penalty is not None and (
+            isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float))
+        ):
+            raise ValueError(f"`length_penalty` must be a number, got {length_penalty!r}")
         num_beams, max_new_tokens, min_new_tokens, length_penalty = self._defaults(
             num_beams, max_new_tokens, min_new_tokens, length_penalty
         )
