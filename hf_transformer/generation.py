@@ -189,10 +189,29 @@ class TransformerGenerationMixin(GenerationMixin):
         if num_beams is not None and not (isinstance(num_beams, int) and num_beams >= 1):
             # transformers would fail with a division by zero
             raise ValueError(f"`num_beams` must be an integer of at least 1, got {num_beams!r}")
+        self._check_generated_token_ids(generation_config, kwargs)
         kwargs = self._lengths_within_position_table(generation_config, kwargs)
         kwargs = self._source_padding_mask(args, kwargs)
         with packed_linear_weights(self):
             return super().generate(*args, **kwargs)
+
+    def _check_generated_token_ids(self, generation_config, kwargs: dict) -> None:
+        # A token the output vocabulary does not hold, forced or as the end of a sequence, would fail inside
+        # transformers' logits processors by an index out of range, at the first step.
+        vocabulary = getattr(self.config, "decoder_vocab_size", None) or getattr(self.config, "vocab_size", None)
+        if not isinstance(vocabulary, int):
+            return
+        for name in ("forced_bos_token_id", "forced_eos_token_id", "eos_token_id", "decoder_start_token_id"):
+            value = kwargs.get(name, getattr(generation_config, name, None))
+            for token in value if isinstance(value, (list, tuple)) else [value]:
+                if token is not None and not (isinstance(token, int) and 0 <= token < vocabulary):
+                    raise ValueError(
+                        f"`{name}` {value!r} is not a token of the output vocabulary of {vocabulary} (0 to "
+                        f"{vocabulary - 1})"
+                    )
+        count = kwargs.get("num_return_sequences", getattr(generation_config, "num_return_sequences", None))
+        if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+            raise ValueError(f"`num_return_sequences` must be an integer of at least 1, got {count!r}")
 
     def _source_padding_mask(self, args: tuple, kwargs: dict) -> dict:
         # Without `attention_mask` the forward masks the source's `pad_token_id` tokens. transformers' generate

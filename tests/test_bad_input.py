@@ -29,6 +29,27 @@ def test_negative_token_id(model):
         model(input_ids=source, decoder_input_ids=target)
 
 
+@pytest.mark.parametrize(
+    ("options", "told"),
+    [
+        ({"forced_eos_token_id": 40}, "`forced_eos_token_id` 40 is not a token of the output vocabulary of 40"),
+        ({"forced_bos_token_id": -1}, "`forced_bos_token_id` -1 is not a token of the output vocabulary of 40"),
+        ({"eos_token_id": [2, 99]}, r"`eos_token_id` \[2, 99\] is not a token of the output vocabulary of 40"),
+        ({"num_beams": 3, "num_return_sequences": 0}, "`num_return_sequences` must be an integer of at least 1, got 0"),
+    ],
+)
+def test_generate_refuses_tokens_outside_the_output_vocabulary_and_no_sequences(model, options, told):
+    # transformers' logits processors would fail by an index out of range at the first step (or, for zero
+    # sequences, by max() of nothing); given in the call or saved in the generation config alike.
+    source, _ = batch_with_padding()
+    with pytest.raises(ValueError, match=told):
+        model.generate(source, max_new_tokens=3, **options)
+    for name, value in options.items():
+        setattr(model.generation_config, name, value)
+    with pytest.raises(ValueError, match=told):
+        model.generate(source, max_new_tokens=3)
+
+
 def test_source_longer_than_the_position_table(model):
     source = torch.full((1, 25), 5)
     with pytest.raises(ValueError, match="Sequence length 25 exceeds the position table of 24"):
