@@ -86,9 +86,32 @@ def _unreadable(files: Mapping[str, list[str]], error: Exception) -> str:
                     pass
             except UnicodeDecodeError as not_text:
                 return not_utf8(path, not_text)
+    for path in chain.from_iterable(files.values()):
+        if str(path).endswith((".json", ".jsonl")) and (broken := _broken_json_line(path)):
+            return broken
     cause = error.__cause__ or error.__context__ or error
     reason = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
     return f"cannot read {', '.join(chain.from_iterable(files.values()))}: {reason}"
+
+
+def _broken_json_line(path) -> str | None:
+    """The first line of a JSON Lines file that is not JSON, named with the file ("FILE, line N: ..."); None for a
+    file that reads (as JSON Lines, or as one JSON document)."""
+    import json
+
+    text = Path(path).read_text(encoding="utf-8")
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            json.loads(line)
+        except json.JSONDecodeError as error:
+            try:
+                json.loads(text)  # one JSON document over several lines
+            except json.JSONDecodeError:
+                return f"cannot read {path}, line {number}: not JSON ({error.msg}, column {error.colno})"
+            return None
+    return None
 
 
 def read_sentence_lines(path: str | os.PathLike) -> list[str]:

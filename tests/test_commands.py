@@ -68,15 +68,30 @@ def test_a_missing_column_is_a_key_error_and_a_refusal(tmp_path, capsys):
             "text,label\n좋은 영화,1\n".encode("cp949"),
             r"reviews.csv is not UTF-8.*iconv -f cp949",
         ),
-        ("reviews.jsonl", b'{"text": "a", "label": 1}\n{"text": "b", label: 2}\n', r"cannot read .*JSON parse error"),
+        (
+            "reviews.jsonl",
+            b'{"text": "a", "label": 1}\n{"text": "b", label: 2}\n',
+            r"cannot read \S*reviews.jsonl, line 2: not JSON \(Expecting property name enclosed in double quotes, "
+            r"column 15\)$",
+        ),
         ("reviews.tsv", b"text\tlabel\na\t1\nb\t2\t3\n", r"cannot read .*Expected 2 fields in line 3, saw 3"),
     ],
 )
 def test_a_data_file_datasets_cannot_read_is_named_with_what_is_wrong(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_bytes(content)
+    good = tmp_path / f"good{path.suffix}"
+    good.write_text(
+        {".csv": "text,label\na,1\n", ".jsonl": '{"text": "a", "label": 1}\n', ".tsv": "text\tlabel\na\t1\n"}[
+            path.suffix
+        ]
+    )
     with pytest.raises(ValueError, match=message):
         load_local_dataset({"train": str(path)}, text_column="text", label_column="label")
+    if path.suffix == ".jsonl":  # beside a file that reads, only the broken one is named
+        with pytest.raises(ValueError, match=message) as raised:
+            load_local_dataset({"train": str(good), "test": str(path)}, text_column="text", label_column="label")
+        assert str(good) not in str(raised.value)
 
 
 def test_a_text_file_that_is_not_utf8_is_named(tmp_path):
