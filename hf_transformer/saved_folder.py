@@ -153,7 +153,16 @@ class SavedFolder:
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             raise FolderError(f"{_missing_base(self.path, self.base_model)}; as a Hub id: {first}") from error
         self._check_adapter_completes(loading["missing_keys"])
-        adapted = peft.PeftModel.from_pretrained(base_model, self.path)
+        try:
+            adapted = peft.PeftModel.from_pretrained(base_model, self.path)
+        except RuntimeError as error:  # torch's load_state_dict: the adapter was trained on a model of other sizes
+            if "size mismatch" not in str(error):
+                raise
+            first = next(line.strip() for line in str(error).splitlines() if "size mismatch" in line)
+            raise FolderError(
+                f"{self.path} is a LoRA adapter trained on a model of other sizes than {self.base_model} ({first}): "
+                f"give it the base folder it was trained on (base_model_name_or_path in {ADAPTER_CONFIG})"
+            ) from error
         return adapted.merge_and_unload().eval()
 
     def _check_adapter_completes(self, missing_from_base) -> None:

@@ -382,3 +382,23 @@ def test_a_translation_adapter_on_a_base_without_a_decoder_is_refused_and_a_clas
     classifier = lora(AutoModelForSequenceClassification.from_pretrained(tmp_path / "mlm"), "SEQ_CLS")
     classifier.save_pretrained(tmp_path / "c")
     assert len(Predictor.from_pretrained(tmp_path / "c").classify(TEXTS)) == len(TEXTS)
+
+
+def test_an_adapter_on_a_base_of_other_sizes_names_both_folders(folders, tmp_path):
+    from hf_transformer import Predictor
+    from hf_transformer.saved_folder import FolderError
+
+    root, tokenizer, _ = folders
+    torch.manual_seed(0)
+    wider = TransformerForConditionalGeneration(
+        tiny_config(vocab_size=len(tokenizer), max_position_embeddings=16, d_model=48, num_attention_heads=4)
+    )
+    wider.save_pretrained(tmp_path / "wider-base")
+    tokenizer.save_pretrained(tmp_path / "wider-base")
+    lora(AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "wider-base"), "SEQ_2_SEQ_LM").save_pretrained(tmp_path / "a")
+    settings = json.loads((tmp_path / "a" / "adapter_config.json").read_text())
+    settings["base_model_name_or_path"] = str(root / "seq2seq-base")  # pointed at a base of another width
+    (tmp_path / "a" / "adapter_config.json").write_text(json.dumps(settings))
+    told = r"a is a LoRA adapter trained on a model of other sizes than .*seq2seq-base \(size mismatch for "
+    with pytest.raises(FolderError, match=told):
+        Predictor.from_pretrained(tmp_path / "a")
