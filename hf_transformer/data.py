@@ -9,6 +9,7 @@ works on its own.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -539,11 +540,20 @@ class SubwordSampledTranslation(torch_data.Dataset):
         self.targets = [pair[target_lang] for pair in pairs]
         self.max_source_length = resolve_max_length(tokenizer, max_source_length)
         self.max_target_length = resolve_max_length(tokenizer, max_target_length)
+        self.dropout = dropout
         self.tokenizer = copy.deepcopy(tokenizer)
         self.tokenizer.backend_tokenizer.model.dropout = dropout
 
     def __len__(self) -> int:
         return len(self.sources)
+
+    def rows_digest(self) -> str:
+        """A sha256 of what the rows are drawn from (the pairs, the dropout, the lengths they are cut to), for
+        `hf_transformer.training.resume_settings`: the sampled token ids differ at every draw."""
+        digest = hashlib.sha256(repr((self.dropout, self.max_source_length, self.max_target_length)).encode())
+        for side in (self.sources, self.targets):
+            digest.update("\0".join(side).encode() + b"\1")
+        return digest.hexdigest()
 
     def __getitem__(self, index: int) -> dict[str, list[int]]:
         return dict(

@@ -11,7 +11,7 @@ from pathlib import Path
 import datasets
 import torch
 from torch.utils import data as torch_data
-from transformers import Seq2SeqTrainer, Trainer, TrainerCallback
+from transformers import Seq2SeqTrainer, Trainer
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
@@ -42,37 +42,6 @@ class PassOrderSampler(ResumablePass):
         return [int(index) for index in self.sampler]
 
 
-class _KeepPassOrder(TrainerCallback):
-    """Saves the sampler's order of the current pass into each checkpoint saved in the middle of a pass (at a pass's
-    end the resumed run begins a new one, drawn as the uninterrupted run draws it)."""
-
-    def __init__(self, trainer: _PassOrderMixin):
-        self.trainer = trainer
-
-    def on_save(self, args, state, control, **kwargs):
-        sampler = self.trainer._pass_order_sampler
-        if sampler is None or sampler.order is None or not state.is_world_process_zero:
-            return
-        if state.epoch is None or float(state.epoch).is_integer():
-            return
-        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        if folder.is_dir():
-            torch.save(torch.tensor(sampler.order, dtype=torch.int64), folder / PASS_ORDER_FILE)
-
-
-class _KeepResumeSettings(TrainerCallback):
-    """Writes the run's `hf_transformer.training.resume_settings` into each checkpoint."""
-
-    def __init__(self, trainer: _PassOrderMixin):
-        self.trainer = trainer
-
-    def on_save(self, args, state, control, **kwargs):
-        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        if state.is_world_process_zero and folder.is_dir():
-            settings = self.trainer._run_resume_settings()
-            (folder / RESUME_SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
-
-
 class _PassOrderMixin:
     """For a `Trainer` subclass: a checkpoint saved in the middle of a pass over length-grouped batches keeps that
     pass's order (``PASS_ORDER_FILE``), and a run resumed from it goes on in it, so that it trains as it would have
@@ -84,8 +53,6 @@ class _PassOrderMixin:
         super().__init__(*args, **kwargs)
         self._pass_order_sampler: ResumablePass | None = None
         self._resumed_order: list[int] | None = None
-        self.add_callback(_KeepPassOrder(self))
-        self.add_callback(_KeepResumeSettings(self))
         self._resume_settings: dict | None = None
 
     def _run_resume_settings(self) -> dict:
@@ -93,6 +60,27 @@ class _PassOrderMixin:
         if self._resume_settings is None:
             self._resume_settings = resume_settings(self.args, self.train_dataset)
         return self._resume_settings
+
+    def _save_checkpoint(self, model, trial):
+        # The package's files go into the checkpoint before transformers' own, whose trainer_state.json comes last:
+        # a save cut short leaves no checkpoint that transformers resumes from (it reads that file) without them.
+        if self.args.should_save:
+            folder = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            folder.mkdir(parents=True, exist_ok=True)
+            settings = self._run_resume_settings()
+            (folder / RESUME_SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")
+            self._save_pass_order(folder)
+        super()._save_checkpoint(model, trial)
+
+    def _save_pass_order(self, folder: Path) -> None:
+        """Writes the order of the current pass into ``folder`` when the checkpoint falls in the middle of a pass (at
+        a pass's end the resumed run begins a new one, drawn as the uninterrupted run draws it); removes an earlier
+        run's otherwise, which the resumed run would take for this one's."""
+        sampler, epoch, kept = self._pass_order_sampler, self.state.epoch, folder / PASS_ORDER_FILE
+        if sampler is None or sampler.order is None or epoch is None or float(epoch).is_integer():
+            kept.unlink(missing_ok=True)
+            return
+        torch.save(torch.tensor(sampler.order, dtype=torch.int64), kept)
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs):
         folder = resume_from_checkpoint

@@ -452,14 +452,17 @@ _RESUME_SETTING_NAMES = {
 
 def rows_digest(dataset) -> str | None:
     """A sha256 of a training set's columns (token ids, labels, ...), by value rather than by how Arrow lays them out;
-    None for a dataset that is not a `datasets.Dataset` (a `BidirectionalTranslation` is read through its
-    ``forward`` rows)."""
+    a dataset's own ``rows_digest()`` where it has one (`hf_transformer.data.SubwordSampledTranslation`, whose rows
+    are sampled anew at each draw); None for another dataset that is not a `datasets.Dataset` (a
+    `BidirectionalTranslation` is read through its ``forward`` rows)."""
     import datasets
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     dataset = getattr(dataset, "forward", dataset)
+    if callable(getattr(dataset, "rows_digest", None)):
+        return dataset.rows_digest()
     if not isinstance(dataset, datasets.Dataset):
         return None
     table = dataset.with_format("arrow")[:]  # the rows in order, through any indices mapping

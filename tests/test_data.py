@@ -396,6 +396,30 @@ def test_subword_dropout_samples_new_segmentations_of_the_same_text(bpe_tokenize
     assert [bpe_tokenizer(pair["en"])["input_ids"] for pair in train["translation"]] == fixed["input_ids"]
 
 
+def test_subword_dropout_rows_have_a_digest_of_what_they_are_sampled_from(bpe_tokenizer, tmp_path):
+    # A checkpoint keeps it (hf_transformer.training.resume_settings): the sampled ids differ at every draw, so a run
+    # resumed with another dropout or other pairs is told apart by what the rows are drawn from.
+    from hf_transformer.training import rows_digest
+
+    train = load_pairs(tmp_path)["train"]
+
+    def sampled(dataset=train, dropout=0.2, **lengths):
+        return SubwordSampledTranslation(
+            dataset, bpe_tokenizer, source_lang="en", target_lang="de", dropout=dropout, **lengths
+        )
+
+    first = rows_digest(sampled())
+    assert isinstance(first, str) and len(first) == 64 and rows_digest(sampled()) == first
+    others = [
+        sampled(dropout=0.1),
+        sampled(max_source_length=5),
+        sampled(train.select(range(len(train) - 1))),
+        sampled(train.select(list(reversed(range(len(train)))))),
+        SubwordSampledTranslation(train, bpe_tokenizer, source_lang="de", target_lang="en", dropout=0.2),
+    ]
+    assert len({first, *map(rows_digest, others)}) == 1 + len(others)
+
+
 def test_subword_dropout_truncates_like_the_fixed_tokenization(bpe_tokenizer, tmp_path):
     pairs = load_pairs(tmp_path)
     sampled = SubwordSampledTranslation(

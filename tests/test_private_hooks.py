@@ -15,7 +15,7 @@ from hf_transformer import TransformerConfig, TransformerForConditionalGeneratio
 from hf_transformer.checkpoint import CheckedLoadingMixin
 from hf_transformer.generation import TransformerGenerationMixin
 from hf_transformer.speed import AttentionKernels
-from hf_transformer.trainer import LengthGroupedTrainer
+from hf_transformer.trainer import LengthGroupedTrainer, _PassOrderMixin
 
 # (owner, name, parameters the override is written for, where transformers calls it)
 HOOKS = [
@@ -54,6 +54,13 @@ HOOKS = [
         ["self", "eval_dataset"],
         (Trainer, "get_eval_dataloader", "sampler_fn=self._get_eval_sampler"),
     ),
+    # The package's checkpoint files, written before transformers' own (hf_transformer.trainer._PassOrderMixin).
+    (
+        Trainer,
+        "_save_checkpoint",
+        ["self", "model", "trial"],
+        (Trainer, "_maybe_log_save_evaluate", "self._save_checkpoint(model, trial)"),
+    ),
     (
         PreTrainedModel,
         "_can_set_attn_implementation",
@@ -86,6 +93,11 @@ def test_overrides_are_defined_where_expected():
     assert "_can_set_attn_implementation" in AttentionKernels.__dict__
     assert "_get_train_sampler" in LengthGroupedTrainer.__dict__
     assert "_get_eval_sampler" in LengthGroupedTrainer.__dict__
+    assert "_save_checkpoint" in _PassOrderMixin.__dict__ and issubclass(LengthGroupedTrainer, _PassOrderMixin)
+    # It writes into the folder transformers saves the checkpoint in, before the trainer state that makes it one.
+    source = inspect.getsource(Trainer._save_checkpoint)
+    assert 'checkpoint_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"' in source
+    assert 0 < source.index("self.save_model(output_dir") < source.index("save_to_json(os.path.join(output_dir, TRA")
     mro = TransformerPreTrainedModel.__mro__
     assert mro.index(AttentionKernels) < mro.index(PreTrainedModel)  # its answer, not transformers' guess
     for name in ("get_expanded_tied_weights_keys", "mark_tied_weights_as_initialized", "save_pretrained"):

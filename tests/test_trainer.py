@@ -4,6 +4,7 @@ random order (hf_transformer.data.shuffled_length_groups, hf_transformer.trainer
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -167,3 +168,52 @@ def test_the_translation_scripts_train_with_a_seq2seq_trainer_that_keeps_the_pas
     assert module.OrderKeepingSeq2SeqTrainer is OrderKeepingSeq2SeqTrainer
     assert "Seq2SeqTrainer" not in vars(module)  # no other trainer to construct by mistake
     assert issubclass(RDropSeq2SeqTrainer, OrderKeepingSeq2SeqTrainer)
+
+
+def test_a_checkpoint_holds_the_package_s_files_before_the_trainer_state_that_makes_it_resumable(tmp_path, monkeypatch):
+    # transformers resumes from a checkpoint by its trainer_state.json, written last: a save cut short just before it
+    # must leave no checkpoint that resumes without the run's settings and pass order (which a resumed run checks and
+    # trains in).
+    import json
+
+    from transformers.trainer_callback import TrainerState
+
+    from hf_transformer.trainer import PASS_ORDER_FILE
+    from hf_transformer.training import RESUME_SETTINGS_FILE
+
+    config = TransformerConfig(vocab_size=70, d_model=8, n_layer=1, num_attention_heads=2, intermediate_size=16)
+    config.num_labels = 2
+    rows = [list(range(3, 3 + length)) for length in LENGTHS[:40]]  # two steps of 10 x 2 rows a pass
+    dataset = Dataset.from_dict({"input_ids": rows, "labels": [i % 2 for i in range(len(rows))]})
+    arguments = TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=10, gradient_accumulation_steps=2, max_steps=3,
+        train_sampling_strategy="group_by_length", save_strategy="steps", save_steps=2, use_cpu=True,
+        report_to="none", logging_steps=1,
+    )  # fmt: skip
+    stale = tmp_path / "checkpoint-2" / PASS_ORDER_FILE  # an earlier run's, in a folder this run saves at a pass's end
+    stale.parent.mkdir()
+    torch.save(torch.arange(40), stale)
+    saved_states = []
+
+    def cut_short(state, path):
+        if Path(path).parent.name == "checkpoint-3":
+            raise KeyboardInterrupt  # the process killed as it writes the last checkpoint's trainer state
+        saved_states.append(path)
+        return original(state, path)
+
+    original = TrainerState.save_to_json
+    monkeypatch.setattr(TrainerState, "save_to_json", cut_short)
+    trainer = LengthGroupedTrainer(
+        model=TransformerForSequenceClassification(config), args=arguments, train_dataset=dataset, data_collator=padded
+    )
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    end_of_pass, middle = tmp_path / "checkpoint-2", tmp_path / "checkpoint-3"
+    assert [Path(path).parent for path in saved_states] == [end_of_pass]
+    settings = json.loads((middle / RESUME_SETTINGS_FILE).read_text())
+    assert settings["train_rows"] == 40 and settings["per_device_train_batch_size"] == 10
+    assert json.loads((end_of_pass / RESUME_SETTINGS_FILE).read_text()) == settings
+    assert not (middle / "trainer_state.json").exists() and (middle / "model.safetensors").is_file()
+    # The pass in which step 3 fell, kept for the resumed run; none at the pass's end, the earlier run's removed.
+    assert sorted(torch.load(middle / PASS_ORDER_FILE).tolist()) == list(range(40))
+    assert not stale.exists()
