@@ -65,7 +65,8 @@ class _PassOrderMixin:
         # The package's files go into the checkpoint before transformers' own, whose trainer_state.json comes last:
         # a save cut short leaves no checkpoint that transformers resumes from (it reads that file) without them.
         if self.args.should_save:
-            folder = Path(self.args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            # transformers' folder for it: a hyperparameter search's trial saves in a folder of its own.
+            folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             folder.mkdir(parents=True, exist_ok=True)
             settings = self._run_resume_settings()
             (folder / RESUME_SETTINGS_FILE).write_text(json.dumps(settings, indent=2) + "\n")

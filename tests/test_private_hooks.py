@@ -97,6 +97,9 @@ def test_overrides_are_defined_where_expected():
     # It writes into the folder transformers saves the checkpoint in, before the trainer state that makes it one.
     source = inspect.getsource(Trainer._save_checkpoint)
     assert 'checkpoint_folder = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"' in source
+    assert "run_dir = self._get_output_dir(trial=trial)" in source
+    assert "output_dir = os.path.join(run_dir, checkpoint_folder)" in source
+    assert list(inspect.signature(Trainer._get_output_dir).parameters) == ["self", "trial"]
     assert 0 < source.index("self.save_model(output_dir") < source.index("save_to_json(os.path.join(output_dir, TRA")
     mro = TransformerPreTrainedModel.__mro__
     assert mro.index(AttentionKernels) < mro.index(PreTrainedModel)  # its answer, not transformers' guess
