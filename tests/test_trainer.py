@@ -3,6 +3,7 @@ random order (hf_transformer.data.shuffled_length_groups, hf_transformer.trainer
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -62,11 +63,15 @@ def test_a_short_last_batch_stays_last_so_that_a_dataloader_cuts_the_groups_wher
         ShuffledLengthGroupedSampler(0, lengths)
 
 
-def tiny_trainer(tmp_path, strategy: str, **dataset_columns) -> LengthGroupedTrainer:
+def tiny_trainer(
+    tmp_path, strategy: str, lengths: list[int] = LENGTHS, arguments: dict | None = None, **dataset_columns
+) -> LengthGroupedTrainer:
+    """A tiny classifier's trainer over rows of ``lengths`` tokens, in batches of 10 rows x 2 accumulated;
+    ``arguments``: other `TrainingArguments`."""
     config = TransformerConfig(
         vocab_size=70, d_model=8, n_layer=1, num_attention_heads=2, intermediate_size=16, num_labels=2
     )
-    rows = [list(range(3, 3 + length)) for length in LENGTHS]
+    rows = [list(range(3, 3 + length)) for length in lengths]
     dataset = Dataset.from_dict({"input_ids": rows, "labels": [i % 2 for i in range(len(rows))], **dataset_columns})
     arguments = TrainingArguments(
         output_dir=str(tmp_path),
@@ -75,6 +80,7 @@ def tiny_trainer(tmp_path, strategy: str, **dataset_columns) -> LengthGroupedTra
         train_sampling_strategy=strategy,
         use_cpu=True,
         report_to="none",
+        **(arguments or {}),
     )
     model = TransformerForSequenceClassification(config)
     return LengthGroupedTrainer(model=model, args=arguments, train_dataset=dataset, data_collator=padded)
@@ -174,22 +180,13 @@ def test_a_checkpoint_holds_the_package_s_files_before_the_trainer_state_that_ma
     # transformers resumes from a checkpoint by its trainer_state.json, written last: a save cut short just before it
     # must leave no checkpoint that resumes without the run's settings and pass order (which a resumed run checks and
     # trains in).
-    import json
-
     from transformers.trainer_callback import TrainerState
 
     from hf_transformer.trainer import PASS_ORDER_FILE
     from hf_transformer.training import RESUME_SETTINGS_FILE
 
-    config = TransformerConfig(vocab_size=70, d_model=8, n_layer=1, num_attention_heads=2, intermediate_size=16)
-    config.num_labels = 2
-    rows = [list(range(3, 3 + length)) for length in LENGTHS[:40]]  # two steps of 10 x 2 rows a pass
-    dataset = Dataset.from_dict({"input_ids": rows, "labels": [i % 2 for i in range(len(rows))]})
-    arguments = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=10, gradient_accumulation_steps=2, max_steps=3,
-        train_sampling_strategy="group_by_length", save_strategy="steps", save_steps=2, use_cpu=True,
-        report_to="none", logging_steps=1,
-    )  # fmt: skip
+    saving = dict(max_steps=3, save_strategy="steps", save_steps=2, logging_steps=1)
+    trainer = tiny_trainer(tmp_path, "group_by_length", lengths=LENGTHS[:40], arguments=saving)  # two steps a pass
     stale = tmp_path / "checkpoint-2" / PASS_ORDER_FILE  # an earlier run's, in a folder this run saves at a pass's end
     stale.parent.mkdir()
     torch.save(torch.arange(40), stale)
@@ -203,9 +200,6 @@ def test_a_checkpoint_holds_the_package_s_files_before_the_trainer_state_that_ma
 
     original = TrainerState.save_to_json
     monkeypatch.setattr(TrainerState, "save_to_json", cut_short)
-    trainer = LengthGroupedTrainer(
-        model=TransformerForSequenceClassification(config), args=arguments, train_dataset=dataset, data_collator=padded
-    )
     with pytest.raises(KeyboardInterrupt):
         trainer.train()
     end_of_pass, middle = tmp_path / "checkpoint-2", tmp_path / "checkpoint-3"
