@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -102,6 +103,31 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+# oneDNN reads this variable once, when it first compiles a kernel; it keeps this many compiled kernels (1,024 unset).
+ONEDNN_CACHE_VARIABLE = "ONEDNN_PRIMITIVE_CACHE_CAPACITY"
+ONEDNN_CACHE_CAPACITY = 16384
+
+
+def keep_compiled_kernels(capacity: int = ONEDNN_CACHE_CAPACITY) -> bool:
+    """Let oneDNN keep up to ``capacity`` of the kernels it compiles, one per shape of each product, for the later
+    steps that meet the same shapes (``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` in this process's environment).
+
+    On a CPU torch runs bfloat16 products (autocast) through oneDNN, which compiles a kernel the first time it meets
+    a shape and keeps the last 1,024 by default. Batches grouped by length meet many shapes: each length's products,
+    forward and backward, and a masked-token step's head as many rows as the batch has masked tokens, a new count
+    nearly every step. Past 1,024 kernels each new one evicts one that a later batch needs, and a step spends more
+    time compiling its products than computing them; with room for every shape of a run, each is compiled once.
+    The kernels are the same either way, so are the results (the gain per step: docs/performance.md).
+
+    oneDNN reads the variable once, at its first compiled kernel: call this before the process's first product (the
+    training scripts' ``set_up_training_process`` does, before any work). Returns False where it changes nothing: a
+    capacity the user has set is kept."""
+    if ONEDNN_CACHE_VARIABLE in os.environ:
+        return False
+    os.environ[ONEDNN_CACHE_VARIABLE] = str(capacity)
+    return True
 
 
 def end_process_group() -> None:
@@ -224,13 +250,15 @@ def no_unused_parameters(training_args) -> None:
 def set_up_training_process(training_args) -> None:
     """What every training script does once its arguments are parsed, before any work: pinned memory only with an
     accelerator (``pin_memory_only_with_accelerator``), no search for unused parameters (``no_unused_parameters``),
-    freed memory kept for the next step (``keep_freed_memory``), log lines with their time and logger at INFO, and a
+    freed memory kept for the next step (``keep_freed_memory``), room for every compiled product kernel of the run
+    (``keep_compiled_kernels``), log lines with their time and logger at INFO, and a
     warning where ``--bf16`` would compute in emulated bfloat16 (``warn_of_emulated_bfloat16``).
 
     How torch's threads wait on a busy machine is chosen before torch loads, not here (``hf_transformer.openmp``)."""
     pin_memory_only_with_accelerator(training_args)
     no_unused_parameters(training_args)
     keep_freed_memory()  # each step reuses the last one's memory instead of faulting it in anew
+    keep_compiled_kernels()  # each shape's product kernel compiled once, however many shapes the batches have
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     warn_of_emulated_bfloat16(training_args)
 

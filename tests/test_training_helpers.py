@@ -1,5 +1,6 @@
 """Small helpers the training scripts share (hf_transformer.training)."""
 
+import os
 import subprocess
 import sys
 
@@ -10,8 +11,11 @@ from transformers import TrainingArguments
 
 from hf_transformer.cpu import cpu_computes_bfloat16
 from hf_transformer.training import (
+    ONEDNN_CACHE_CAPACITY,
+    ONEDNN_CACHE_VARIABLE,
     check_new_run,
     end_process_group,
+    keep_compiled_kernels,
     no_unused_parameters,
     pin_memory_only_with_accelerator,
     score_in_float32,
@@ -101,6 +105,49 @@ def test_keep_freed_memory_stops_each_allocation_from_faulting_in_fresh_pages():
     pages = 64 * 2**20 // page  # 16,384 pages of 4 kB
     assert default_faults > pages / 2  # by default the block is mapped anew at each allocation, a fault per page
     assert kept_faults < default_faults / 100  # kept: reused without faulting its pages in again
+
+
+# Runs a oneDNN product (a linear layer over oneDNN tensors: oneDNN's kernels on every x86 CPU, whatever its vector
+# width) for 700 row counts, each a new shape with two kernels of its own (the input's reorder and the product), then
+# the first shape again, and prints the variable as oneDNN saw it and whether that last product's kernel was found
+# in oneDNN's cache ("cache_hit") or compiled anew ("cache_miss"), from oneDNN's log of each kernel it creates.
+_KERNEL_CACHE_PROBE = """
+import os, sys, torch
+from hf_transformer.training import keep_compiled_kernels
+
+applied = keep_compiled_kernels() if sys.argv[1] == "keep" else None
+weight = torch.randn(8, 16).to_mkldnn()
+for rows in [*range(1, 701), 1]:
+    torch.nn.functional.linear(torch.randn(rows, 16).to_mkldnn(), weight)
+print(applied, os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="a torch build without oneDNN")
+def test_keep_compiled_kernels_keeps_every_shape_of_a_run_in_onednns_cache():
+    def last_product(mode: str) -> tuple[str, str]:
+        env = {**os.environ, "ONEDNN_VERBOSE": "all"}
+        env.pop(ONEDNN_CACHE_VARIABLE, None)
+        result = subprocess.run(
+            [sys.executable, "-c", _KERNEL_CACHE_PROBE, mode], capture_output=True, text=True, check=True, env=env
+        )
+        created = [line for line in result.stdout.splitlines() if ",create:" in line and ",inner_product," in line]
+        assert len(created) == 701, result.stdout[-2000:]
+        return result.stdout.splitlines()[-1], created[-1].split(",create:")[1].split(",")[0]
+
+    # oneDNN's default keeps 1,024 kernels: the first shape's was evicted by the 1,400 after it.
+    assert last_product("default") == ("None None", "cache_miss")
+    assert last_product("keep") == (f"True {ONEDNN_CACHE_CAPACITY}", "cache_hit")
+
+
+def test_keep_compiled_kernels_keeps_a_capacity_the_user_chose(monkeypatch):
+    monkeypatch.setenv(ONEDNN_CACHE_VARIABLE, "64")
+    assert keep_compiled_kernels() is False
+    assert os.environ[ONEDNN_CACHE_VARIABLE] == "64"
+    monkeypatch.delenv(ONEDNN_CACHE_VARIABLE)
+    assert keep_compiled_kernels(capacity=4096) is True
+    assert os.environ[ONEDNN_CACHE_VARIABLE] == "4096"
 
 
 def test_end_process_group_closes_the_group_and_is_a_no_op_without_one(tmp_path):
