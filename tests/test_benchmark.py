@@ -345,7 +345,7 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     for command in (["benchmarks/encoder_share.py", "--help"], ["-m", "benchmarks.encoder_share", "--help"]):
         subprocess.run([sys.executable, *command], check=True, capture_output=True, text=True, cwd=REPO)
     for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation", "ngram_characters",
-                 "batch_order", "float32_products"):  # fmt: skip
+                 "batch_order", "float32_products", "kernel_cache"):  # fmt: skip
         assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
     results = REPO / "benchmarks" / "results"
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
@@ -441,6 +441,26 @@ def test_the_batch_order_benchmark_times_the_same_batches_in_both_orders(tmp_pat
     assert sorted(i for batch in sweep for i in batch) == list(range(280))
     longest = [max(lengths[i] for i in batch) for batch in sweep]
     assert sum(b <= a for a, b in zip(longest, longest[1:])) >= len(longest) - 1 - 6
+
+
+@pytest.mark.slow
+def test_the_kernel_cache_benchmark_runs_each_setting_in_a_process_of_its_own(tmp_path):
+    from benchmarks import batch_order, kernel_cache
+
+    output = tmp_path / "cache.md"
+    arguments = ["--rounds", "1", "--steps", "3", "--batch_size", "4", "--threads", "1", "--output", str(output)]
+    report = kernel_cache.main(arguments + ["--precision", "float32"])
+    check_speed_up_report(report, output, ["float32"], baseline="oneDNN default", other="keep_compiled_kernels")
+    # Each child held its own setting, whatever the parent's environment: oneDNN's default in one, the package's
+    # capacity in the other.
+    assert report["capacities"] == {"oneDNN default": [None], "keep_compiled_kernels": ["16384"]}
+    assert [len(values) for values in report["seconds_per_step"].values()] == [1, 1]
+    # The batches: length-grouped (each from one stretch of lengths), every row once, the same order for one seed.
+    lengths = [1 + i % 7 for i in range(280)]
+    batches = kernel_cache.shuffled_batches([[0] * length for length in lengths], 4)
+    assert sorted(i for batch in batches for i in batch) == list(range(280))
+    assert batches == kernel_cache.shuffled_batches([[0] * length for length in lengths], 4)
+    assert batches != batch_order.sweep_batches(lengths, 4)  # shuffled, not in transformers' order
 
 
 def test_the_ngram_characters_benchmark_times_both_packings_on_the_same_rows(tmp_path):
