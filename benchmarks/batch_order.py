@@ -57,9 +57,34 @@ def time_orders(step, batches: list, rounds: int, steps: int) -> dict[str, list[
     return seconds
 
 
-def main(argv: list[str] | None = None) -> dict:
+def masked_lm_training_step(tokenizer, max_length: int, precision: str):
+    """One training step of the main job's masked-token model (d_model 128, 2 layers, 4 heads, feed-forward 512, no
+    dropout; weights drawn under seed 0) with fused AdamW, in float32 or bfloat16 autocast: a function of a batch of
+    rows (``{"input_ids": [...]}``), which the job's collator masks."""
     from hf_transformer import TransformerConfig, TransformerForMaskedLM
     from hf_transformer.data import masked_token_collator
+
+    collator = masked_token_collator(tokenizer, mlm_probability=0.15)
+    config = TransformerConfig(
+        vocab_size=len(tokenizer), d_model=128, n_layer=2, num_attention_heads=4, intermediate_size=512,
+        max_position_embeddings=max_length, dropout=0.0, attention_dropout=0.0, embedding_layer_norm=True,
+        position_embedding_type="learned", pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = TransformerForMaskedLM(config).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+
+    def step(rows: list[dict]) -> None:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+            loss = model(**collator(rows)).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def main(argv: list[str] | None = None) -> dict:
     from hf_transformer.training import keep_freed_memory
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -78,26 +103,9 @@ def main(argv: list[str] | None = None) -> dict:
     batches = [[{"input_ids": ids[i]} for i in batch] for batch in sweep_batches(list(map(len, ids)), args.batch_size)]
     if len(batches) < args.rounds * args.steps + 10:
         raise ValueError(f"{len(batches)} batches; the benchmark trains {args.rounds * args.steps + 10}")
-    collator = masked_token_collator(tokenizer, mlm_probability=0.15)
-    config = TransformerConfig(
-        vocab_size=len(tokenizer), d_model=128, n_layer=2, num_attention_heads=4, intermediate_size=512,
-        max_position_embeddings=args.max_length, dropout=0.0, attention_dropout=0.0, embedding_layer_norm=True,
-        position_embedding_type="learned", pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-
     results = {}
     for precision in args.precisions:
-        torch.manual_seed(0)
-        model = TransformerForMaskedLM(config).train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-
-        def step(rows, model=model, optimizer=optimizer, precision=precision):
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
-                loss = model(**collator(rows)).loss
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
+        step = masked_lm_training_step(tokenizer, args.max_length, precision)
         for rows in batches[-10:]:  # warm-up, on batches no round trains
             step(rows)
         seconds = time_orders(step, batches, args.rounds, args.steps)

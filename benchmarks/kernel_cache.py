@@ -29,11 +29,11 @@ from pathlib import Path
 import torch
 
 try:  # python -m benchmarks.kernel_cache, or imported from the repository root
-    from benchmarks.batch_order import sweep_batches
+    from benchmarks.batch_order import masked_lm_training_step, sweep_batches
     from benchmarks.benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from benchmarks.collation import text_arguments, texts_and_tokenizer
 except ModuleNotFoundError:  # python benchmarks/kernel_cache.py: the script's own folder is on the path
-    from batch_order import sweep_batches
+    from batch_order import masked_lm_training_step, sweep_batches
     from benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from collation import text_arguments, texts_and_tokenizer
 
@@ -54,8 +54,6 @@ def train(setting: str, folder: str, precision: str, threads: int) -> dict:
     batches.json trained once (the tokenizer saved beside it); the mean seconds per step."""
     from transformers import AutoTokenizer
 
-    from hf_transformer import TransformerConfig, TransformerForMaskedLM
-    from hf_transformer.data import masked_token_collator
     from hf_transformer.training import ONEDNN_CACHE_VARIABLE, keep_compiled_kernels, keep_freed_memory
 
     os.environ.pop(ONEDNN_CACHE_VARIABLE, None)  # the default, whatever the parent's environment holds
@@ -64,23 +62,10 @@ def train(setting: str, folder: str, precision: str, threads: int) -> dict:
     keep_freed_memory()  # as the training scripts run
     torch.set_num_threads(threads)
     saved = json.loads((Path(folder) / "batches.json").read_text())
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    collator = masked_token_collator(tokenizer, mlm_probability=0.15)
-    config = TransformerConfig(
-        vocab_size=len(tokenizer), d_model=128, n_layer=2, num_attention_heads=4, intermediate_size=512,
-        max_position_embeddings=saved["max_length"], dropout=0.0, attention_dropout=0.0, embedding_layer_norm=True,
-        position_embedding_type="learned", pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = TransformerForMaskedLM(config).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    step = masked_lm_training_step(AutoTokenizer.from_pretrained(folder), saved["max_length"], precision)
     started = time.perf_counter()
     for rows in saved["batches"]:
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
-            loss = model(**collator([{"input_ids": row} for row in rows])).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        step([{"input_ids": row} for row in rows])
     seconds = (time.perf_counter() - started) / len(saved["batches"])
     return {"setting": setting, "capacity": os.environ.get(ONEDNN_CACHE_VARIABLE), "seconds_per_step": seconds}
 
@@ -88,7 +73,7 @@ def train(setting: str, folder: str, precision: str, threads: int) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     text_arguments(parser, output="benchmarks/results/kernel_cache.md")
-    parser.add_argument("--steps", type=int, default=1500, help="training steps of each run")
+    parser.add_argument("--steps", type=int, default=1000, help="training steps of each run")
     parser.add_argument("--batch_size", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="bfloat16", choices=["float32", "bfloat16"])
