@@ -1,12 +1,22 @@
 """Settings every test of the repository runs under, the library's (tests/) and the recipes' (recipes/*/tests/)."""
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Nothing is fetched from a hub during the tests: every model and dataset is built here.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("WANDB_DISABLED", "true")
+
+# The job scripts' precision check remembers what it measured (recipes.common.precision): the tests, and the jobs they
+# run, keep their measurements in a folder of their own for the session, never in the user's cache.
+if not os.environ.get("HF_TRANSFORMER_PRECISION_FILE"):
+    _measurements = tempfile.mkdtemp(prefix="hf-transformer-tests-")
+    atexit.register(shutil.rmtree, _measurements, ignore_errors=True)
+    os.environ["HF_TRANSFORMER_PRECISION_FILE"] = os.path.join(_measurements, "precision.json")
 
 # CTranslate2 reads CT2_USE_MKL when it is imported, and test modules import it while they are collected: the choice
 # the package makes before it first imports CTranslate2 (hf_transformer.export.ctranslate2_export.prefer_mkl_for_int8,

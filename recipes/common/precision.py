@@ -15,15 +15,26 @@ the CPU flags nothing is timed: torch's reference bfloat16 kernels are many time
 ``HF_TRANSFORMER_PRECISION`` in the environment overrides the check: ``float32`` (a job on this machine gives what a
 CPU whose check picks float32 gives), ``bfloat16`` (autocast, on a GPU or on the CPU, however slow it is there), or
 ``auto`` (the default: measured as above). Nothing is timed when it is set.
+
+The measured speedup is remembered, per machine: on a CPU where bfloat16 and float32 train a model at about the same
+speed, the timing's noise straddles the threshold, and each run of a job would pick either precision, and with it
+other weights (benchmarks/results/notes.md). So the first measurement for a CPU, torch version, thread count and model
+shape is written to ``~/.cache/hf_transformer/precision.json`` (under ``XDG_CACHE_HOME`` where that is set, or the
+file ``HF_TRANSFORMER_PRECISION_FILE`` names), and later runs with the same key take it from there, saying so: the
+same command on the same machine trains in the same precision. Remove the file, or its entry, to measure again. A
+file that cannot be read or written is reported and measured past, never a reason for a job to stop.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 # torch and the package are imported where a step is timed or the hardware is asked about: a job that sets the
@@ -45,11 +56,14 @@ TASKS = ("masked-lm", "seq2seq")
 # The environment variable that overrides the measured choice, and the values it takes.
 PRECISION_VARIABLE = "HF_TRANSFORMER_PRECISION"
 PRECISION_CHOICES = ("auto", "float32", "bfloat16")
+# The environment variable naming the file of remembered measurements (default: remembered_measurements_file()).
+MEASUREMENTS_FILE_VARIABLE = "HF_TRANSFORMER_PRECISION_FILE"
 
 __all__ = [
     "CLEAR_MARGIN",
     "CLEAR_ROUNDS",
     "LEAST_BFLOAT16_SPEEDUP",
+    "MEASUREMENTS_FILE_VARIABLE",
     "PRECISION_CHOICES",
     "PRECISION_VARIABLE",
     "SPEEDUP_ROUNDS",
@@ -58,6 +72,9 @@ __all__ = [
     "choose_precision",
     "probe_model",
     "main",
+    "measurement_key",
+    "remembered_measurements_file",
+    "remembered_speedup",
 ]
 
 
@@ -176,6 +193,69 @@ def choose_precision(
     )
 
 
+def remembered_measurements_file() -> Path:
+    """Where measured speedups are kept: ``HF_TRANSFORMER_PRECISION_FILE``, else ``precision.json`` in the user's
+    cache folder (``XDG_CACHE_HOME``, else ``~/.cache``), under ``hf_transformer/``."""
+    named = os.environ.get(MEASUREMENTS_FILE_VARIABLE)
+    if named:
+        return Path(named)
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "hf_transformer" / "precision.json"
+
+
+def measurement_key(task: str, shape: dict[str, int]) -> str:
+    """What a measured speedup holds for: this CPU (its name, family, model and bfloat16 flags), the torch version,
+    the thread count and the model's task and shape. Anything else that changes gives a new measurement."""
+    import torch
+
+    from hf_transformer.cpu import cpu_description
+
+    sizes = " ".join(f"{name}={value}" for name, value in sorted(shape.items()))
+    return f"{cpu_description()} | torch {torch.__version__} | {torch.get_num_threads()} thread(s) | {task} {sizes}"
+
+
+def _read_measurements(path: Path) -> dict:
+    try:
+        measurements = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        print(f"precision: {path} could not be read ({error}); measuring again", file=sys.stderr)
+        return {}
+    if not isinstance(measurements, dict):
+        print(f"precision: {path} holds no measurements (a JSON object); measuring again", file=sys.stderr)
+        return {}
+    return measurements
+
+
+def remembered_speedup(measure_speedup, key: str, path: Path | None = None) -> tuple[float, str]:
+    """``(speedup, where it comes from)``: the speedup remembered in ``path`` under ``key``, or else
+    ``measure_speedup()``, then written there (beside the other keys' entries, in a whole new file that replaces the
+    old one, so that a job reading it at the same moment never sees half a file). An entry that is not a positive
+    number is measured again; a file that cannot be written is reported and the measurement used all the same."""
+    path = remembered_measurements_file() if path is None else path
+    measurements = _read_measurements(path)
+    entry = measurements.get(key)
+    speedup = entry.get("speedup") if isinstance(entry, dict) else None
+    if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) and 0 < speedup < float("inf"):
+        when = entry.get("measured", "an earlier run")
+        return float(speedup), f"measured on {when}, remembered in {path}"
+    speedup = measure_speedup()
+    measurements = _read_measurements(path)  # another job may have written its own key meanwhile
+    # The speedup as measured, unrounded: a rounded one could fall on the other side of the threshold.
+    measured = datetime.datetime.now().isoformat(timespec="seconds")
+    measurements[key] = {"speedup": speedup, "measured": measured}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text(json.dumps(measurements, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(partial, path)
+    except OSError as error:
+        print(f"precision: the measurement could not be remembered in {path} ({error})", file=sys.stderr)
+        return speedup, "measured now"
+    return speedup, f"measured now, remembered in {path}"
+
+
 def argument_parser() -> argparse.ArgumentParser:
     """The command line of ``python -m recipes.common.precision``: the task and the shape of the model to time."""
     parser = argparse.ArgumentParser(
@@ -196,15 +276,22 @@ def main(argv: list[str] | None = None) -> int:
     if too_small:
         parser.error(f"sizes must be positive: {', '.join(too_small)}")
 
-    def measure() -> float:
+    def time_steps() -> float:
         model, batch = probe_model(task, **args)
         return bfloat16_speedup(model, batch)
+
+    source = []  # where the speedup came from, where one was asked for
+
+    def measure() -> float:
+        speedup, where = remembered_speedup(time_steps, measurement_key(task, args))
+        source.append(where)
+        return speedup
 
     try:
         choice, why = choose_precision(measure, asked=os.environ.get(PRECISION_VARIABLE) or "auto")
     except ValueError as error:
         parser.error(str(error))
-    print(f"precision: {why}", file=sys.stderr)
+    print(f"precision: {why}" + (f" ({source[0]})" if source else ""), file=sys.stderr)
     print(choice)
     return 0
 

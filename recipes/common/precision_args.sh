@@ -11,6 +11,8 @@
 # bfloat16 in reference kernels, many times slower, and keeps float32 without timing. The measurement runs at the
 # thread count the job's training will have (OMP_NUM_THREADS as set when this is sourced) and is printed to stderr.
 # One failing check stops a script run under `set -e` (all the job scripts) rather than falling back to float32.
+# The measurement is remembered per CPU, torch version, thread count and shape (~/.cache/hf_transformer/precision.json),
+# so a job run again on this machine trains in the precision it trained in before.
 # HF_TRANSFORMER_PRECISION=float32 or bfloat16 in the environment takes that precision without timing (auto: measured).
 hardware=$(python -m recipes.common.precision "$@")
 precision_args=()

@@ -1,6 +1,8 @@
 """recipes.common.precision: bfloat16 autocast is chosen for a CPU training run only where it is measured faster."""
 
+import json
 import statistics
+from pathlib import Path
 
 import pytest
 import torch
@@ -8,11 +10,15 @@ import torch
 from recipes.common import precision
 from recipes.common.precision import (
     LEAST_BFLOAT16_SPEEDUP,
+    MEASUREMENTS_FILE_VARIABLE,
     PRECISION_VARIABLE,
     bfloat16_speedup,
     choose_precision,
     main,
+    measurement_key,
     probe_model,
+    remembered_measurements_file,
+    remembered_speedup,
 )
 
 SHAPE = {
@@ -188,3 +194,93 @@ def test_the_command_line_refuses_sizes_below_one(capsys):
     with pytest.raises(SystemExit):
         main(arguments)
     assert "sizes must be positive: --d_model 0" in capsys.readouterr().err
+
+
+def test_a_measurement_is_remembered_for_the_same_key_and_made_again_for_another(tmp_path):
+    path = tmp_path / "cache" / "precision.json"
+    speedup, where = remembered_speedup(lambda: 1.049999, "cpu A | shape 1", path)
+    assert speedup == 1.049999 and where == f"measured now, remembered in {path}"
+    # The next run on this machine takes it without timing, to the last digit (rounded, it would pick bfloat16).
+    speedup, where = remembered_speedup(_never_timed, "cpu A | shape 1", path)
+    assert speedup == 1.049999 and where.startswith("measured on 20") and str(path) in where
+    assert choose_precision(lambda: speedup, gpu=False, cpu_bf16=True)[0] == "float32"
+    # Another CPU, torch, thread count or shape is measured, and both are kept.
+    assert remembered_speedup(lambda: 1.3, "cpu B | shape 1", path) == (1.3, f"measured now, remembered in {path}")
+    assert set(json.loads(path.read_text())) == {"cpu A | shape 1", "cpu B | shape 1"}
+    assert remembered_speedup(_never_timed, "cpu B | shape 1", path)[0] == 1.3
+    assert list(path.parent.iterdir()) == [path]  # no partial file left beside it
+
+
+@pytest.mark.parametrize(
+    ("damaged", "said"),
+    [
+        (b'{"cpu A | shape 1": {"speedup": 1.2', True),  # cut short
+        (b"[1.2]", True),  # JSON, but no object of entries
+        (b"\xff\xfe", True),  # not text
+        (b'{"cpu A | shape 1": {"speedup": "fast"}}', False),  # an entry that is no speedup
+        (b'{"cpu A | shape 1": {"speedup": 0}}', False),
+    ],
+)
+def test_a_damaged_file_of_measurements_is_measured_past_and_rewritten(tmp_path, capsys, damaged, said):
+    path = tmp_path / "precision.json"
+    path.write_bytes(damaged)
+    assert remembered_speedup(lambda: 0.9, "cpu A | shape 1", path) == (0.9, f"measured now, remembered in {path}")
+    assert json.loads(path.read_text())["cpu A | shape 1"]["speedup"] == 0.9
+    assert (f"precision: {path}" in capsys.readouterr().err) is said
+
+
+def test_a_file_that_cannot_be_written_is_reported_and_the_measurement_used(tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    path = blocker / "precision.json"
+    assert remembered_speedup(lambda: 1.3, "cpu A", path) == (1.3, "measured now")
+    assert f"could not be remembered in {path}" in capsys.readouterr().err
+
+
+def test_the_key_names_the_cpu_torch_threads_and_shape():
+    from hf_transformer.cpu import cpu_description
+
+    key = measurement_key("masked-lm", SHAPE)
+    assert key.startswith(cpu_description()) and f"torch {torch.__version__}" in key
+    assert f"{torch.get_num_threads()} thread(s)" in key and "masked-lm" in key
+    assert measurement_key("seq2seq", SHAPE) != key
+    assert measurement_key("masked-lm", {**SHAPE, "d_model": 32}) != key
+
+
+def test_the_command_line_measures_once_per_machine_and_then_says_it_remembers(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "precision.json"
+    monkeypatch.setenv(MEASUREMENTS_FILE_VARIABLE, str(path))
+    monkeypatch.delenv(PRECISION_VARIABLE, raising=False)
+    monkeypatch.setattr(precision, "choose_precision", _choosing_on_a_bfloat16_cpu)
+    timed = []
+    monkeypatch.setattr(precision, "bfloat16_speedup", lambda *args, **kwargs: timed.append(1) or 1.2)
+    arguments = ["--task", "masked-lm"] + [f"--{name}={value}" for name, value in SHAPE.items()]
+    assert main(arguments) == 0
+    first = capsys.readouterr()
+    assert first.out.strip() == "cpu_bf16" and f"(measured now, remembered in {path})" in first.err
+    monkeypatch.setattr(precision, "bfloat16_speedup", lambda *args, **kwargs: _never_timed())
+    assert main(arguments) == 0
+    again = capsys.readouterr()
+    assert again.out.strip() == "cpu_bf16" and "1.200x" in again.err and f"remembered in {path})" in again.err
+    assert timed == [1]
+    # Asked for a precision, the file is neither read nor written.
+    path.unlink()
+    monkeypatch.setenv(PRECISION_VARIABLE, "float32")
+    assert main(arguments) == 0
+    assert "remembered" not in capsys.readouterr().err and not path.exists()
+
+
+def _choosing_on_a_bfloat16_cpu(measure_speedup, asked="auto"):
+    return choose_precision(measure_speedup, gpu=False, cpu_bf16=True, asked=asked)
+
+
+def test_the_file_is_named_by_the_environment_else_in_the_users_cache(monkeypatch, tmp_path):
+    # The suite (conftest.py) keeps its measurements out of the user's cache, for every test and job it runs.
+    during_the_tests = remembered_measurements_file()
+    monkeypatch.delenv(MEASUREMENTS_FILE_VARIABLE)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    users = remembered_measurements_file()
+    assert users == Path.home() / ".cache" / "hf_transformer" / "precision.json"
+    assert during_the_tests != users and not during_the_tests.is_relative_to(Path.home() / ".cache")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert remembered_measurements_file() == tmp_path / "hf_transformer" / "precision.json"
