@@ -14,6 +14,8 @@ after its run; ``--keep`` names a folder to copy the folder of ``--weights`` int
 The job's output goes to ``LOG_DIR/run-N.log``; the report (Markdown, and JSON beside it) names the CPU, the commit
 and the settings in the environment that change what the job computes (``COMPUTE_SETTINGS``: the precision, the
 kernels' instruction sets, the threads).
+The clones share the user's remembered precision measurement (``recipes.common.precision``): the first run on a
+machine that has none measures it, as a new user's first job does, and the others, as that user's later jobs, take it.
 A run that fails, or ends without writing ``--results`` and ``--weights``, stops the series: the report keeps the
 runs before it, and the exit status is 1.
 """
@@ -36,7 +38,7 @@ from hf_transformer.commands import run_command
 from hf_transformer.cpu import cpu_description
 from hf_transformer.openmp import USER_SETTINGS
 from recipes.common.corpus_files import file_sha256
-from recipes.common.precision import PRECISION_VARIABLE
+from recipes.common.precision import MEASUREMENTS_FILE_VARIABLE, PRECISION_VARIABLE
 
 REPO = Path(__file__).resolve().parents[2]
 FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
@@ -45,6 +47,7 @@ PRECISION_LINE = re.compile(r"^precision: (.*)$", re.M)
 # torch's, oneDNN's and MKL's kernels may use, the threads and how they wait. The report names those that are set.
 COMPUTE_SETTINGS = (
     PRECISION_VARIABLE,
+    MEASUREMENTS_FILE_VARIABLE,
     "ATEN_CPU_CAPABILITY",
     "ONEDNN_MAX_CPU_ISA",
     "DNNL_MAX_CPU_ISA",
