@@ -245,13 +245,17 @@ def remembered_speedup(measure_speedup, key: str, path: Path | None = None) -> t
     # The speedup as measured, unrounded: a rounded one could fall on the other side of the threshold.
     measured = datetime.datetime.now().isoformat(timespec="seconds")
     measurements[key] = {"speedup": speedup, "measured": measured}
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         partial.write_text(json.dumps(measurements, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         os.replace(partial, path)
     except OSError as error:
         print(f"precision: the measurement could not be remembered in {path} ({error})", file=sys.stderr)
+        try:
+            partial.unlink(missing_ok=True)
+        except OSError:
+            pass  # nothing was written, or the folder refuses this too: either way no half file is read
         return speedup, "measured now"
     return speedup, f"measured now, remembered in {path}"
 

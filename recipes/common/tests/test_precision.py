@@ -284,3 +284,11 @@ def test_the_file_is_named_by_the_environment_else_in_the_users_cache(monkeypatc
     assert during_the_tests != users and not during_the_tests.is_relative_to(Path.home() / ".cache")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert remembered_measurements_file() == tmp_path / "hf_transformer" / "precision.json"
+
+
+def test_a_file_that_cannot_replace_the_old_one_leaves_no_partial_file(tmp_path, capsys):
+    path = tmp_path / "precision.json"
+    path.mkdir()  # a folder where the file should be: the new file is written beside it but cannot replace it
+    assert remembered_speedup(lambda: 1.3, "cpu A", path) == (1.3, "measured now")
+    assert "could not be remembered" in capsys.readouterr().err
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["precision.json"]
