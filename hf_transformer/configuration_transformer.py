@@ -160,6 +160,11 @@ def _reading_saved_config():
         _READING_SAVED_CONFIG.reset(token)
 
 
+def _as_list(value) -> list:
+    """A setting that may hold one value or a list of them, as a list (empty for None)."""
+    return list(value) if isinstance(value, list) else ([] if value is None else [value])
+
+
 def _lenient(config_dict: dict) -> dict:
     """A saved config as it is read: a ``problem_type`` saved before assignments were checked (the classifier then
     trained with binary cross-entropy, its fallback) is read as None, with a warning, so that the folder still loads
@@ -209,11 +214,15 @@ def probability(default):
 
 
 def token_id(default):
-    """A field holding a token id (>= 0); whether it is inside the vocabulary is checked with the vocabulary."""
+    """A field holding a token id (>= 0), or a list of them where the type allows one; whether each is inside the
+    vocabulary is checked with the vocabulary."""
 
     def check(value) -> None:
-        if value is not None and value < 0:
-            raise ValueError(f"must be a token id (an integer >= 0), got {value!r}")
+        for token in value if isinstance(value, list) else [value]:
+            if token is not None and token < 0:
+                raise ValueError(f"must be a token id (an integer >= 0), got {value!r}")
+        if isinstance(value, list) and not value:
+            raise ValueError("must name at least one token id, got []")
 
     return validated_field(check, default=default)
 
@@ -259,9 +268,11 @@ def _raise_value_errors(config_class: type) -> type:
     and the HF standard names (`hidden_size`, `num_hidden_layers`, ...) are aliases of the fields.
 
     Unknown keyword arguments raise `ValueError` (with the closest known name), so a misspelled option never passes
-    silently. A config read back from a dictionary or config.json (`from_dict`, `from_json_file`, `from_pretrained`)
-    keeps unknown keys as attributes instead, as `PretrainedConfig` does, and saves them again: other tools and users
-    add attributes to a config before saving it (a key close to a known setting is logged as a warning). Generation
+    silently; so does assigning a built config a new attribute close to a setting's name (`config.dropuot = 0.3`),
+    while any other new attribute is set as `PretrainedConfig` sets it. A config read back from a dictionary or
+    config.json (`from_dict`, `from_json_file`, `from_pretrained`) keeps unknown keys as attributes instead, as
+    `PretrainedConfig` does, and saves them again: other tools and users add attributes to a config before saving it
+    (a key close to a known setting is logged as a warning). Generation
     settings (`num_beams`, `max_length`...) belong on `model.generation_config`; given here they are dropped with a
     warning. A value a setting cannot hold raises [`InvalidConfigError`] (a `ValueError`) naming the setting.
     """
@@ -363,8 +374,8 @@ class TransformerConfig(PretrainedConfig):
         The padding token (`i_pad`); padding is derived from it.
     bos_token_id (`int`, *optional*, defaults to 2):
         The start token.
-    eos_token_id (`int`, *optional*, defaults to 3):
-        The end token.
+    eos_token_id (`int` or `list[int]`, *optional*, defaults to 3):
+        The end token; a list names several (generation stops at any), the model's own first.
     decoder_start_token_id (`int`, *optional*):
         The token the decoder starts from; defaults to `bos_token_id`.
     is_encoder_decoder (`bool`, *optional*, defaults to `True`):
@@ -423,7 +434,9 @@ class TransformerConfig(PretrainedConfig):
     use_cache: bool = True
     pad_token_id: int = token_id(default=0)
     bos_token_id: int | None = token_id(default=2)
-    eos_token_id: int | None = token_id(default=3)
+    # A list names several end tokens, as transformers' configs allow (generation stops at any); the first is the
+    # model's own, the one an engine that knows a single end token takes (`end_token_ids`).
+    eos_token_id: int | list[int] | None = token_id(default=3)
     decoder_start_token_id: int | None = token_id(default=None)
     is_encoder_decoder: bool = True
     # `PretrainedConfig` declares it without a type the library checks.
@@ -570,7 +583,7 @@ class TransformerConfig(PretrainedConfig):
         smallest_vocab = min(self.vocab_size, self.decoder_vocab_size)
         for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
             value = getattr(self, name)
-            if value is not None and not value < smallest_vocab:
+            if any(token is not None and not token < smallest_vocab for token in _as_list(value)):
                 raise ValueError(f"`{name}` must be an id in [0, {smallest_vocab}), got {value!r}.")
         if self.decoder_start_token_id is None:
             raise ValueError("set `decoder_start_token_id` or `bos_token_id`.")
@@ -607,6 +620,9 @@ class TransformerConfig(PretrainedConfig):
     def _refuse_misspelt(cls, keys) -> None:
         """Refuses the keys that look like misspelt settings (close to a known name), naming the closest."""
         known = sorted(set(cls.__dataclass_fields__) | set(_ALIASES) | set(_BOTH_STACK_LAYER_ALIASES))
+        # Another special token's id (`mask_token_id`, `sep_token_id`) is an attribute of its own, not a misspelt
+        # `pad_token_id`: the name is whole, only its token differs.
+        keys = [key for key in keys if not key.endswith("_token_id")]
         misspelt = {key: difflib.get_close_matches(key, known, n=1, cutoff=0.8) for key in keys if key not in known}
         misspelt = {key: close[0] for key, close in misspelt.items() if close}
         if misspelt:
@@ -637,6 +653,19 @@ class TransformerConfig(PretrainedConfig):
         # An alias is set as the field it names, so that the library checks it as that field (its own check runs
         # on the name it is given).
         name = type(self).attribute_map.get(key, key)
+        if (
+            self.__dict__.get("_post_init_done", False)
+            and not name.startswith("_")
+            and not name.endswith("_token_id")  # another special token's (see `_refuse_misspelt`)
+            and name not in self.__dict__
+            and not hasattr(type(self), name)
+            and not _READING_SAVED_CONFIG.get()
+        ):
+            # A new attribute on a built config (`config.dropuot = 0.3`) is refused when it looks like a misspelt
+            # setting, as the constructor and `update` refuse it; another tool's own attribute is set as it is. The
+            # cheap tests come first: transformers' `get_text_config` sets `start_token_id` on a copy inside
+            # compiled code, which cannot trace the context variable.
+            self._refuse_misspelt([name])
         super().__setattr__(name, value)
         # Assigning None to a setting derived from another one derives it again, as the constructor does.
         # `_post_init_done` is set by `PretrainedConfig.__post_init__`, after this class's own construction (a
@@ -668,6 +697,11 @@ class TransformerConfig(PretrainedConfig):
     def n_layer(self, value: int) -> None:
         self.encoder_layers = value
         self.decoder_layers = value
+
+    @property
+    def end_token_ids(self) -> tuple[int, ...]:
+        """The end tokens `eos_token_id` names, the model's own first (none where it is None)."""
+        return tuple(_as_list(self.eos_token_id))
 
     @property
     def embed_scale(self) -> float:

@@ -405,10 +405,9 @@ def _snippet_inputs(
             *tokenize,
             'input_ids, attention_mask = inputs["input_ids"], inputs["attention_mask"]',
         ]
-    specials = {config.pad_token_id, config.bos_token_id, config.eos_token_id, config.decoder_start_token_id}
+    specials = {config.pad_token_id, config.bos_token_id, *config.end_token_ids, config.decoder_start_token_id}
     ids = [i for i in range(config.vocab_size) if i not in specials][:4]
-    if config.eos_token_id is not None:
-        ids.append(config.eos_token_id)
+    ids.extend(config.end_token_ids[:1])
     return [
         "import torch",
         f"from transformers import {auto_class}",
@@ -702,11 +701,16 @@ def check_tokenizer_fits(tokenizer, config, name) -> None:
             f"the tokenizer of {name} has {len(tokenizer)} tokens and the model's token table {config.vocab_size}: "
             "it is not the tokenizer the model was trained with"
         )
+    # The model's own end token is the first of the config's (a config may name several).
+    model_ids = dict(
+        pad_token_id=config.pad_token_id,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=next(iter(config.end_token_ids), None),
+    )
     differ = [
-        f"{token} {getattr(tokenizer, token)} there, {getattr(config, token)} in the model"
-        for token in ("pad_token_id", "bos_token_id", "eos_token_id")
-        if None not in (getattr(tokenizer, token), getattr(config, token))
-        and getattr(tokenizer, token) != getattr(config, token)
+        f"{token} {getattr(tokenizer, token)} there, {model_id} in the model"
+        for token, model_id in model_ids.items()
+        if None not in (getattr(tokenizer, token), model_id) and getattr(tokenizer, token) != model_id
     ]
     if differ:
         raise ValueError(f"the tokenizer of {name} is not the model's: {'; '.join(differ)}")

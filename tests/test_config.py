@@ -6,6 +6,7 @@ import torch
 from transformers import AutoConfig
 
 from hf_transformer import TransformerConfig, TransformerForConditionalGeneration, TransformerModel
+from tests.helpers.models import tiny_config
 
 
 def settings(config: TransformerConfig) -> dict:
@@ -394,3 +395,61 @@ def test_a_both_stack_depth_and_a_misspelt_key_are_read_alike_by_the_constructor
     assert config.dropout == 0.2 and config.a_tool_s_own_note == "kept"
     with pytest.raises(ValueError, match="two depths"):
         TransformerConfig.from_pretrained(tmp_path, n_layer=2, num_hidden_layers=3)
+
+
+def test_a_misspelt_setting_assigned_to_a_built_config_raises_and_another_tool_s_attribute_is_set(tmp_path):
+    config = TransformerConfig(vocab_size=40, d_model=32, num_attention_heads=4, n_layer=1)
+    for misspelt, meant in (("dropuot", "dropout"), ("num_layers", "n_layer"), ("d_modle", "d_model")):
+        with pytest.raises(ValueError, match=f"`{misspelt}` \\(did you mean `{meant}`\\?\\)"):
+            setattr(config, misspelt, 2)
+        assert not hasattr(config, misspelt)  # nothing set
+    # Names that are no misspelling are set and saved as they are: another tool's own attribute, another special
+    # token's id, the aliases (which set the field they name) and a field itself.
+    config.a_tool_s_own_note = "kept"
+    config.mask_token_id = 4
+    config.d_hidn = 48
+    config.dropout = 0.2
+    assert (config.a_tool_s_own_note, config.mask_token_id, config.d_model, config.dropout) == ("kept", 4, 48, 0.2)
+    config.save_pretrained(tmp_path)
+    loaded = TransformerConfig.from_pretrained(tmp_path)
+    assert (loaded.a_tool_s_own_note, loaded.mask_token_id, loaded.d_model) == ("kept", 4, 48)
+    # A misspelt key read back from a hand-edited config.json is kept, as `PretrainedConfig` keeps it.
+    saved = json.loads((tmp_path / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**saved, "dropuot": 0.3}))
+    assert TransformerConfig.from_pretrained(tmp_path).dropuot == 0.3
+
+
+def test_a_config_naming_several_end_tokens_loads_and_generation_stops_at_each(tmp_path):
+    # transformers' configs take a list of end tokens (generate stops at any); a config.json naming several loads.
+    from transformers import AutoModelForSeq2SeqLM
+
+    from hf_transformer.hub import check_tokenizer_fits
+
+    config = tiny_config(eos_token_id=[3, 7])
+    assert config.end_token_ids == (3, 7) and tiny_config().end_token_ids == (3,)
+    assert tiny_config(eos_token_id=None).end_token_ids == ()
+    for wrong, message in (([3, 40], r"must be an id in \[0, 40\)"), ([], "at least one"), ([3, -1], "token id")):
+        with pytest.raises(ValueError, match=message):
+            tiny_config(eos_token_id=wrong)
+    torch.manual_seed(0)
+    plain = TransformerForConditionalGeneration(tiny_config(init_std=0.5)).eval()
+    source = torch.tensor([[5, 6, 7, 8, 3]])
+    with torch.no_grad():
+        rows = plain.generate(source, max_new_tokens=12, min_new_tokens=12, do_sample=False)[0, 1:].tolist()
+    second_end = next(token for token in rows if token != 3)  # a token the plain translation goes through
+    plain.config.eos_token_id = [3, second_end]
+    plain.generation_config.eos_token_id = [3, second_end]
+    plain.save_pretrained(tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["eos_token_id"] == [3, second_end]
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
+    assert loaded.config.end_token_ids == (3, second_end)
+    assert loaded.generation_config.eos_token_id == [3, second_end]
+    with torch.no_grad():
+        ended = loaded.generate(source, max_new_tokens=12, do_sample=False)[0, 1:].tolist()
+    assert ended == rows[: rows.index(second_end) + 1]
+    # The model's own end token is the first: a tokenizer ending with it fits, one ending with another does not.
+    fitting = type("Tokenizer", (), dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, __len__=lambda self: 40))
+    check_tokenizer_fits(fitting(), loaded.config, "the folder")
+    fitting.eos_token_id = second_end
+    with pytest.raises(ValueError, match=f"eos_token_id {second_end} there, 3 in the model"):
+        check_tokenizer_fits(fitting(), loaded.config, "the folder")

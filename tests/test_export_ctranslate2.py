@@ -255,6 +255,26 @@ def test_every_end_token_of_the_generation_config_ends_a_translation(converted, 
     assert produced == expected and any(row[-1] == second_end for row in produced)
 
 
+def test_a_model_naming_several_end_tokens_exports_its_own_as_the_end_and_stops_at_each(converted, tokenizer, tmp_path):
+    # A config.json may name several end tokens (transformers' configs allow a list): the first is CTranslate2's end
+    # token, and the translations stop at each of them, as generate's.
+    model, folder = converted("post_ln_sinusoidal_gelu")
+    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
+    options = dict(num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
+    plain = CTranslate2Generator(folder).generate(batch["input_ids"], batch["attention_mask"], **options)
+    eos = model.config.eos_token_id
+    second_end = next(row[1] for row in plain if len(row) > 2 and row[1] != eos)
+    model.config.eos_token_id = model.generation_config.eos_token_id = [eos, second_end]
+    try:
+        exported = to_ctranslate2(save(model, tokenizer, tmp_path / "two-ends"), tmp_path / "two-ends-ct2")
+    finally:
+        model.config.eos_token_id = model.generation_config.eos_token_id = eos
+    assert json.loads((exported / "config.json").read_text())["eos_token"] == tokenizer.convert_ids_to_tokens(eos)
+    produced = CTranslate2Generator(exported).generate(batch["input_ids"], batch["attention_mask"], **options)
+    expected = [row[: row.index(second_end) + 1] if second_end in row else row for row in plain]
+    assert produced == expected and any(row[-1] == second_end for row in produced)
+
+
 def test_vocabularies_map_token_strings_to_model_ids(converted, tokenizer):
     _, shared = converted("post_ln_sinusoidal_gelu")
     vocabulary = json.loads((shared / "shared_vocabulary.json").read_text())

@@ -286,7 +286,7 @@ def _register_loader() -> None:
             # The BOS token is only read for `add_source_bos`, which is off; it must still name a token.
             bos_id = model_config.bos_token_id
             config.bos_token = tokens[bos_id if bos_id is not None else model_config.decoder_start_token_id]
-            config.eos_token = tokens[model_config.eos_token_id]
+            config.eos_token = tokens[model_config.end_token_ids[0]]  # the model's own; the others stop it too
             config.decoder_start_token = tokens[model_config.decoder_start_token_id]
             # The unknown token must be in both vocabularies, or CTranslate2 appends it (one row too many).
             smallest = min(model_config.vocab_size, model_config.decoder_vocab_size)
