@@ -38,7 +38,7 @@ from hf_transformer.commands import run_command
 from hf_transformer.cpu import cpu_description
 from hf_transformer.openmp import USER_SETTINGS
 from recipes.common.corpus_files import file_sha256
-from recipes.common.precision import MEASUREMENTS_FILE_VARIABLE, PRECISION_VARIABLE
+from recipes.common.precision import KERNEL_VARIABLES, MEASUREMENTS_FILE_VARIABLE, PRECISION_VARIABLE
 
 REPO = Path(__file__).resolve().parents[2]
 FINISHED = re.compile(r"finished in (\d+(?:\.\d+)?) s")
@@ -48,10 +48,7 @@ PRECISION_LINE = re.compile(r"^precision: (.*)$", re.M)
 COMPUTE_SETTINGS = (
     PRECISION_VARIABLE,
     MEASUREMENTS_FILE_VARIABLE,
-    "ATEN_CPU_CAPABILITY",
-    "ONEDNN_MAX_CPU_ISA",
-    "DNNL_MAX_CPU_ISA",
-    "MKL_ENABLE_INSTRUCTIONS",
+    *KERNEL_VARIABLES,
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "RAYON_NUM_THREADS",

@@ -203,15 +203,31 @@ def remembered_measurements_file() -> Path:
     return Path(cache) / "hf_transformer" / "precision.json"
 
 
+# Settings of the environment that change which kernels torch, oneDNN and MKL run on the same CPU (oneDNN without AMX,
+# torch held to AVX2): a measurement made under one is not the other's.
+KERNEL_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "MKL_ENABLE_INSTRUCTIONS",
+)
+
+
 def measurement_key(task: str, shape: dict[str, int]) -> str:
     """What a measured speedup holds for: this CPU (its name, family, model and bfloat16 flags), the torch version,
-    the thread count and the model's task and shape. Anything else that changes gives a new measurement."""
+    the thread count, the kernel settings of the environment that are set (``KERNEL_VARIABLES``) and the model's
+    task and shape. Anything else that changes gives a new measurement."""
     import torch
 
     from hf_transformer.cpu import cpu_description
 
     sizes = " ".join(f"{name}={value}" for name, value in sorted(shape.items()))
-    return f"{cpu_description()} | torch {torch.__version__} | {torch.get_num_threads()} thread(s) | {task} {sizes}"
+    kernels = "".join(f" | {name}={os.environ[name]}" for name in KERNEL_VARIABLES if os.environ.get(name))
+    return (
+        f"{cpu_description()} | torch {torch.__version__} | {torch.get_num_threads()} thread(s){kernels} | "
+        f"{task} {sizes}"
+    )
 
 
 def _read_measurements(path: Path) -> dict:

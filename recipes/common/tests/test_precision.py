@@ -247,6 +247,19 @@ def test_the_key_names_the_cpu_torch_threads_and_shape():
     assert measurement_key("masked-lm", {**SHAPE, "d_model": 32}) != key
 
 
+@pytest.mark.parametrize("variable", ["ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY"])
+def test_the_key_names_the_kernel_settings_of_the_environment_where_they_are_set(monkeypatch, variable):
+    # oneDNN held to AVX512_CORE_BF16 on a CPU with AMX (or torch to AVX2) runs other kernels: its own measurement.
+    for name in precision.KERNEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    plain = measurement_key("masked-lm", SHAPE)
+    monkeypatch.setenv(variable, "avx2")
+    held = measurement_key("masked-lm", SHAPE)
+    assert held != plain and f"{variable}=avx2" in held
+    monkeypatch.setenv(variable, "")  # set but empty: the default kernels, the plain key
+    assert measurement_key("masked-lm", SHAPE) == plain
+
+
 def test_the_command_line_measures_once_per_machine_and_then_says_it_remembers(monkeypatch, capsys, tmp_path):
     path = tmp_path / "precision.json"
     monkeypatch.setenv(MEASUREMENTS_FILE_VARIABLE, str(path))
