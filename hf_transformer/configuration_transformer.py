@@ -272,9 +272,9 @@ def _raise_value_errors(config_class: type) -> type:
     while any other new attribute is set as `PretrainedConfig` sets it. A config read back from a dictionary or
     config.json (`from_dict`, `from_json_file`, `from_pretrained`) keeps unknown keys as attributes instead, as
     `PretrainedConfig` does, and saves them again: other tools and users add attributes to a config before saving it
-    (a key close to a known setting is logged as a warning). Generation
-    settings (`num_beams`, `max_length`...) belong on `model.generation_config`; given here they are dropped with a
-    warning. A value a setting cannot hold raises [`InvalidConfigError`] (a `ValueError`) naming the setting.
+    (a key close to a known setting is logged as a warning). Generation settings (`num_beams`, `max_length`...) belong
+    on `model.generation_config`; given here they are dropped with a warning. A value a setting cannot hold raises
+    [`InvalidConfigError`] (a `ValueError`) naming the setting.
     """
 )
 @_raise_value_errors
