@@ -236,9 +236,12 @@ def test_what_generate_refuses_is_refused_and_a_folder_without_lengths_generates
     assert len(generator.generate(ids, num_beams=1, min_new_tokens=20)[0]) == 20
 
 
-def test_every_end_token_of_the_generation_config_ends_a_translation(converted, tokenizer, tmp_path):
-    # As generate stops at any of the generation config's end tokens: each translation is the one-end-token
-    # translation of the same engine cut after the first of them (the same computation up to there, on any CPU).
+@pytest.mark.parametrize("named_in", ["generation config", "model config"])
+def test_every_end_token_ends_a_translation(converted, tokenizer, tmp_path, named_in):
+    # As generate stops at any of its end tokens: each translation is the one-end-token translation of the same
+    # engine cut after the first of them (the same computation up to there, on any CPU). The end tokens are named in
+    # the exported folder's generation config, or in the model's config.json before the export (a list, as
+    # transformers' configs allow), whose first is CTranslate2's end token.
     import shutil
 
     model, folder = converted("post_ln_sinusoidal_gelu")
@@ -247,30 +250,18 @@ def test_every_end_token_of_the_generation_config_ends_a_translation(converted, 
     plain = CTranslate2Generator(folder).generate(batch["input_ids"], batch["attention_mask"], **options)
     eos = model.config.eos_token_id
     second_end = next(row[1] for row in plain if len(row) > 2 and row[1] != eos)  # a token a translation goes through
-    copy = shutil.copytree(folder, tmp_path / "two-ends")
-    settings = json.loads((copy / "generation_config.json").read_text())
-    (copy / "generation_config.json").write_text(json.dumps(settings | {"eos_token_id": [eos, second_end]}))
-    produced = CTranslate2Generator(copy).generate(batch["input_ids"], batch["attention_mask"], **options)
-    expected = [row[: row.index(second_end) + 1] if second_end in row else row for row in plain]
-    assert produced == expected and any(row[-1] == second_end for row in produced)
-
-
-def test_a_model_naming_several_end_tokens_exports_its_own_as_the_end_and_stops_at_each(converted, tokenizer, tmp_path):
-    # A config.json may name several end tokens (transformers' configs allow a list): the first is CTranslate2's end
-    # token, and the translations stop at each of them, as generate's.
-    model, folder = converted("post_ln_sinusoidal_gelu")
-    batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
-    options = dict(num_beams=1, max_new_tokens=MAX_NEW_TOKENS)
-    plain = CTranslate2Generator(folder).generate(batch["input_ids"], batch["attention_mask"], **options)
-    eos = model.config.eos_token_id
-    second_end = next(row[1] for row in plain if len(row) > 2 and row[1] != eos)
-    model.config.eos_token_id = model.generation_config.eos_token_id = [eos, second_end]
-    try:
-        exported = to_ctranslate2(save(model, tokenizer, tmp_path / "two-ends"), tmp_path / "two-ends-ct2")
-    finally:
-        model.config.eos_token_id = model.generation_config.eos_token_id = eos
-    assert json.loads((exported / "config.json").read_text())["eos_token"] == tokenizer.convert_ids_to_tokens(eos)
-    produced = CTranslate2Generator(exported).generate(batch["input_ids"], batch["attention_mask"], **options)
+    if named_in == "generation config":
+        two_ends = shutil.copytree(folder, tmp_path / "two-ends")
+        settings = json.loads((two_ends / "generation_config.json").read_text())
+        (two_ends / "generation_config.json").write_text(json.dumps(settings | {"eos_token_id": [eos, second_end]}))
+    else:
+        model.config.eos_token_id = model.generation_config.eos_token_id = [eos, second_end]
+        try:
+            two_ends = to_ctranslate2(save(model, tokenizer, tmp_path / "two-ends"), tmp_path / "two-ends-ct2")
+        finally:
+            model.config.eos_token_id = model.generation_config.eos_token_id = eos
+        assert json.loads((two_ends / "config.json").read_text())["eos_token"] == tokenizer.convert_ids_to_tokens(eos)
+    produced = CTranslate2Generator(two_ends).generate(batch["input_ids"], batch["attention_mask"], **options)
     expected = [row[: row.index(second_end) + 1] if second_end in row else row for row in plain]
     assert produced == expected and any(row[-1] == second_end for row in produced)
 
