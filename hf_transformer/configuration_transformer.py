@@ -218,8 +218,8 @@ def token_id(default):
     vocabulary is checked with the vocabulary."""
 
     def check(value) -> None:
-        for token in value if isinstance(value, list) else [value]:
-            if token is not None and token < 0:
+        for token in _as_list(value):
+            if token < 0:
                 raise ValueError(f"must be a token id (an integer >= 0), got {value!r}")
         if isinstance(value, list) and not value:
             raise ValueError("must name at least one token id, got []")
