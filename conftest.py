@@ -18,15 +18,6 @@ if not os.environ.get("HF_TRANSFORMER_PRECISION_FILE"):
     atexit.register(shutil.rmtree, _measurements, ignore_errors=True)
     os.environ["HF_TRANSFORMER_PRECISION_FILE"] = os.path.join(_measurements, "precision.json")
 
-# CTranslate2 reads CT2_USE_MKL when it is imported, and test modules import it while they are collected: the choice
-# the package makes before it first imports CTranslate2 (hf_transformer.export.ctranslate2_export.prefer_mkl_for_int8,
-# MKL's int8 products on an AMD CPU with AVX2 only) is made here first, so that the suite runs the engine as a user of
-# the package gets it.
-if os.environ.get("CT2_USE_MKL") is None:
-    from hf_transformer.export.ctranslate2_export import prefer_mkl_for_int8
-
-    prefer_mkl_for_int8()
-
 
 def pytest_configure(config):
     """With worker processes (pytest-xdist's ``-n``, two by default: pyproject.toml), each worker is the other's load

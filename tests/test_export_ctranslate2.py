@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -21,8 +22,9 @@ from hf_transformer.export.ctranslate2_export import (  # noqa: E402
     CTranslate2Generator,
     check_convertible,
     ctranslate2_generate,
+    int8_products_saturate,
     prefer_avx512,
-    prefer_mkl_for_int8,
+    read_model_bin,
     to_ctranslate2,
 )
 
@@ -417,7 +419,7 @@ def test_int8_conversion_decodes_close_to_float32_but_not_as_it(tmp_path, tokeni
     tokens = generator.generate(
         batch["input_ids"], batch["attention_mask"], num_beams=2, max_new_tokens=MAX_NEW_TOKENS, early_stopping=True
     )
-    # Rounding the weights to 8 bits moves this model's log-probabilities by about 0.05 a token (another model of
+    # Rounding the weights to 7 bits moves this model's log-probabilities by about 0.07 a token (another model of
     # these sizes: about 12; float32 conversion: 1e-6): most translations stay float32's, the probabilities do not.
     assert sum(row == reference for row, reference in zip(tokens, expected)) >= len(INPUTS) // 2, (tokens, expected)
     sources = generator._source_tokens(batch["input_ids"], batch["attention_mask"])
@@ -517,20 +519,65 @@ def test_avx512_is_chosen_for_ctranslate2_on_amd_cpus_that_have_it(vendor, flags
 
 
 @pytest.mark.parametrize(
-    ("vendor", "flags", "environ", "chosen"),
+    ("vendor", "flags", "environ", "saturate"),
     [
-        ("AuthenticAMD", "", {}, "1"),  # AVX2 only: oneDNN's int8 products saturate there
-        ("AuthenticAMD", "avx_vnni", {}, None),  # VNNI sums in 32 bits
-        ("AuthenticAMD", AVX512, {}, None),  # AVX-512 chosen instead (above)
-        ("GenuineIntel", "", {}, None),  # CTranslate2 uses MKL there by itself
-        ("AuthenticAMD", "", {"CT2_USE_MKL": "0"}, "0"),  # the user's choice stands
+        ("AuthenticAMD", "avx2", {}, True),  # oneDNN's AVX2 int8 kernels sum pairs in 16 bits
+        ("AuthenticAMD", "avx2 avx_vnni", {}, False),  # VNNI sums in 32 bits
+        ("AuthenticAMD", AVX512 + " avx512_vnni", {}, False),
+        ("AuthenticAMD", "avx2", {"CT2_USE_MKL": "1"}, False),  # MKL's kernels
+        ("GenuineIntel", "avx2", {}, False),  # CTranslate2 takes MKL's there by itself
     ],
 )
-def test_mkl_is_chosen_for_int8_on_amd_cpus_with_avx2_only(vendor, flags, environ, chosen):
-    environ = dict(environ)
-    changed = prefer_mkl_for_int8(environ, cpuinfo(vendor, flags))
-    assert environ.get("CT2_USE_MKL") == chosen
-    assert changed == (chosen == "1")
+def test_cpus_whose_int8_products_saturate_are_named(vendor, flags, environ, saturate):
+    assert int8_products_saturate(environ, cpuinfo(vendor, flags)) is saturate
+
+
+def test_int8_weights_of_8_bits_are_warned_about_where_int8_products_saturate(tmp_path, tokenizer, monkeypatch):
+    """A float folder computed in int8 (CTranslate2 rounds its weights to 8 bits when loading) is warned about on a CPU
+    whose int8 products saturate, naming the remedy; the int8 export (7 bits) and float compute types are not."""
+    import warnings
+
+    from hf_transformer.export import ctranslate2_export
+
+    model = random_model(tokenizer, n_layer=1)
+    folder = save(model, tokenizer, tmp_path / "model")
+    float32, int8 = to_ctranslate2(folder, tmp_path / "float32"), to_ctranslate2(folder, tmp_path / "int8", "int8")
+    monkeypatch.setattr(ctranslate2_export, "int8_products_saturate", lambda: True)
+    with pytest.warns(UserWarning, match="take 8 bits.*saturate.*quantization='int8' \\(7-bit weights\\)"):
+        CTranslate2Generator(float32, compute_type="int8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CTranslate2Generator(int8)
+        CTranslate2Generator(int8, compute_type="int8_float32")
+        CTranslate2Generator(float32)
+    monkeypatch.setattr(ctranslate2_export, "int8_products_saturate", lambda: False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CTranslate2Generator(float32, compute_type="int8")
+
+
+@pytest.mark.parametrize("quantization", ["int8", "int8_float16"])
+def test_int8_weights_are_stored_within_7_bits(tmp_path, tokenizer, quantization):
+    """oneDNN's int8 products on AVX2 without VNNI (CTranslate2's on an AMD CPU) sum pairs of uint8 x int8 products in
+    16 bits: 8-bit weights saturate them, 7-bit ones fit. Each row of every quantized weight reaches +-63 and no
+    further, scaled back to float32's values; the model keeps float32's variables and ties, the others in the
+    quantization's float type."""
+    model = random_model(tokenizer, n_layer=1, tie_word_embeddings=True)
+    folder = save(model, tokenizer, tmp_path / "model")
+    float32, float32_aliases = read_model_bin(to_ctranslate2(folder, tmp_path / "float32") / "model.bin")
+    int8, aliases = read_model_bin(to_ctranslate2(folder, tmp_path / "int8", quantization=quantization) / "model.bin")
+    assert aliases == float32_aliases and aliases, aliases
+    # The quantized weights: those whose scales are new.
+    weights = [name.removesuffix("_scale") for name in int8 if name.endswith("_scale") and name not in float32]
+    assert len(weights) >= 10 and all(int8[name].dtype == np.int8 for name in weights), weights
+    assert set(int8) == set(float32) | {f"{name}_scale" for name in weights}
+    for name in weights:
+        assert (np.abs(int8[name].astype(np.int16)).max(axis=1) == 63).all(), name
+        restored = int8[name] / int8[f"{name}_scale"][:, None]
+        assert np.abs(restored - float32[name]).max() <= np.abs(float32[name]).max() / 126 + 1e-6, name
+    # The other variables (not scalars, not the new scales) in the quantization's float type.
+    others = {value.dtype for name, value in int8.items() if name in float32 and name not in weights and value.ndim}
+    assert others == {np.dtype(np.float16 if quantization == "int8_float16" else np.float32)}
 
 
 def test_generation_settings_the_engine_does_not_apply_are_warned_about(converted, tokenizer, tmp_path):

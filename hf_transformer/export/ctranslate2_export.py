@@ -61,10 +61,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import struct
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..adapters import merged_model_folder
@@ -142,30 +144,105 @@ def prefer_avx512(environ=os.environ, cpuinfo: str | None = None) -> bool:
     return True
 
 
-# On an AMD CPU with AVX2 but neither AVX-512 nor VNNI, CTranslate2's default int8 products (oneDNN's u8s8 kernels)
-# sum pairs of 8-bit products in 16 bits, which saturate: a model's int8 log-probabilities there move about ten times
-# as far from float32's as with MKL's kernels (docs/deployment.md). MKL is chosen there unless the user has chosen.
+# int8 weights are stored in 7 bits (within +-63, a scale per output row), as the ONNX export stores its own: on a CPU
+# whose int8 products sum pairs of uint8 x int8 products in 16 bits (oneDNN's kernels on AVX2 without VNNI, which
+# CTranslate2 uses on an AMD CPU), 8-bit weights saturate those sums (255 * 127 * 2 > 32767) and move the
+# log-probabilities about ten times as far from float32's; 7 bits fit on every CPU (docs/deployment.md).
+INT8_WEIGHT_LIMIT = 63
+# CTranslate2's int8 weight types, each with the type of the model's other (unquantized) variables.
+INT8_QUANTIZATIONS = {"int8": None, "int8_float32": "float32", "int8_float16": "float16", "int8_bfloat16": "bfloat16"}
+
+
+def quantize_int8_weights(spec, quantization: str, limit: int = INT8_WEIGHT_LIMIT) -> None:
+    """Quantize ``spec``'s weights as CTranslate2's ``quantization`` (one of :data:`INT8_QUANTIZATIONS`) does,
+    rounding each weight row to integers within ``+-limit`` (CTranslate2's own: +-127) with its scale beside it; the
+    other float variables take the quantization's float type. Variables already aliased (tied) are left as names."""
+    from ctranslate2.specs.model_spec import NumpyVariable, Variable, visit_spec
+
+    float_type = INT8_QUANTIZATIONS[quantization]
+
+    def quantize(layer, name, value):
+        if not isinstance(value, Variable) or value.is_scalar():
+            return
+        key = name.split("/")[-1]
+        if hasattr(layer, f"{key}_scale"):  # a weight CTranslate2 quantizes
+            weight = value.to("float32").numpy()
+            largest = np.abs(weight).max(axis=1)
+            largest[largest == 0] = limit
+            scale = (limit / largest).astype(np.float32)
+            setattr(layer, key, NumpyVariable(np.rint(weight * scale[:, None]).astype(np.int8)))
+            setattr(layer, f"{key}_scale", NumpyVariable(scale))
+        elif float_type is not None and value.dtype in ("float32", "float16", "bfloat16"):
+            setattr(layer, key, value.to(float_type))
+
+    visit_spec(spec, quantize)
+
+
+# CTranslate2's type ids in model.bin (bfloat16 read as its 16 raw bits), and the binary version read here (4.x's).
+MODEL_BIN_TYPES = (np.float32, np.int8, np.int16, np.int32, np.float16, np.uint16)
+MODEL_BIN_VERSION = 6
+
+
+def read_model_bin(path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """The variables of a CTranslate2 ``model.bin`` by name, and its aliases (a name -> the variable it names).
+    Raises ``ValueError`` for a file of another binary version."""
+    data = Path(path).read_bytes()
+    at = 0
+
+    def take(fmt: str):
+        nonlocal at
+        values = struct.unpack_from(fmt, data, at)
+        at += struct.calcsize(fmt)
+        return values[0] if len(values) == 1 else values
+
+    def string() -> str:  # a length (the closing NUL counted), then the bytes
+        nonlocal at
+        length = take("H")
+        at += length
+        return data[at - length : at - 1].decode()
+
+    version = take("I")
+    if version != MODEL_BIN_VERSION:
+        raise ValueError(f"{path}: CTranslate2 binary version {version}; this reader knows {MODEL_BIN_VERSION}")
+    string(), take("I")  # the spec's name and revision
+    variables = {}
+    for _ in range(take("I")):
+        name = string()
+        shape = [take("I") for _ in range(take("B"))]
+        dtype, size = MODEL_BIN_TYPES[take("B")], take("I")
+        variables[name] = np.frombuffer(data, dtype, size // np.dtype(dtype).itemsize, at).reshape(shape)
+        at += size
+    aliases = {}
+    for _ in range(take("I")):
+        alias = string()
+        aliases[alias] = string()
+    return variables, aliases
+
+
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni")
 
 
-def prefer_mkl_for_int8(environ=os.environ, cpuinfo: str | None = None) -> bool:
-    """Set ``CT2_USE_MKL=1`` on an AMD CPU with neither AVX-512 nor VNNI when it is not set; True when it was set
-    here. Like ``CT2_FORCE_CPU_ISA``, CTranslate2 reads it when it first picks its kernels."""
-    if "CT2_USE_MKL" in environ:
+def int8_products_saturate(environ=os.environ, cpuinfo: str | None = None) -> bool:
+    """Whether CTranslate2's int8 products on this CPU sum pairs of 8-bit products in 16 bits: oneDNN's kernels,
+    which CTranslate2 takes on an AMD CPU (unless ``CT2_USE_MKL=1``), on a CPU without VNNI."""
+    if environ.get("CT2_USE_MKL") == "1":
         return False
     fields = cpu_fields(cpuinfo)
     if fields is None or fields.get("vendor_id") != "AuthenticAMD":
         return False
-    flags = set(fields.get("flags", "").split())
-    if "avx512f" in flags or flags.intersection(VNNI_FLAGS):
-        return False
-    environ["CT2_USE_MKL"] = "1"
-    return True
+    return not set(fields.get("flags", "").split()).intersection(VNNI_FLAGS)
+
+
+def weights_fit_int8_products(model_dir) -> bool:
+    """Whether a CTranslate2 folder's weights are int8 within 7 bits (:func:`to_ctranslate2`'s int8 export). Float
+    weights are not: CTranslate2 rounds them to 8 bits when it loads them for an int8 compute type."""
+    variables, _ = read_model_bin(Path(model_dir) / "model.bin")
+    matrices = [value for value in variables.values() if value.dtype == np.int8 and value.ndim == 2]
+    return bool(matrices) and all(np.abs(m.astype(np.int16)).max() <= INT8_WEIGHT_LIMIT for m in matrices)
 
 
 def _ctranslate2():
     prefer_avx512()
-    prefer_mkl_for_int8()
     try:
         import ctranslate2
         import ctranslate2.converters.transformers  # noqa: F401  (the converter and its loaders)
@@ -240,6 +317,16 @@ def _register_loader() -> None:
     from ctranslate2.converters import transformers as ct2_transformers
     from ctranslate2.specs import transformer_spec
 
+    class SevenBitInt8TransformerSpec(transformer_spec.TransformerSpec):
+        """``TransformerSpec`` whose int8 quantizations round the weights within 7 bits
+        (:func:`quantize_int8_weights`); every other quantization is CTranslate2's own."""
+
+        def optimize(self, quantization=None):
+            if quantization not in INT8_QUANTIZATIONS:
+                return super().optimize(quantization=quantization)
+            super().optimize(quantization=None)  # ties variables of equal values, as before CTranslate2's quantizing
+            quantize_int8_weights(self, quantization)
+
     class TransformerLoader(ct2_transformers.BartLoader):
         """``BartLoader`` with this package's module names, head size, positions and vocabularies."""
 
@@ -273,7 +360,7 @@ def _register_loader() -> None:
             # Post-LN: LayerNorm after each residual sum. CTranslate2 applies a stack's `layer_norm` whenever it is
             # present, so a final LayerNorm after post-LN layers is represented too.
             encoder.pre_norm = decoder.pre_norm = config.layer_norm_position == "pre"
-            spec = transformer_spec.TransformerSpec(encoder, decoder)
+            spec = SevenBitInt8TransformerSpec(encoder, decoder)
 
             self.set_encoder(spec.encoder, model.model.encoder)
             self.set_decoder(spec.decoder, model.model.decoder)
@@ -481,6 +568,15 @@ class CTranslate2Generator:
                 inter_threads=inter_threads,
                 intra_threads=intra_threads,
             )
+        if device == "cpu" and self.translator.compute_type.startswith("int8") and int8_products_saturate():
+            if not weights_fit_int8_products(self.model_dir):
+                warnings.warn(
+                    f"CTranslate2Generator: {self.model_dir}'s weights computed in int8 take 8 bits, and this CPU's "
+                    "int8 products (oneDNN's, without VNNI) saturate with them: scores move far from float32's. "
+                    "Export the folder with quantization='int8' (7-bit weights), or set CT2_USE_MKL=1 before "
+                    "CTranslate2 is imported",
+                    stacklevel=2,
+                )
         if (self.model_dir / "shared_vocabulary.json").is_file():
             self.source_tokens = self.target_tokens = _read_json(self.model_dir / "shared_vocabulary.json")
         else:
