@@ -18,7 +18,9 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_argument("model_dir", help="a folder written by save_pretrained (with its tokenizer)")
         sub.add_argument("output_dir", help="where the exported model goes")
     ct2.add_argument(
-        "--quantization", default=None, help="CTranslate2 weight type: int8, int8_float32, int16, float16, ..."
+        "--quantization",
+        default=None,
+        help="CTranslate2 weight type: int8 (7-bit weights), int8_float32, int16, float16, ...",
     )
     onnx.add_argument(
         "--quantization", default=None, choices=["int8"], help="int8: ONNX Runtime's dynamic quantization of the graphs"

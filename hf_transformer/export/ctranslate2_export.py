@@ -325,7 +325,7 @@ def _register_loader() -> None:
             if quantization not in INT8_QUANTIZATIONS:
                 return super().optimize(quantization=quantization)
             super().optimize(quantization=None)  # ties variables of equal values, as before CTranslate2's quantizing
-            quantize_int8_weights(self, quantization)
+            quantize_int8_weights(self, quantization, INT8_WEIGHT_LIMIT)  # read when called: a benchmark sets 127
 
     class TransformerLoader(ct2_transformers.BartLoader):
         """``BartLoader`` with this package's module names, head size, positions and vocabularies."""
@@ -460,7 +460,8 @@ def to_ctranslate2(model_dir, output_dir, quantization: str | None = None, force
     and returns its path.
 
     ``quantization`` is CTranslate2's weight type (None keeps float32; "int8", "int8_float32", "int16",
-    "float16", "bfloat16", ...). ``force`` replaces an existing ``output_dir``. Raises ``ValueError`` for a folder
+    "float16", "bfloat16", ...); int8 weights are stored in 7 bits, which every CPU's int8 products hold
+    (:func:`quantize_int8_weights`). ``force`` replaces an existing ``output_dir``. Raises ``ValueError`` for a folder
     that is not a seq2seq model or a setting CTranslate2 cannot represent (see :func:`check_convertible`).
     """
     _ctranslate2()
