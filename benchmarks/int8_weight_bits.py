@@ -6,7 +6,7 @@ pairs of uint8 x int8 products in 16 bits, which saturate with 8-bit weights (25
 8 bits is CTranslate2's own converter's rounding (within +-127), 7 bits the package's int8 export (within +-63).
 CTranslate2 reads ``CT2_USE_MKL`` when it is imported, so each library runs in a process of its own.
 
-    python benchmarks/int8_weight_bits.py                  # six models (seeds 0-5), beam 2, about a minute
+    python -m benchmarks.int8_weight_bits                  # six models (seeds 0-5), beam 2, about a minute
 
 Writes ``benchmarks/results/int8_weight_bits.md`` and ``.json`` (``--output``) and prints progress.
 """
@@ -20,49 +20,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 
-try:  # python -m benchmarks.int8_weight_bits, or imported from the repository root
-    from benchmarks.benchmark import machine_description, write_report
-except ModuleNotFoundError:  # python benchmarks/int8_weight_bits.py: the script's own folder is on the path
-    from benchmark import machine_description, write_report
+# Run as a module from the repository root: the models are the tests' own (tests/helpers/models.py).
+from benchmarks.benchmark import machine_description, write_report
+
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 SENTENCES = ["a man rides a red bike .", "two dogs play in the snow .", "ein mann fährt ein rotes fahrrad ."] * 4
 INPUTS = ["a man rides a red bike .", "two dogs", "ein mann fährt ein rotes fahrrad .", "a dog in the snow"]
 LIBRARIES = {"oneDNN": "0", "MKL": "1"}  # CT2_USE_MKL
-
-
-def random_translator(tokenizer, seed: int):
-    """A one-layer model with weights larger than its initialisation gives, so that its outputs depend on the input
-    (as tests/test_export_ctranslate2.py's int8 test builds it)."""
-    from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
-
-    torch.manual_seed(seed)
-    config = TransformerConfig(  # tests/helpers/models.py's tiny_config, one layer each side
-        vocab_size=len(tokenizer),
-        d_model=32,
-        n_layer=1,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=48,
-        dropout=0.0,
-        pad_token_id=0,
-        bos_token_id=2,
-        eos_token_id=3,
-    )
-    model = TransformerForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "embed" in name:
-                parameter.normal_(0.0, 1.0)
-            elif parameter.dim() == 2:
-                parameter.normal_(0.0, 1.5 / parameter.shape[1] ** 0.5)
-            elif "layer_norm" in name and name.endswith("weight"):
-                parameter.normal_(1.0, 0.2)
-            else:
-                parameter.normal_(0.0, 0.2)
-    return model
 
 
 def measure(bits: int, models: int) -> dict:
@@ -71,6 +40,7 @@ def measure(bits: int, models: int) -> dict:
     from hf_transformer.export import ctranslate2_export
     from hf_transformer.export.ctranslate2_export import CTranslate2Generator, to_ctranslate2
     from hf_transformer.tokenization import train_tokenizer
+    from tests.helpers.models import hf_tokens, random_translator, teacher_forced_log_probs
 
     ctranslate2_export.INT8_WEIGHT_LIMIT = 2 ** (bits - 1) - 1  # 127: CTranslate2's own rounding
     tokenizer = train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=48, show_progress=False)
@@ -78,14 +48,12 @@ def measure(bits: int, models: int) -> dict:
     distances, same = [], 0
     with tempfile.TemporaryDirectory() as folder:
         for seed in range(models):
-            model = random_translator(tokenizer, seed)
+            model = random_translator(tokenizer, seed, n_layer=1)
             model.save_pretrained(f"{folder}/{seed}")
             tokenizer.save_pretrained(f"{folder}/{seed}")
             generator = CTranslate2Generator(to_ctranslate2(f"{folder}/{seed}", f"{folder}/{seed}-int8", "int8"))
-            with torch.no_grad():
-                sequences = model.generate(**batch, num_beams=2, max_new_tokens=10, early_stopping=True)
+            rows, _ = hf_tokens(model, batch, num_beams=2, early_stopping=True)
             eos = model.config.eos_token_id
-            rows = [row[: row.index(eos) + 1] if eos in row else row for row in sequences[:, 1:].tolist()]
             tokens = generator.generate(
                 batch["input_ids"], batch["attention_mask"], num_beams=2, max_new_tokens=10, early_stopping=True
             )
@@ -93,18 +61,9 @@ def measure(bits: int, models: int) -> dict:
             sources = generator._source_tokens(batch["input_ids"], batch["attention_mask"])
             targets = [[generator.target_tokens[i] for i in row if i != eos] for row in rows]
             scored = generator.translator.score_batch(sources, targets, max_input_length=0)
-            gaps = []
-            for index, (row, result) in enumerate(zip(rows, scored)):
-                target = row if row and row[-1] == eos else row + [eos]
-                real = batch["attention_mask"][index].bool()
-                with torch.no_grad():
-                    logits = model(
-                        input_ids=batch["input_ids"][index : index + 1, real],
-                        decoder_input_ids=torch.tensor([[model.config.decoder_start_token_id] + target[:-1]]),
-                    ).logits[0]
-                float32 = logits.log_softmax(-1).gather(-1, torch.tensor(target)[:, None])[:, 0]
-                gaps.append((torch.tensor(result.log_probs) - float32).abs())
-            distances.append(round(torch.cat(gaps).mean().item(), 4))
+            float32 = torch.cat(teacher_forced_log_probs(model, batch, rows))
+            int8 = torch.cat([torch.tensor(result.log_probs) for result in scored])
+            distances.append(round((int8 - float32).abs().mean().item(), 4))
     return {"distances": distances, "same_beams": same, "beams": models * len(INPUTS)}
 
 
@@ -121,9 +80,22 @@ def main(argv: list[str] | None = None) -> int:
     cells = {}
     for library, use_mkl in LIBRARIES.items():
         for bits in (8, 7):
-            command = [sys.executable, __file__, "--worker", str(bits), "--models", str(args.models)]
+            command = [
+                sys.executable,
+                "-m",
+                "benchmarks.int8_weight_bits",
+                "--worker",
+                str(bits),
+                "--models",
+                str(args.models),
+            ]
             done = subprocess.run(
-                command, env=os.environ | {"CT2_USE_MKL": use_mkl}, capture_output=True, text=True, check=True
+                command,
+                env=os.environ | {"CT2_USE_MKL": use_mkl},
+                cwd=REPOSITORY,
+                capture_output=True,
+                text=True,
+                check=True,
             )
             cells[f"{library} {bits}"] = json.loads(done.stdout.strip().splitlines()[-1])
             print(f"{library}, {bits}-bit weights: {cells[f'{library} {bits}']}", flush=True)
@@ -137,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# CTranslate2 int8 weights: 8 bits and 7 bits, oneDNN and MKL",
         "",
-        f"Produced by `python benchmarks/int8_weight_bits.py --models {args.models} --output {args.output}` on "
+        f"Produced by `python -m benchmarks.int8_weight_bits --models {args.models} --output {args.output}` on "
         f"{machine}. Per setting, the range over the random models (one layer each side, seeds 0-{args.models - 1}) "
         "of the mean |int8 - float32| log-probability (nats a token) of float32's beam-2 tokens; and how many "
         "beams int8 decodes as float32 does.",

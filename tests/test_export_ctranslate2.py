@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from hf_transformer import TransformerForConditionalGeneration, TransformerForSequenceClassification
-from tests.helpers.models import tiny_config
+from hf_transformer import TransformerForSequenceClassification
+from tests.helpers.models import hf_tokens, random_translator, teacher_forced_log_probs, tiny_config
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -42,59 +42,10 @@ def tokenizer():
     return train_tokenizer(SENTENCES, vocab_size=80, model_type="bpe", model_max_length=48, show_progress=False)
 
 
-def random_model(tokenizer, seed: int = 0, **overrides) -> TransformerForConditionalGeneration:
-    """A tiny model with weights larger than its initialisation gives, so that its outputs depend on the input."""
-    torch.manual_seed(seed)
-    settings = dict(vocab_size=len(tokenizer), max_position_embeddings=48)  # tiny_config's depth: 2 + 2 layers
-    settings.update(overrides)
-    model = TransformerForConditionalGeneration(tiny_config(**settings)).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "embed" in name:
-                parameter.normal_(0.0, 1.0)
-            elif parameter.dim() == 2:
-                parameter.normal_(0.0, 1.5 / parameter.shape[1] ** 0.5)
-            elif "layer_norm" in name and name.endswith("weight"):
-                parameter.normal_(1.0, 0.2)
-            else:
-                parameter.normal_(0.0, 0.2)
-    return model
-
-
 def save(model, tokenizer, folder: Path) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-def hf_tokens(model, batch, **kwargs) -> tuple[list[list[int]], torch.Tensor | None]:
-    """``model.generate``'s tokens without the start token, each row cut after its first end token; and the
-    beam scores (``sequences_scores``) in beam search."""
-    with torch.no_grad():
-        output = model.generate(
-            **batch, max_new_tokens=MAX_NEW_TOKENS, return_dict_in_generate=True, output_scores=True, **kwargs
-        )
-    eos = model.config.eos_token_id
-    rows = []
-    for row in output.sequences[:, 1:].tolist():
-        rows.append(row[: row.index(eos) + 1] if eos in row else row)
-    return rows, getattr(output, "sequences_scores", None)
-
-
-def teacher_forced_log_probs(model, batch, rows: list[list[int]]) -> list[torch.Tensor]:
-    """Per input, the HF model's log-probabilities of its tokens ``rows`` followed by the end token."""
-    start, eos = model.config.decoder_start_token_id, model.config.eos_token_id
-    scores = []
-    for index, row in enumerate(rows):
-        target = row if row and row[-1] == eos else row + [eos]
-        real = batch["attention_mask"][index].bool()
-        with torch.no_grad():
-            logits = model(
-                input_ids=batch["input_ids"][index : index + 1, real],
-                decoder_input_ids=torch.tensor([[start] + target[:-1]]),
-            ).logits[0]
-        scores.append(logits.log_softmax(-1).gather(-1, torch.tensor(target)[:, None])[:, 0])
-    return scores
 
 
 CASES = {
@@ -118,7 +69,7 @@ def converted(tmp_path_factory, tokenizer):
 
     def get(case: str):
         if case not in cache:
-            model = random_model(tokenizer, **CASES[case])
+            model = random_translator(tokenizer, **CASES[case])
             folder = save(model, tokenizer, tmp_path_factory.mktemp(case))
             cache[case] = (model, to_ctranslate2(folder, folder.parent / f"{case}-ct2"))
         return cache[case]
@@ -185,7 +136,7 @@ def test_score_gives_the_models_teacher_forced_log_probs(converted, tokenizer, c
 
 @pytest.mark.parametrize("case", ["post_ln_sinusoidal_gelu", "pre_ln_learned_relu"])
 def test_generation_past_the_decoder_position_table_stops_where_generate_stops(tmp_path, tokenizer, case):
-    model = random_model(tokenizer, **CASES[case], decoder_max_position_embeddings=6)
+    model = random_translator(tokenizer, **CASES[case], decoder_max_position_embeddings=6)
     generator = CTranslate2Generator(to_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "ct2"))
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
     told = "`max_new_tokens`=10 goes past the decoder's position table of 6 positions"
@@ -282,7 +233,7 @@ def test_vocabularies_map_token_strings_to_model_ids(converted, tokenizer):
 
 
 def test_beam_search_with_end_tokens_and_length_penalties(tmp_path, tokenizer):
-    model = random_model(
+    model = random_translator(
         tokenizer,
         **CASES["pre_ln_learned_relu"],
         n_layer=1,
@@ -327,7 +278,7 @@ class RecordingTranslator:
 def test_early_stopping_chooses_ctranslate2s_patience(tmp_path, tokenizer):
     """True: patience 1, generate's own rule (tested above); False (generate's default, and the folder's unless it
     says otherwise) and "never": the patience that comes closest; anything else is refused."""
-    model = random_model(tokenizer, **CASES["post_ln_sinusoidal_gelu"])
+    model = random_translator(tokenizer, **CASES["post_ln_sinusoidal_gelu"])
     folder = save(model, tokenizer, tmp_path / "model")
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
 
@@ -411,7 +362,7 @@ def test_devices_are_named_as_torch_names_them(converted, tokenizer):
 
 
 def test_int8_conversion_decodes_close_to_float32_but_not_as_it(tmp_path, tokenizer):
-    model = random_model(tokenizer, n_layer=1)
+    model = random_translator(tokenizer, n_layer=1)
     output_dir = to_ctranslate2(save(model, tokenizer, tmp_path / "model"), tmp_path / "int8", quantization="int8")
     batch = tokenizer(INPUTS, return_tensors="pt", padding=True)
     expected, _ = hf_tokens(model, batch, num_beams=2, early_stopping=True)
@@ -435,7 +386,7 @@ def test_unrepresentable_settings_raise_naming_them(tmp_path, tokenizer):
     config = tiny_config(embedding_layer_norm=True, embedding_layer_norm_epsilon=1e-3, layer_norm_epsilon=1e-5)
     with pytest.raises(ValueError, match="embedding_layer_norm_epsilon"):
         check_convertible(config)
-    folder = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
+    folder = save(random_translator(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
     settings = json.loads((folder / "config.json").read_text())
     (folder / "config.json").write_text(json.dumps({**settings, "activation_function": "silu"}))
     with pytest.raises(ValueError, match="activation_function"):
@@ -456,7 +407,7 @@ def test_a_classifier_folder_is_refused(tmp_path, tokenizer):
 
 
 def test_an_existing_output_folder_needs_force(tmp_path, tokenizer):
-    folder = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
+    folder = save(random_translator(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
     (tmp_path / "out").mkdir()
     with pytest.raises(FileExistsError, match="force"):
         to_ctranslate2(folder, tmp_path / "out")
@@ -467,7 +418,7 @@ def test_an_existing_output_folder_needs_force(tmp_path, tokenizer):
             to_ctranslate2(folder, output, force=True)
     assert (folder / "config.json").is_file()
     # Another saved model: CTranslate2's force deletes the folder first, so it is refused whatever --force says.
-    other = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "other-model")
+    other = save(random_translator(tokenizer, n_layer=1), tokenizer, tmp_path / "other-model")
     with pytest.raises(ValueError, match=r"holds a saved model \(model.safetensors\)"):
         to_ctranslate2(folder, other, force=True)
     assert (other / "model.safetensors").is_file()
@@ -475,7 +426,7 @@ def test_an_existing_output_folder_needs_force(tmp_path, tokenizer):
 
 @pytest.mark.slow
 def test_command_line(tmp_path, tokenizer):
-    folder = save(random_model(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
+    folder = save(random_translator(tokenizer, n_layer=1), tokenizer, tmp_path / "model")
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -539,7 +490,7 @@ def test_int8_weights_of_8_bits_are_warned_about_where_int8_products_saturate(tm
 
     from hf_transformer.export import ctranslate2_export
 
-    model = random_model(tokenizer, n_layer=1)
+    model = random_translator(tokenizer, n_layer=1)
     folder = save(model, tokenizer, tmp_path / "model")
     float32, int8 = to_ctranslate2(folder, tmp_path / "float32"), to_ctranslate2(folder, tmp_path / "int8", "int8")
     monkeypatch.setattr(ctranslate2_export, "int8_products_saturate", lambda: True)
@@ -562,7 +513,7 @@ def test_int8_weights_are_stored_within_7_bits(tmp_path, tokenizer, quantization
     16 bits: 8-bit weights saturate them, 7-bit ones fit. Each row of every quantized weight reaches +-63 and no
     further, scaled back to float32's values; the model keeps float32's variables and ties, the others in the
     quantization's float type."""
-    model = random_model(tokenizer, n_layer=1, tie_word_embeddings=True)
+    model = random_translator(tokenizer, n_layer=1, tie_word_embeddings=True)
     folder = save(model, tokenizer, tmp_path / "model")
     float32, float32_aliases = read_model_bin(to_ctranslate2(folder, tmp_path / "float32") / "model.bin")
     int8, aliases = read_model_bin(to_ctranslate2(folder, tmp_path / "int8", quantization=quantization) / "model.bin")

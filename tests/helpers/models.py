@@ -4,7 +4,7 @@
 import torch
 
 import hf_transformer  # noqa: F401  (registers the Auto classes)
-from hf_transformer import TransformerConfig
+from hf_transformer import TransformerConfig, TransformerForConditionalGeneration
 
 # The test models are tiny: one thread is fastest, and it cannot be starved by another busy process.
 torch.set_num_threads(1)
@@ -193,3 +193,53 @@ def check_card_describes_folder(folder, run_settings=None, *, base_model=None, r
             found = re.findall(pattern, card)
             assert found == ([f"{results[key]:,}"] if key in results else []), (key, found, results.get(key))
     return card
+
+
+def random_translator(tokenizer, seed: int = 0, **overrides):
+    """A tiny translation model (``tiny_config``) for ``tokenizer``, with weights larger than its initialisation
+    gives, so that its outputs depend on the input."""
+    torch.manual_seed(seed)
+    settings = dict(vocab_size=len(tokenizer), max_position_embeddings=48)  # tiny_config's depth: 2 + 2 layers
+    settings.update(overrides)
+    model = TransformerForConditionalGeneration(tiny_config(**settings)).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "embed" in name:
+                parameter.normal_(0.0, 1.0)
+            elif parameter.dim() == 2:
+                parameter.normal_(0.0, 1.5 / parameter.shape[1] ** 0.5)
+            elif "layer_norm" in name and name.endswith("weight"):
+                parameter.normal_(1.0, 0.2)
+            else:
+                parameter.normal_(0.0, 0.2)
+    return model
+
+
+def teacher_forced_log_probs(model, batch, rows: list[list[int]]) -> list[torch.Tensor]:
+    """Per input, the HF model's log-probabilities of its tokens ``rows`` followed by the end token."""
+    start, eos = model.config.decoder_start_token_id, model.config.eos_token_id
+    scores = []
+    for index, row in enumerate(rows):
+        target = row if row and row[-1] == eos else row + [eos]
+        real = batch["attention_mask"][index].bool()
+        with torch.no_grad():
+            logits = model(
+                input_ids=batch["input_ids"][index : index + 1, real],
+                decoder_input_ids=torch.tensor([[start] + target[:-1]]),
+            ).logits[0]
+        scores.append(logits.log_softmax(-1).gather(-1, torch.tensor(target)[:, None])[:, 0])
+    return scores
+
+
+def hf_tokens(model, batch, max_new_tokens: int = 10, **kwargs) -> tuple[list[list[int]], torch.Tensor | None]:
+    """``model.generate``'s tokens without the start token, each row cut after its first end token; and the
+    beam scores (``sequences_scores``) in beam search."""
+    with torch.no_grad():
+        output = model.generate(
+            **batch, max_new_tokens=max_new_tokens, return_dict_in_generate=True, output_scores=True, **kwargs
+        )
+    eos = model.config.eos_token_id
+    rows = []
+    for row in output.sequences[:, 1:].tolist():
+        rows.append(row[: row.index(eos) + 1] if eos in row else row)
+    return rows, getattr(output, "sequences_scores", None)
