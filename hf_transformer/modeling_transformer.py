@@ -1130,6 +1130,9 @@ class NgramClassifier(nn.Module):
         self.weight = nn.Parameter(torch.zeros(self.buckets, config.num_labels))
         self.bias = nn.Parameter(torch.zeros(config.num_labels))
         self.idf = nn.Buffer(torch.zeros(self.buckets))
+        # While True the classifier's forward adds nothing for this score, which is then zero and untrained
+        # (set by `hf_transformer.ngram_classifier.ngram_score_left_out` around the encoder's training).
+        self.left_out = False
         if self.reads_characters:
             self.token_characters = nn.Buffer(
                 torch.zeros(config.vocab_size, NGRAM_CHARACTERS_PER_TOKEN, dtype=torch.long)
@@ -1288,7 +1291,10 @@ class TransformerForSequenceClassification(TransformerPreTrainedModel):
         else:
             pooled = ENCODER_POOLINGS[self.config.classifier_pooling](encoder_states, token_is_real)
         logits = self.classifier(self.dropout(pooled))  # (B, num_labels)
-        if self.ngram_classifier is not None:
+        if self.ngram_classifier is not None and self.ngram_classifier.left_out:
+            # A zero score, not computed: the logits in the dtype the sum would have (float32 under autocast).
+            logits = logits.to(torch.promote_types(logits.dtype, self.ngram_classifier.weight.dtype))
+        elif self.ngram_classifier is not None:
             logits = logits + self.ngram_classifier(input_ids, token_is_real)
 
         loss = self._classification_loss(logits, labels) if labels is not None else None

@@ -258,6 +258,32 @@ def _check_inverse_l2(inverse_l2) -> None:
         raise ValueError(f"inverse_l2 (--ngram_inverse_l2) must be a positive number, got {inverse_l2!r}")
 
 
+@contextlib.contextmanager
+def ngram_score_left_out(model: TransformerForSequenceClassification):
+    """Within the block, ``model``'s forward leaves out its n-gram score, which must be zero and frozen: so it is
+    before `fit_ngram_classifier`, while the encoder trains. Every row's score would be exactly 0, so the logits,
+    their dtype and the gradients are the same bit for bit, without hashing each batch's n-grams (the training
+    scripts' fine-tuning and their scoring of the encoder alone). Refused for a fitted score, whose leaving out would
+    change the logits, and for a score that trains with the encoder, whose gradients it would drop. A model without
+    the score runs as it is."""
+    head = model.ngram_classifier
+    if head is None:  # no score: the forward is the encoder's alone anyway
+        yield model
+        return
+    if any(parameter.requires_grad for parameter in head.parameters()):
+        raise ValueError(
+            "The n-gram score trains with the encoder here (its parameters require gradients): leaving it out "
+            "would drop them. Freeze it first (`model.ngram_classifier.requires_grad_(False)`)."
+        )
+    if bool(head.weight.any()) or bool(head.bias.any()):
+        raise ValueError("The n-gram score is fitted (its weights are not zero): leaving it out would change logits.")
+    before, head.left_out = head.left_out, True
+    try:
+        yield model
+    finally:
+        head.left_out = before
+
+
 @torch.no_grad()
 def ngram_logits(head: NgramClassifier, rows: Sequence[Sequence[int]], pad_token_id: int) -> torch.Tensor:
     """(N, L): the n-gram score of each row of token ids (on the CPU, in float32)."""
@@ -285,6 +311,8 @@ def fit_ngram_classifier(
     head = model.ngram_classifier
     if head is None:
         raise ValueError("The model has no n-gram score: build it with `classifier_ngram_buckets` > 0.")
+    if head.left_out:
+        raise ValueError("The n-gram score is left out of the forward here (ngram_score_left_out): fit it after.")
     if model.config.problem_type not in (None, "single_label_classification") or model.config.num_labels < 2:
         problem = model.config.problem_type or f"{model.config.num_labels} label (regression)"
         raise ValueError(f"The n-gram score is fitted for single-label classification, not {problem}")

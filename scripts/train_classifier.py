@@ -41,7 +41,7 @@ from hf_transformer.encoder_training import (
     train_encoder_tokenizer,
 )
 from hf_transformer.hub import CardText
-from hf_transformer.ngram_classifier import fit_ngram_classifier, refit_ngram_classifier
+from hf_transformer.ngram_classifier import fit_ngram_classifier, ngram_score_left_out, refit_ngram_classifier
 from hf_transformer.openmp import restart_waiting_passively_when_busy
 from hf_transformer.trainer import LengthGroupedTrainer
 from hf_transformer.training import (
@@ -285,9 +285,11 @@ def fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args) -
     the n-gram score is still zero)."""
     validation = tokenized["validation"]
     report = {}
-    if test is not None:
-        encoder_alone = trainer.predict(test, metric_key_prefix="test_encoder").metrics
-        report["test_encoder_accuracy"] = encoder_alone["test_encoder_accuracy"]
+    with ngram_score_left_out(model):  # still zero: the encoder's logits alone
+        if test is not None:
+            encoder_alone = trainer.predict(test, metric_key_prefix="test_encoder").metrics
+            report["test_encoder_accuracy"] = encoder_alone["test_encoder_accuracy"]
+        encoder_validation_logits = logits_in_order(trainer, validation)
     started = time.time()
     report |= fit_ngram_classifier(
         model,
@@ -296,7 +298,7 @@ def fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args) -
         tokenized["train"]["label"][:],
         validation["input_ids"][:],
         validation["label"][:],
-        logits_in_order(trainer, validation),
+        encoder_validation_logits,
         inverse_l2=training_args.ngram_inverse_l2,
     )
     return report | {"ngram_fit_seconds": round(time.time() - started, 1)}
@@ -363,7 +365,9 @@ def main(argv: list[str] | None = None) -> dict:
         processing_class=tokenizer,
         compute_metrics=accuracy_and_f1,
     )
-    train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    # The n-gram score, zero until fitted after the training, is left out of the training's steps and evaluations.
+    with ngram_score_left_out(model):
+        train_output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     logger.info(process_report(trainer, tokenizer))
     score_in_float32(trainer)  # the figures below are the saved folder's, as every entry point computes them
 

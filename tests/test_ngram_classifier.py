@@ -1,6 +1,7 @@
 """The classifier's n-gram score (`classifier_ngram_buckets`): its n-grams of tokens or characters, its features,
 its fit and its folder."""
 
+import contextlib
 import random
 
 import pytest
@@ -16,6 +17,7 @@ from hf_transformer.ngram_classifier import (
     fit_ngram_classifier,
     logistic_regression,
     ngram_logits,
+    ngram_score_left_out,
     padded,
     refit_ngram_classifier,
     token_character_table,
@@ -290,6 +292,65 @@ def test_the_fit_finds_what_only_an_ngram_tells_and_weighs_it_above_a_blind_enco
     assert (predicted == torch.tensor(validation_labels)).float().mean() > 0.95
     # Tokens seen in fewer than two training rows are dropped: no bucket is kept for them.
     assert 0 < report["ngram_buckets_kept"] < BUCKETS
+
+
+def train_a_few_steps(model, rows, labels, *, left_out: bool, autocast: bool) -> list[torch.dtype]:
+    """Four AdamW steps of 16 rows, the n-gram score frozen (as `train_classifier.py` trains), left out or not."""
+    model.train().ngram_classifier.requires_grad_(False)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    ids, real = padded(rows, pad_token_id=0)
+    dtypes = []
+    with ngram_score_left_out(model) if left_out else contextlib.nullcontext():
+        for start in range(0, 64, 16):
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                batch = slice(start, start + 16)
+                output = model(input_ids=ids[batch], attention_mask=real[batch], labels=torch.tensor(labels[batch]))
+            output.loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            dtypes.append(output.logits.dtype)
+    return dtypes
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["float32", "bfloat16-autocast"])
+@pytest.mark.parametrize("unit", ["token", "character"])
+def test_the_unfitted_score_left_out_trains_the_same_weights_bit_for_bit_without_computing_it(unit, autocast):
+    rows, labels = ordered_pairs(64, seed=5)
+    plain = ngram_model(classifier_ngram_unit=unit)
+    plain_dtypes = train_a_few_steps(plain, rows, labels, left_out=False, autocast=autocast)
+    left_out = ngram_model(classifier_ngram_unit=unit)
+    with pytest.MonkeyPatch.context() as patch:  # the left-out score is never computed
+        patch.setattr(NgramClassifier, "forward", lambda *args: pytest.fail("the left-out score was computed"))
+        left_out_dtypes = train_a_few_steps(left_out, rows, labels, left_out=True, autocast=autocast)
+    assert left_out_dtypes == plain_dtypes == [torch.float32] * 4  # the sum's dtype, under autocast too
+    trained, reference = left_out.state_dict(), plain.state_dict()
+    assert not torch.equal(reference["classifier.weight"], ngram_model().state_dict()["classifier.weight"])
+    assert trained.keys() == reference.keys()
+    for name, tensor in reference.items():
+        assert torch.equal(trained[name], tensor), name
+    assert not left_out.ngram_classifier.left_out  # back in the forward after the block
+
+
+def test_a_fitted_or_trainable_score_is_not_left_out_nor_fitted_while_left_out():
+    model = ngram_model()
+    with pytest.raises(ValueError, match="require gradients"):
+        with ngram_score_left_out(model):
+            pass
+    model.ngram_classifier.requires_grad_(False)
+    train_rows, train_labels = ordered_pairs(100, seed=1)
+    validation_rows, validation_labels = ordered_pairs(50, seed=2)
+    arguments = (Vocabulary([]), train_rows, train_labels, validation_rows, validation_labels, torch.zeros(50, 2))
+    with ngram_score_left_out(model), pytest.raises(ValueError, match="left out of the forward"):
+        fit_ngram_classifier(model, *arguments)
+    assert not model.ngram_classifier.left_out
+    fit_ngram_classifier(model, *arguments)
+    with pytest.raises(ValueError, match="fitted"):
+        with ngram_score_left_out(model):
+            pass
+    ids, real = padded(validation_rows, pad_token_id=0)
+    with torch.no_grad():  # the fitted score is in the forward: it tells the order, which the encoder cannot
+        predicted = model.eval()(input_ids=ids, attention_mask=real).logits.argmax(-1)
+    assert (predicted == torch.tensor(validation_labels)).float().mean() > 0.9
 
 
 def crossing_pairs(count: int, seed: int) -> tuple[list[list[int]], list[int]]:
