@@ -345,7 +345,7 @@ def test_the_benchmarks_run_as_scripts_and_as_modules_and_report_into_benchmarks
     for command in (["benchmarks/encoder_share.py", "--help"], ["-m", "benchmarks.encoder_share", "--help"]):
         subprocess.run([sys.executable, *command], check=True, capture_output=True, text=True, cwd=REPO)
     for name in ("benchmark", "encoder_share", "thread_layouts", "device_check", "collation", "ngram_characters",
-                 "batch_order", "float32_products", "kernel_cache"):  # fmt: skip
+                 "batch_order", "float32_products", "kernel_cache", "ngram_left_out"):  # fmt: skip
         assert "sys.path" not in (REPO / "benchmarks" / f"{name}.py").read_text(), name
     results = REPO / "benchmarks" / "results"
     assert (results / "performance.md").is_file() and (results / "performance-deployed.md").is_file()
@@ -441,6 +441,24 @@ def test_the_batch_order_benchmark_times_the_same_batches_in_both_orders(tmp_pat
     assert sorted(i for batch in sweep for i in batch) == list(range(280))
     longest = [max(lengths[i] for i in batch) for batch in sweep]
     assert sum(b <= a for a, b in zip(longest, longest[1:])) >= len(longest) - 1 - 6
+
+
+def test_the_ngram_left_out_benchmark_trains_both_copies_to_the_same_weights(tmp_path):
+    from benchmarks import ngram_left_out
+
+    output = tmp_path / "left_out.md"
+    arguments = ["--rounds", "2", "--steps", "2", "--batch_size", "4", "--threads", "1", "--buckets", "4096"]
+    report = ngram_left_out.main(arguments + ["--output", str(output), "--precisions", "float32", "bfloat16"])
+    check_speed_up_report(report, output, ["float32", "bfloat16"], baseline="computed", other="left out")
+    assert [result["same_weights"] for result in report["results"].values()] == [True, True]
+    assert "bit for bit: float32 yes, bfloat16 yes" in output.read_text()
+
+    # Each round trains its batches once with each way, the first way first in even rounds.
+    trained = []
+    ways = {"a": lambda rows: trained.append(("a", rows)), "b": lambda rows: trained.append(("b", rows))}
+    seconds = ngram_left_out.time_both(ways, [[0], [1], [2], [3]], rounds=2, steps_a_round=2)
+    assert trained == [("a", [0]), ("a", [1]), ("b", [0]), ("b", [1]), ("b", [2]), ("b", [3]), ("a", [2]), ("a", [3])]
+    assert [len(values) for values in seconds.values()] == [2, 2]
 
 
 @pytest.mark.slow
