@@ -285,12 +285,13 @@ def fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args) -
     the n-gram score is still zero)."""
     validation = tokenized["validation"]
     report = {}
-    with ngram_score_left_out(model):  # still zero: the encoder's logits alone
-        if test is not None:
+    if test is not None:
+        with ngram_score_left_out(model):  # still zero: the encoder's logits alone
             encoder_alone = trainer.predict(test, metric_key_prefix="test_encoder").metrics
-            report["test_encoder_accuracy"] = encoder_alone["test_encoder_accuracy"]
-        encoder_validation_logits = logits_in_order(trainer, validation)
+        report["test_encoder_accuracy"] = encoder_alone["test_encoder_accuracy"]
     started = time.time()
+    with ngram_score_left_out(model):
+        encoder_validation_logits = logits_in_order(trainer, validation)
     report |= fit_ngram_classifier(
         model,
         tokenizer,
