@@ -73,8 +73,8 @@ def classifier_training_step(tokenizer, max_length: int, precision: str, *, left
 
 
 def time_both(steps: dict, batches: list, rounds: int, steps_a_round: int) -> dict[str, list[float]]:
-    """Seconds per step of each round, per way: round r trains batches [r*steps, (r+1)*steps) with each way's model;
-    the rounds alternate which goes first."""
+    """Seconds per step of each round, per way: round r trains batches [r * steps_a_round, (r + 1) * steps_a_round)
+    with each way's model; the rounds alternate which goes first."""
     seconds = {name: [] for name in steps}
     for round_index in range(rounds):
         chunk = batches[round_index * steps_a_round : (round_index + 1) * steps_a_round]
