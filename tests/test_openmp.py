@@ -235,6 +235,17 @@ def test_the_job_scripts_line_stops_the_job_when_the_check_fails(tmp_path):
     assert done.returncode != 0 and "no module named hf_transformer" in done.stderr and "[" not in done.stdout
 
 
+def test_the_job_scripts_line_imports_neither_torch_nor_the_package(tmp_path):
+    # A torch and a transformers that refuse to load, found first: the check must not need them (importing the
+    # package would load both, seconds before the job's first step).
+    for name in ("torch", "transformers"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"raise ImportError('{name} was imported')\n")
+    done = source_wait_policy(PYTHONPATH=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in ("[] []", "[PASSIVE] []") and "OpenMP waiting: other processes use" in done.stderr
+
+
 def test_the_command_prints_the_policy_and_on_stderr_why(no_setting, capsys):
     no_setting.setattr(openmp, "others_busy_cores", QUIET)
     openmp.main()
