@@ -12,7 +12,7 @@ process each time, and reports its steps per second after the first ``--skip`` s
 
 and under each OpenMP waiting setting (``--settings``):
 
-- ``job``: what the job scripts do (``recipes/common/wait_policy.sh``: ``python -m hf_transformer.openmp``, run
+- ``job``: what the job scripts do (``recipes/common/wait_policy.sh``: the check of ``hf_transformer.openmp``, run
   with the load already running, exports ``OMP_WAIT_POLICY=PASSIVE`` where other processes keep the cores busy; a
   quiet machine keeps the runtime's default, and the training script, finding it quiet too, runs on);
 - ``libgomp-default``: ``GOMP_SPINCOUNT=300000``, the OpenMP runtime's own default, set as a user would (nothing
