@@ -246,6 +246,16 @@ def test_the_job_scripts_line_imports_neither_torch_nor_the_package(tmp_path):
     assert done.stdout.strip() in ("[] []", "[PASSIVE] []") and "OpenMP waiting: other processes use" in done.stderr
 
 
+def test_the_job_scripts_line_says_when_the_package_is_not_installed(tmp_path):
+    # A python that sees neither site-packages nor the current folder (-I -S): no hf_transformer to find.
+    bare = tmp_path / "python"
+    bare.write_text(f'#!/bin/sh\nexec "{sys.executable}" -I -S "$@"\n')
+    bare.chmod(0o755)
+    done = source_wait_policy(tmp_path)
+    assert done.returncode != 0 and "[" not in done.stdout
+    assert done.stderr.strip() == "No module named hf_transformer: install the package first"
+
+
 def test_the_command_prints_the_policy_and_on_stderr_why(no_setting, capsys):
     no_setting.setattr(openmp, "others_busy_cores", QUIET)
     openmp.main()

@@ -9,7 +9,7 @@
 # One failing check stops a script run under `set -e` (all the job scripts).
 # The module's file is run alone: `python -m hf_transformer.openmp` would import the package first, and with it
 # transformers and torch, seconds before the job's first step for a check that needs neither.
-wait_policy=$(python -c 'import importlib.util, pathlib, runpy, sys; sys.argv = [str(pathlib.Path(importlib.util.find_spec("hf_transformer").origin).with_name("openmp.py"))]; runpy.run_path(sys.argv[0], run_name="__main__")')
+wait_policy=$(python -c 'import importlib.util, pathlib, runpy, sys; spec = importlib.util.find_spec("hf_transformer"); spec or sys.exit("No module named hf_transformer: install the package first"); sys.argv = [str(pathlib.Path(spec.origin).with_name("openmp.py"))]; runpy.run_path(sys.argv[0], run_name="__main__")')
 if [ -n "$wait_policy" ]; then
     export OMP_WAIT_POLICY=$wait_policy
 fi
