@@ -57,21 +57,28 @@ def time_orders(step, batches: list, rounds: int, steps: int) -> dict[str, list[
     return seconds
 
 
+def main_job_config(tokenizer, max_length: int, **head_settings):
+    """The main job's encoder (d_model 128, 2 layers, 4 heads, feed-forward 512, learned positions, no dropout) for
+    ``tokenizer``'s vocabulary, with a head's settings beside it (e.g. the classifier's)."""
+    from hf_transformer import TransformerConfig
+
+    return TransformerConfig(
+        vocab_size=len(tokenizer), d_model=128, n_layer=2, num_attention_heads=4, intermediate_size=512,
+        max_position_embeddings=max_length, dropout=0.0, attention_dropout=0.0, embedding_layer_norm=True,
+        position_embedding_type="learned", pad_token_id=tokenizer.pad_token_id, **head_settings,
+    )  # fmt: skip
+
+
 def masked_lm_training_step(tokenizer, max_length: int, precision: str):
     """One training step of the main job's masked-token model (d_model 128, 2 layers, 4 heads, feed-forward 512, no
     dropout; weights drawn under seed 0) with fused AdamW, in float32 or bfloat16 autocast: a function of a batch of
     rows (``{"input_ids": [...]}``), which the job's collator masks."""
-    from hf_transformer import TransformerConfig, TransformerForMaskedLM
+    from hf_transformer import TransformerForMaskedLM
     from hf_transformer.data import masked_token_collator
 
     collator = masked_token_collator(tokenizer, mlm_probability=0.15)
-    config = TransformerConfig(
-        vocab_size=len(tokenizer), d_model=128, n_layer=2, num_attention_heads=4, intermediate_size=512,
-        max_position_embeddings=max_length, dropout=0.0, attention_dropout=0.0, embedding_layer_norm=True,
-        position_embedding_type="learned", pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
     torch.manual_seed(0)
-    model = TransformerForMaskedLM(config).train()
+    model = TransformerForMaskedLM(main_job_config(tokenizer, max_length)).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
     def step(rows: list[dict]) -> None:

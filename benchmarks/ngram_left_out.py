@@ -24,13 +24,15 @@ import time
 import torch
 
 try:  # python -m benchmarks.ngram_left_out, or imported from the repository root
-    from benchmarks.batch_order import sweep_batches
+    from benchmarks.batch_order import main_job_config
     from benchmarks.benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from benchmarks.collation import text_arguments, texts_and_tokenizer
+    from benchmarks.kernel_cache import shuffled_batches
 except ModuleNotFoundError:  # python benchmarks/ngram_left_out.py: the script's own folder is on the path
-    from batch_order import sweep_batches
+    from batch_order import main_job_config
     from benchmark import machine_description, speed_up_report, speed_up_result, write_report
     from collation import text_arguments, texts_and_tokenizer
+    from kernel_cache import shuffled_batches
 
 # The report table's first four columns.
 HEADINGS = ("precision", "steps a round", "score computed (ms)", "score left out (ms)")
@@ -40,17 +42,14 @@ def classifier_training_step(tokenizer, max_length: int, precision: str, *, left
     """A training step of the main job's classifier with its frozen, unfitted character n-gram score (weights drawn
     under seed 0), computing the score or leaving it out: a function of a batch of rows (``{"input_ids": [...],
     "labels": int}``), the model, and the block it is left out in (an ``ExitStack`` to close)."""
-    from hf_transformer import TransformerConfig, TransformerForSequenceClassification
+    from hf_transformer import TransformerForSequenceClassification
     from hf_transformer.data import classification_collator
     from hf_transformer.ngram_classifier import ngram_score_left_out
 
     collator = classification_collator(tokenizer)
-    config = TransformerConfig(
-        vocab_size=len(tokenizer), d_model=128, n_layer=2, num_attention_heads=4, intermediate_size=512,
-        max_position_embeddings=max_length, dropout=0.0, attention_dropout=0.0, embedding_layer_norm=True,
-        position_embedding_type="learned", pad_token_id=tokenizer.pad_token_id, num_labels=2,
-        classifier_pooling="mean", classifier_ngram_buckets=buckets, classifier_ngram_unit="character",
-        classifier_ngram_order=4,
+    config = main_job_config(
+        tokenizer, max_length, num_labels=2, classifier_pooling="mean", classifier_ngram_buckets=buckets,
+        classifier_ngram_unit="character", classifier_ngram_order=4,
     )  # fmt: skip
     torch.manual_seed(0)
     model = TransformerForSequenceClassification(config).train()
@@ -106,8 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     texts, tokenizer = texts_and_tokenizer(args, rows_needed)
     ids = tokenizer(texts, truncation=True, max_length=args.max_length)["input_ids"]
     rows = [{"input_ids": row, "labels": index % 2} for index, row in enumerate(ids)]
-    batches = [[rows[i] for i in batch] for batch in sweep_batches(list(map(len, ids)), args.batch_size)]
-    batches = [batches[i] for i in torch.randperm(len(batches), generator=torch.Generator().manual_seed(0))]
+    batches = [[rows[i] for i in batch] for batch in shuffled_batches(ids, args.batch_size)]
     if len(batches) < args.rounds * args.steps + 10:
         raise ValueError(f"{len(batches)} batches; the benchmark trains {args.rounds * args.steps + 10}")
     results = {}
