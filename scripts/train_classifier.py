@@ -27,7 +27,7 @@ from typing import Literal
 
 import numpy as np
 import torch
-from transformers import HfArgumentParser, TrainingArguments, set_seed
+from transformers import EvalPrediction, HfArgumentParser, TrainingArguments, set_seed
 
 from hf_transformer import TransformerConfig, TransformerForSequenceClassification
 from hf_transformer.commands import parse_arguments, run_command
@@ -279,20 +279,13 @@ def logits_in_order(trainer, dataset) -> torch.Tensor:
     return in_order
 
 
-def fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args) -> dict:
-    """Fit the n-gram score on the training rows and weigh it beside the trained encoder on the validation rows;
-    the encoder's test accuracy alone (on ``test``, the test rows as evaluated) is scored first (its logits, while
-    the n-gram score is still zero)."""
+def fit_ngram_score(trainer, model, tokenizer, tokenized, training_args) -> dict:
+    """Fit the n-gram score on the training rows and weigh it beside the trained encoder on the validation rows."""
     validation = tokenized["validation"]
-    report = {}
-    if test is not None:
-        with ngram_score_left_out(model):  # still zero: the encoder's logits alone
-            encoder_alone = trainer.predict(test, metric_key_prefix="test_encoder").metrics
-        report["test_encoder_accuracy"] = encoder_alone["test_encoder_accuracy"]
     started = time.time()
-    with ngram_score_left_out(model):
+    with ngram_score_left_out(model):  # still zero: the encoder's logits alone
         encoder_validation_logits = logits_in_order(trainer, validation)
-    report |= fit_ngram_classifier(
+    report = fit_ngram_classifier(
         model,
         tokenizer,
         tokenized["train"]["input_ids"][:],  # columns read at once, not row by row
@@ -316,24 +309,49 @@ def refit_ngram_score(model, tokenized, training_args, ngram_logit_scale: float)
     return {"ngram_refit_samples": len(rows), "ngram_refit_seconds": round(time.time() - started, 1)}
 
 
+def predict_test(trainer, model, test, encoder_classifier: tuple[torch.Tensor, torch.Tensor] | None) -> dict:
+    """The test rows scored once. With ``encoder_classifier`` (the classifier layer's weight and bias before the
+    n-gram fit scaled them) the same pass also gives the encoder's accuracy alone: the pooled states the classifier
+    layer reads are the encoder's whatever the n-gram score adds after it, so the encoder's logits are that layer's
+    product with the unscaled weights, batch by batch (gathered across processes as Trainer gathers its own)."""
+    if encoder_classifier is None:
+        return trainer.predict(test, metric_key_prefix="test").metrics
+    weight, bias = encoder_classifier
+    encoder_logits = []
+
+    def keep_encoder_logits(module, inputs, output):
+        logits = torch.nn.functional.linear(inputs[0], weight, bias)
+        encoder_logits.append(trainer.accelerator.gather_for_metrics(logits).float().cpu())
+
+    hook = model.classifier.register_forward_hook(keep_encoder_logits)
+    try:
+        prediction = trainer.predict(test, metric_key_prefix="test")
+    finally:
+        hook.remove()
+    encoder_alone = accuracy_and_f1(EvalPrediction(torch.cat(encoder_logits).numpy(), prediction.label_ids))
+    return prediction.metrics | {"test_encoder_accuracy": encoder_alone["accuracy"]}
+
+
 def score(trainer, model, tokenizer, tokenized, training_args, started: float) -> dict:
     """The weights kept (the mean of the last checkpoints where asked), with the n-gram score fitted where asked,
-    scored on validation, then (the n-gram score refitted with the validation rows where asked) once on test, there
-    also the encoder's accuracy without the n-gram score. The test rows are evaluated sorted by length, as the
-    Trainer's validation rows are (`sorted_by_length`)."""
+    scored on validation, then (the n-gram score refitted with the validation rows where asked) once on test, where
+    the same pass also scores the encoder without the n-gram score (`predict_test`). The test rows are evaluated
+    sorted by length, as the Trainer's validation rows are (`sorted_by_length`)."""
     results = {}
     test = sorted_by_length(tokenized["test"]) if "test" in tokenized else None
     averaged = average_this_runs_checkpoints(model, training_args, started)
     if averaged:
         results["averaged_checkpoints"] = averaged
+    encoder_classifier = None
     if model.ngram_classifier is not None:
-        results.update(fit_ngram_score(trainer, model, tokenizer, tokenized, test, training_args))
+        encoder_classifier = (model.classifier.weight.detach().clone(), model.classifier.bias.detach().clone())
+        results.update(fit_ngram_score(trainer, model, tokenizer, tokenized, training_args))
     results.update(trainer.evaluate())
     results["eval_samples"] = len(tokenized["validation"])
     if model.ngram_classifier is not None and training_args.ngram_refit_with_validation:
         results.update(refit_ngram_score(model, tokenized, training_args, results["ngram_logit_scale"]))
     if test is not None:
-        results.update(trainer.predict(test, metric_key_prefix="test").metrics)
+        results.update(predict_test(trainer, model, test, encoder_classifier))
         results["test_samples"] = len(tokenized["test"])
     return results
 

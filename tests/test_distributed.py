@@ -51,6 +51,10 @@ def nsmc_dir(tmp_path_factory):
     return root
 
 
+# The n-gram score, fitted after the training: the test rows' pass then also scores the encoder alone.
+NGRAM_SCORE = ["--ngram_buckets", "4096", "--ngram_order", "2"]
+
+
 def classifier_args(data_dir, output_dir, per_device_batch: int, *extra: str) -> list[str]:
     return [
         str(SCRIPTS / "train_classifier.py"),
@@ -65,7 +69,7 @@ def test_classifier_two_processes_match_one(nsmc_dir, tmp_path):
     # World size 2 through accelerate's torchrun-style launcher; process 0 trains the tokenizer for both.
     done = run(
         accelerate_launch("--config_file", str(REPO / "configs" / "accelerate" / "cpu.yaml"))
-        + classifier_args(nsmc_dir, two, 16)
+        + classifier_args(nsmc_dir, two, 16, *NGRAM_SCORE)
     )
     reports = process_reports(done.stderr + done.stdout)
     assert sorted(reports) == [0, 1], reports
@@ -87,7 +91,7 @@ def test_classifier_two_processes_match_one(nsmc_dir, tmp_path):
     # The reference run: one process started with plain python (a launcher's single-process behaviour depends on
     # what is installed: `accelerate launch --cpu --num_processes 2` goes through mpirun where MPI is found), with
     # the same tokenizer and a batch of 32 = 2 x 16.
-    done = run([sys.executable, *classifier_args(nsmc_dir, one, 32, "--tokenizer", str(two))])
+    done = run([sys.executable, *classifier_args(nsmc_dir, one, 32, "--tokenizer", str(two), *NGRAM_SCORE)])
     reports = process_reports(done.stderr + done.stdout)
     assert list(reports) == [0] and reports[0][0] == 1, reports
     losses_one = logged_losses(one)
@@ -95,6 +99,11 @@ def test_classifier_two_processes_match_one(nsmc_dir, tmp_path):
     # The same rows per optimizer step: the logged loss is the mean over the global batch at any world size.
     assert losses_two[0] == pytest.approx(losses_one[0], abs=1e-5)
     assert losses_two == pytest.approx(losses_one, abs=2e-4)
+    # The test rows' one pass gives the encoder's accuracy alone too, its logits gathered from both processes as
+    # Trainer gathers the sum's: the same rows scored, so the same accuracy as one process's.
+    results_two, results_one = (json.loads((folder / "results.json").read_text()) for folder in (two, one))
+    assert results_two["test_samples"] == results_one["test_samples"] == 20
+    assert results_two["test_encoder_accuracy"] == pytest.approx(results_one["test_encoder_accuracy"], abs=1 / 20)
 
 
 @pytest.mark.parametrize("name", ["cpu", "ddp", "fsdp", "deepspeed"])

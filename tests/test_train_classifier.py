@@ -158,9 +158,19 @@ def decided(logits: torch.Tensor, margin: float = 1e-4) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_path):
+def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_path, monkeypatch):
     from transformers import pipeline
 
+    from hf_transformer.trainer import LengthGroupedTrainer
+
+    predicted_splits = []  # each pass of Trainer.predict, by its metrics' prefix
+    predict = LengthGroupedTrainer.predict
+
+    def counted_predict(self, dataset, *args, **kwargs):
+        predicted_splits.append(kwargs.get("metric_key_prefix"))
+        return predict(self, dataset, *args, **kwargs)
+
+    monkeypatch.setattr(LengthGroupedTrainer, "predict", counted_predict)
     data_dir, output_dir = tmp_path / "data", tmp_path / "model"
     write_reviews(data_dir, 300, seed=1, name="train.jsonl")
     write_reviews(data_dir, 60, seed=3, name="validation.jsonl")
@@ -193,6 +203,16 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     ties = int((~decided(encoder_logits)).sum())
     assert right / len(validation) > 0.6
     assert abs(right / len(validation) - results["eval_encoder_accuracy"]) <= ties / len(validation) + 1e-9
+    # The test rows are scored once, and that pass also gives the encoder's accuracy alone: the checkpoint's on them.
+    assert predicted_splits == ["test"]
+    test_rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
+    with torch.no_grad():
+        batch = tokenizer([row["text"] for row in test_rows], return_tensors="pt", padding=True)
+        encoder_logits = encoder(**batch).logits
+    predicted = encoder_logits.argmax(-1).tolist()
+    right = sum(encoder.config.id2label[p] == row["label"] for p, row in zip(predicted, test_rows))
+    ties = int((~decided(encoder_logits)).sum())
+    assert abs(right / len(test_rows) - results["test_encoder_accuracy"]) <= ties / len(test_rows) + 1e-9
     saved = load_file(str(output_dir / "model.safetensors"))
     assert saved["ngram_classifier.weight"].any() and saved["ngram_classifier.idf"].any()
 

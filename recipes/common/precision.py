@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 # torch and the package are imported where a step is timed or the hardware is asked about: a job that sets the
-# precision, or names a wrong one, is answered without the seconds their import takes.
+# precision, or names a wrong one, is answered without the seconds their import takes; one whose precision is
+# remembered imports torch alone (`package_cpu_module`).
 if TYPE_CHECKING:
     import torch
 
@@ -73,6 +74,7 @@ __all__ = [
     "probe_model",
     "main",
     "measurement_key",
+    "package_cpu_module",
     "remembered_measurements_file",
     "remembered_speedup",
 ]
@@ -157,6 +159,26 @@ def bfloat16_speedup(model, batch, rounds: int = SPEEDUP_ROUNDS, steps: int = 2)
     return statistics.median(ratios)
 
 
+def package_cpu_module():
+    """``hf_transformer.cpu``: the CPU's name and flags, read from /proc/cpuinfo with the standard library alone. Where
+    the package is not imported yet its file is run by itself, as the job scripts run ``hf_transformer/openmp.py``:
+    importing it through the package would first import the package's models, and transformers with them, seconds
+    of every job's start that a remembered precision does not need."""
+    if "hf_transformer" in sys.modules:
+        from hf_transformer import cpu
+
+        return cpu
+    import importlib.util
+
+    package = importlib.util.find_spec("hf_transformer")
+    if package is None or package.origin is None:
+        raise ImportError("No module named hf_transformer: install the package first")
+    spec = importlib.util.spec_from_file_location("hf_transformer_cpu", Path(package.origin).with_name("cpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def choose_precision(
     measure_speedup, gpu: bool | None = None, cpu_bf16: bool | None = None, asked: str = "auto"
 ) -> tuple[str, str]:
@@ -169,14 +191,12 @@ def choose_precision(
         return "float32", f"{PRECISION_VARIABLE}=float32: float32, not timed"
     import torch
 
-    from hf_transformer.cpu import cpu_computes_bfloat16
-
     if gpu is None:
         gpu = torch.cuda.is_available()
     if gpu:
         return "gpu", "a GPU: bfloat16 autocast"
     if cpu_bf16 is None:
-        cpu_bf16 = bool(cpu_computes_bfloat16())
+        cpu_bf16 = bool(package_cpu_module().cpu_computes_bfloat16())
     if asked == "bfloat16":
         kernels = (
             "" if cpu_bf16 else " (this CPU has no bfloat16 arithmetic: torch's reference kernels, many times slower)"
@@ -220,14 +240,10 @@ def measurement_key(task: str, shape: dict[str, int]) -> str:
     task and shape. Anything else that changes gives a new measurement."""
     import torch
 
-    from hf_transformer.cpu import cpu_description
-
     sizes = " ".join(f"{name}={value}" for name, value in sorted(shape.items()))
     kernels = "".join(f" | {name}={os.environ[name]}" for name in KERNEL_VARIABLES if os.environ.get(name))
-    return (
-        f"{cpu_description()} | torch {torch.__version__} | {torch.get_num_threads()} thread(s){kernels} | "
-        f"{task} {sizes}"
-    )
+    cpu = package_cpu_module().cpu_description()
+    return f"{cpu} | torch {torch.__version__} | {torch.get_num_threads()} thread(s){kernels} | {task} {sizes}"
 
 
 def _read_measurements(path: Path) -> dict:

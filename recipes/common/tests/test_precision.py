@@ -1,7 +1,10 @@
 """recipes.common.precision: bfloat16 autocast is chosen for a CPU training run only where it is measured faster."""
 
 import json
+import os
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,11 +19,13 @@ from recipes.common.precision import (
     choose_precision,
     main,
     measurement_key,
+    package_cpu_module,
     probe_model,
     remembered_measurements_file,
     remembered_speedup,
 )
 
+REPO = Path(__file__).resolve().parents[3]
 SHAPE = {
     "vocab_size": 50,
     "max_length": 6,
@@ -281,6 +286,50 @@ def test_the_command_line_measures_once_per_machine_and_then_says_it_remembers(m
     monkeypatch.setenv(PRECISION_VARIABLE, "float32")
     assert main(arguments) == 0
     assert "remembered" not in capsys.readouterr().err and not path.exists()
+
+
+def test_a_remembered_precision_is_answered_without_importing_transformers(tmp_path):
+    # The job scripts' check, run as they run it, where the measurement is remembered: it needs torch (its version
+    # and threads name the measurement) and the package's CPU questions, not transformers, which the package's own
+    # import loads first (seconds of every job's start).
+    path = tmp_path / "precision.json"
+    environment = {**os.environ, MEASUREMENTS_FILE_VARIABLE: str(path)}
+    environment.pop(PRECISION_VARIABLE, None)
+    arguments = ["--task", "masked-lm"] + [f"--{name}={value}" for name, value in SHAPE.items()]
+    # The key as a job's process computes it, written with a clear speedup: nothing is timed below.
+    key = subprocess.run(
+        [sys.executable, "-c", f"from recipes.common.precision import measurement_key; print(measurement_key("
+         f"'masked-lm', {SHAPE!r}))"],
+        env=environment, cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    path.write_text(json.dumps({key: {"speedup": 1.5, "measured": "earlier"}}))
+    refusing = tmp_path / "refusing"
+    (refusing / "transformers").mkdir(parents=True)
+    (refusing / "transformers" / "__init__.py").write_text("raise ImportError('transformers was imported')\n")
+    environment["PYTHONPATH"] = os.pathsep.join([str(refusing), str(REPO)])
+    done = subprocess.run(
+        [sys.executable, "-m", "recipes.common.precision", *arguments],
+        env=environment, cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    if torch.cuda.is_available():
+        assert done.stdout.strip() == "gpu"
+    elif package_cpu_module().cpu_computes_bfloat16():
+        assert done.stdout.strip() == "cpu_bf16" and "1.500x" in done.stderr and "remembered in" in done.stderr
+    else:  # no bfloat16 arithmetic: float32, nothing looked up
+        assert done.stdout.strip() == "float32"
+
+
+def test_the_cpu_questions_are_the_packages_whether_or_not_it_is_imported():
+    from hf_transformer import cpu
+
+    assert package_cpu_module() is cpu  # imported here: the package's own module
+    described = subprocess.run(
+        [sys.executable, "-c", "import sys; from recipes.common.precision import package_cpu_module as m; "
+         "print(m().cpu_description(), m().__name__, 'hf_transformer' in sys.modules, sep='|')"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert described == f"{cpu.cpu_description()}|hf_transformer_cpu|False"
 
 
 def _choosing_on_a_bfloat16_cpu(measure_speedup, asked="auto"):
