@@ -157,6 +157,16 @@ def decided(logits: torch.Tensor, margin: float = 1e-4) -> torch.Tensor:
     return (top[:, 0] - top[:, 1]) > margin
 
 
+def accuracy_and_ties(model, tokenizer, rows: list[dict]) -> tuple[float, float]:
+    """The model's accuracy on labelled rows (one padded batch) and the share of them whose two logits tie to
+    rounding: batched and padded otherwise than the script's pass, such a row may go either way on another CPU; rows
+    out of order would move many."""
+    with torch.no_grad():
+        logits = model(**tokenizer([row["text"] for row in rows], return_tensors="pt", padding=True)).logits
+    right = sum(model.config.id2label[p] == row["label"] for p, row in zip(logits.argmax(-1).tolist(), rows))
+    return right / len(rows), int((~decided(logits)).sum()) / len(rows)
+
+
 @pytest.mark.slow
 def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_path, monkeypatch):
     from transformers import pipeline
@@ -192,27 +202,15 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     # The encoder's validation accuracy reported is that checkpoint's on the validation rows in their order.
     encoder = AutoModelForSequenceClassification.from_pretrained(output_dir / "checkpoint-30").eval()
     validation = [json.loads(line) for line in (data_dir / "validation.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
-    with torch.no_grad():
-        batch = tokenizer([row["text"] for row in validation], return_tensors="pt", padding=True)
-        encoder_logits = encoder(**batch).logits
-    predicted = encoder_logits.argmax(-1).tolist()
-    right = sum(encoder.config.id2label[p] == row["label"] for p, row in zip(predicted, validation))
-    # Batched and padded otherwise than the script's pass, a row whose two logits tie to rounding may go either way
-    # on another CPU; rows out of order would move many.
-    ties = int((~decided(encoder_logits)).sum())
-    assert right / len(validation) > 0.6
-    assert abs(right / len(validation) - results["eval_encoder_accuracy"]) <= ties / len(validation) + 1e-9
+    accuracy, ties = accuracy_and_ties(encoder, tokenizer, validation)
+    assert accuracy > 0.6
+    assert abs(accuracy - results["eval_encoder_accuracy"]) <= ties + 1e-9
     # The test rows are scored once, and that pass also gives the encoder's accuracy alone: the checkpoint's on them.
     assert predicted_splits == ["test"]
-    test_rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
-    with torch.no_grad():
-        batch = tokenizer([row["text"] for row in test_rows], return_tensors="pt", padding=True)
-        encoder_logits = encoder(**batch).logits
-    predicted = encoder_logits.argmax(-1).tolist()
-    right = sum(encoder.config.id2label[p] == row["label"] for p, row in zip(predicted, test_rows))
-    ties = int((~decided(encoder_logits)).sum())
-    assert abs(right / len(test_rows) - results["test_encoder_accuracy"]) <= ties / len(test_rows) + 1e-9
+    accuracy, ties = accuracy_and_ties(encoder, tokenizer, rows)
+    assert abs(accuracy - results["test_encoder_accuracy"]) <= ties + 1e-9
     saved = load_file(str(output_dir / "model.safetensors"))
     assert saved["ngram_classifier.weight"].any() and saved["ngram_classifier.idf"].any()
 
@@ -220,7 +218,6 @@ def test_the_ngram_score_is_fitted_after_training_and_saved_with_the_folder(tmp_
     # Character n-grams unless asked otherwise, read through the tokenizer's pieces.
     assert (model.config.classifier_ngram_buckets, model.config.classifier_ngram_order) == (4096, 2)
     assert model.config.classifier_ngram_unit == "character" and model.ngram_classifier.token_characters.any()
-    rows = [json.loads(line) for line in (data_dir / "test.jsonl").read_text().splitlines()]
     texts = [row["text"] for row in rows]
     with torch.no_grad():
         logits = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits
